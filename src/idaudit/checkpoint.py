@@ -1,0 +1,114 @@
+"""The train → audit contract: self-describing safetensors checkpoints.
+
+A checkpoint holds the encoder's weights and, as JSON strings in the safetensors
+metadata, everything needed to rebuild it and its world:
+
+``format`` = "idaudit-checkpoint", ``format_version``, ``encoder`` ({name, kwargs}),
+``world`` (a WorldSpec), ``train`` (the TrainConfig), ``metrics`` (at save time).
+Loading never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from .encoders import build_encoder
+from .errors import IdauditError
+from .io import atomic_write, jsonable
+from .worlds import WorldSpec
+
+FORMAT = "idaudit-checkpoint"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Checkpoint:
+    encoder: nn.Module
+    encoder_name: str
+    encoder_kwargs: dict[str, Any]
+    world: WorldSpec
+    train: dict[str, Any]
+    metrics: dict[str, Any]
+    path: Path | None = None
+
+
+def save_checkpoint(path: str | Path, encoder: nn.Module, encoder_name: str,
+                    encoder_kwargs: dict[str, Any], world: WorldSpec,
+                    train: dict[str, Any] | None = None,
+                    metrics: dict[str, Any] | None = None) -> Path:
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in encoder.state_dict().items()}
+    meta = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "encoder": json.dumps({"name": encoder_name, "kwargs": jsonable(encoder_kwargs)}),
+        "world": json.dumps(jsonable(world.to_dict())),
+        "train": json.dumps(jsonable(train or {})),
+        "metrics": json.dumps(jsonable(metrics or {})),
+    }
+    return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The raw metadata dict of a safetensors file (errors are one-line, exit 2)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.exists():
+        raise IdauditError(f"checkpoint not found: {path}")
+    if path.is_dir():
+        raise IdauditError(f"checkpoint path is a directory: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # safetensors raises several types for corrupt headers
+        raise IdauditError(f"not a readable safetensors file: {path} ({_first_line(exc)})") \
+            from None
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Rebuild the encoder and world spec from an idaudit checkpoint."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    meta = read_metadata(path)
+    if meta.get("format") != FORMAT:
+        raise IdauditError(f"{path} is a safetensors file but not an idaudit checkpoint "
+                           "(no 'format: idaudit-checkpoint' metadata)")
+    version = meta.get("format_version", "?")
+    if version != str(FORMAT_VERSION):
+        raise IdauditError(f"{path} has checkpoint format version {version}; this idaudit "
+                           f"reads version {FORMAT_VERSION}")
+    try:
+        enc = json.loads(meta["encoder"])
+        world = WorldSpec.from_dict(json.loads(meta["world"]))
+        train = json.loads(meta.get("train", "{}"))
+        metrics = json.loads(meta.get("metrics", "{}"))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise IdauditError(f"{path} has malformed idaudit metadata ({_first_line(exc)})") \
+            from None
+    encoder = build_encoder(enc["name"], enc.get("kwargs") or {})
+    try:
+        state = load_file(str(path))
+    except Exception as exc:
+        raise IdauditError(f"cannot read the weights in {path} ({_first_line(exc)})") from None
+    try:
+        encoder.load_state_dict(state)
+    except RuntimeError as exc:
+        raise IdauditError(f"{path}: weights do not fit encoder {enc['name']!r} "
+                           f"({_first_line(exc)})") from None
+    encoder.eval()
+    return Checkpoint(encoder, enc["name"], enc.get("kwargs") or {}, world, train, metrics, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+

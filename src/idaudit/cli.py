@@ -1,0 +1,273 @@
+"""The ``idaudit`` command: a thin typer layer over the library."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from .errors import IdauditError
+
+app = typer.Typer(
+    help="Did your self-supervised encoder learn the world? Worlds with known latents, "
+         "LeJEPA/VICReg/InfoNCE training, identifiability audits and latent planning.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def cli_errors(fn):
+    """Turn IdauditError into one line on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except IdauditError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+# ---- shared options --------------------------------------------------------------------
+
+WorldOpt = typer.Option("spiral", "--world", "-w",
+                        help="spiral | banana | sinusoid | nvp (2D coupling, 8 layers) | coupling")
+DimOpt = typer.Option(None, "--dim", "-n", help="latent dimension (coupling: any even N; 2D "
+                      "worlds: 2)")
+SourceOpt = typer.Option("gaussian", "--source", help="latent law: gaussian | laplace | gennorm")
+AlphaOpt = typer.Option(None, "--alpha", help="shape α of the gennorm source (2 = Gaussian, "
+                        "1 = Laplace)")
+RhoOpt = typer.Option(0.95, "--rho", help="OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η")
+LayersOpt = typer.Option(None, "--layers", help="coupling layers (nvp: 8, coupling: 4)")
+
+
+def _spec(world, dim, source, alpha, rho, layers):
+    from .worlds import make_spec
+
+    return make_spec(world, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers)
+
+
+def _parse_sigma(sigma: str) -> float | str:
+    if sigma == "auto":
+        return "auto"
+    try:
+        value = float(sigma)
+    except ValueError:
+        raise IdauditError(f"--sigma must be a positive number or 'auto', got {sigma!r}") \
+            from None
+    if not (value > 0 and math.isfinite(value)):
+        raise IdauditError(f"--sigma must be > 0, got {sigma}")
+    return value
+
+
+def _parse_json(text: str | None, flag: str) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise IdauditError(f"{flag} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise IdauditError(f"{flag} must be a JSON object")
+    return value
+
+
+# ---- commands --------------------------------------------------------------------------
+
+
+@app.command()
+@cli_errors
+def world(
+    name: str | None = typer.Argument(None, help="world name (same as --world)"),
+    world_: str = WorldOpt,
+    dim: int | None = DimOpt,
+    source: str = SourceOpt,
+    alpha: float | None = AlphaOpt,
+    rho: float = RhoOpt,
+    layers: int | None = LayersOpt,
+    pairs: int = typer.Option(10_000, "--pairs", help="number of (z, z′) pairs"),
+    seed: int = typer.Option(0, "--seed"),
+    out_path: Path = typer.Option(..., "--out", "-o", help="output .safetensors file"),
+) -> None:
+    """Write n positive pairs (z, z′, x, x′) of a world, its spec in the file's metadata."""
+    from .worlds import build_world
+    from .worlds.dataset import save_pairs
+
+    if pairs < 1:
+        raise IdauditError(f"--pairs must be ≥ 1, got {pairs}")
+    spec = _spec(name or world_, dim, source, alpha, rho, layers)
+    path = save_pairs(out_path, build_world(spec), pairs, seed)
+    out.print(f"wrote {pairs} pairs of {spec.name} (N={spec.dim}, {spec.source}, ρ={spec.rho}) "
+              f"to {path}")
+
+
+@app.command()
+@cli_errors
+def train(
+    world_: str = WorldOpt,
+    dim: int | None = DimOpt,
+    source: str = SourceOpt,
+    alpha: float | None = AlphaOpt,
+    rho: float = RhoOpt,
+    layers: int | None = LayersOpt,
+    objective: str = typer.Option("lejepa", "--objective", "-O",
+                                  help="lejepa (SIGReg + alignment) | whiten (VICReg-style) | "
+                                       "infonce"),
+    lamb: float = typer.Option(1e-3, "--lamb", help="regulariser weight λ in [0, 1]"),
+    sigma: str = typer.Option("1.0", "--sigma", help="InfoNCE kernel width σ, or 'auto'"),
+    steps: int = typer.Option(20_000, "--steps"),
+    batch: int = typer.Option(256, "--batch", help="pairs per step (two views each)"),
+    lr: float = typer.Option(3e-3, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    inits: int = typer.Option(1, "--inits", help="train K encoders, keep the lowest final loss"),
+    eval_every: int = typer.Option(500, "--eval-every"),
+    n_eval: int = typer.Option(10_000, "--n-eval", help="size of the fixed evaluation set"),
+    encoder: str | None = typer.Option(None, "--encoder",
+                                          help="mlp | coupling | cnn (default: the world's)"),
+    encoder_kwargs: str | None = typer.Option(None, "--encoder-kwargs", help="JSON object"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    out_path: Path | None = typer.Option(None, "--out", "-o",
+                                            help="checkpoint path (.safetensors)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+) -> None:
+    """Train an encoder on a world; write a self-describing checkpoint and a JSON log."""
+    from .checkpoint import save_checkpoint
+    from .io import write_json
+    from .report import metrics_table
+    from .train import TrainConfig
+    from .train import train as run_train
+    from .worlds import build_world
+
+    spec = _spec(world_, dim, source, alpha, rho, layers)
+    cfg = TrainConfig(objective=objective, lamb=lamb, sigma=_parse_sigma(sigma), steps=steps,
+                      batch=batch, lr=lr, seed=seed, inits=inits, eval_every=eval_every,
+                      n_eval=n_eval, device=device, encoder=encoder,
+                      encoder_kwargs=_parse_json(encoder_kwargs, "--encoder-kwargs")).validate()
+    if out_path is None:
+        out_path = Path("runs") / f"{spec.name}-{objective}-s{seed}.safetensors"
+    result = run_train(build_world(spec), cfg, progress=not quiet)
+    save_checkpoint(out_path, result.encoder, result.encoder_name, result.encoder_kwargs, spec,
+                    cfg.to_dict(), result.metrics)
+    log_path = out_path.with_name(out_path.name.removesuffix(".safetensors") + ".log.json")
+    write_json(log_path, {"world": spec.to_dict(), "train": cfg.to_dict(),
+                          "device": result.device, "seconds": result.seconds,
+                          "steps_per_second": result.steps_per_second,
+                          "best_init": result.best_init, "metrics": result.metrics,
+                          "history": result.history})
+    out.print(metrics_table(result.metrics, title=f"{spec.name} · {objective} · seed {seed}"))
+    out.print(f"{result.steps_per_second:.0f} steps/s on {result.device}; "
+              f"checkpoint {out_path}; log {log_path}")
+
+
+@app.command()
+@cli_errors
+def audit(
+    checkpoint: Path = typer.Argument(..., help="an idaudit checkpoint (.safetensors)"),
+    json_path: Path | None = typer.Option(None, "--json", help="write {'metrics': …} here"),
+    n_eval: int | None = typer.Option(None, "--n-eval", help="default: the training eval "
+                                         "set size"),
+    seed: int | None = typer.Option(None, "--seed", help="eval-set seed (default: training "
+                                       "seed)"),
+) -> None:
+    """Identifiability metrics of a checkpoint, on the world it was trained on."""
+    from .audit import audit_checkpoint
+    from .io import write_json
+    from .report import metrics_table
+
+    if n_eval is not None and n_eval < 10:
+        raise IdauditError(f"--n-eval must be ≥ 10, got {n_eval}")
+    report = audit_checkpoint(checkpoint, n_eval=n_eval, seed=seed)
+    out.print(metrics_table(report["metrics"], title=f"audit · {checkpoint}"))
+    if json_path is not None:
+        write_json(json_path, report)
+        out.print(f"wrote {json_path}")
+
+
+@app.command()
+@cli_errors
+def plan(
+    checkpoint: Path = typer.Argument(..., help="an idaudit checkpoint (.safetensors)"),
+    pairs: int = typer.Option(100, "--pairs", "-k", help="random start/goal pairs"),
+    waypoints: int = typer.Option(20, "--waypoints", help="segments per plan"),
+    gallery: int = typer.Option(10_000, "--gallery", help="k-NN decoder gallery size"),
+    seed: int = typer.Option(0, "--seed"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the results here"),
+) -> None:
+    """Latent straight-line plans against the oracle, and LQR value equivalence."""
+    from .io import write_json
+    from .plan import plan_checkpoint
+    from .report import plan_table
+
+    if pairs < 1 or waypoints < 1 or gallery < 5:
+        raise IdauditError("--pairs and --waypoints must be ≥ 1 and --gallery ≥ 5")
+    result = plan_checkpoint(checkpoint, pairs=pairs, waypoints=waypoints, gallery=gallery,
+                             seed=seed)
+    out.print(plan_table(result))
+    if json_path is not None:
+        write_json(json_path, {k: v for k, v in result.items()})
+        out.print(f"wrote {json_path}")
+
+
+@app.command()
+@cli_errors
+def demo(
+    out_dir: Path = typer.Option(Path("demo-out"), "--out", "-o", help="output directory"),
+    steps: int = typer.Option(6000, "--steps", help="training steps (the paper uses 20 000)"),
+    seed: int = typer.Option(1337, "--seed"),
+) -> None:
+    """The whole loop on the spiral world: world → train → audit → plan (a few minutes)."""
+    from .audit import audit_checkpoint
+    from .checkpoint import save_checkpoint
+    from .io import write_json
+    from .plan import plan_checkpoint
+    from .report import metrics_table, plan_table
+    from .train import TrainConfig
+    from .train import train as run_train
+    from .worlds import build_world, make_spec
+    from .worlds.dataset import save_pairs
+
+    spec = make_spec("spiral", rho=0.95)
+    w = build_world(spec)
+    save_pairs(out_dir / "spiral-pairs.safetensors", w, 10_000, seed)
+    out.print(f"1/4 world: 10 000 spiral pairs → {out_dir / 'spiral-pairs.safetensors'}")
+    cfg = TrainConfig(objective="lejepa", lamb=1e-3, steps=steps, seed=seed).validate()
+    out.print(f"2/4 train: LeJEPA, λ = 1e-3, {steps} steps")
+    result = run_train(w, cfg, progress=True)
+    ckpt = out_dir / "spiral-lejepa.safetensors"
+    save_checkpoint(ckpt, result.encoder, result.encoder_name, result.encoder_kwargs, spec,
+                    cfg.to_dict(), result.metrics)
+    report = audit_checkpoint(ckpt)
+    write_json(out_dir / "audit.json", report)
+    out.print("3/4 audit")
+    out.print(metrics_table(report["metrics"], title="spiral · LeJEPA"))
+    planned = plan_checkpoint(ckpt, pairs=100, seed=seed)
+    write_json(out_dir / "plan.json", planned)
+    out.print("4/4 plan")
+    out.print(plan_table(planned))
+    out.print(f"outputs in {out_dir}/ (checkpoint, audit.json, plan.json)")
+
+
+def main() -> None:
+    try:
+        app()
+    except IdauditError as exc:  # raised outside a command (should not happen)
+        err.print(f"error: {exc}")
+        raise SystemExit(exc.exit_code) from None
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,25 @@
+"""Errors the CLI turns into a one-line message and an exit code (never a traceback)."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_GATE_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INCONCLUSIVE = 3
+
+
+class IdauditError(Exception):
+    """A user-facing problem: bad input, an unknown name, an unreadable file.
+
+    ``exit_code`` is what the CLI exits with (2 for usage or input errors).
+    """
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise :class:`IdauditError` (exit 2) with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise IdauditError(message)

@@ -1,0 +1,49 @@
+"""Atomic file writing: write to a temporary file beside the target, then rename."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
+    """Call ``write(tmp_path)`` then rename onto ``path``; nothing half-written is left."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def jsonable(obj: Any) -> Any:
+    """Replace NaN/Inf with None and tensors/numpy scalars with Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    text = json.dumps(jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+    def write(tmp: str) -> None:
+        Path(tmp).write_text(text)
+
+    return atomic_write(path, write)

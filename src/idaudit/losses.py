@@ -1,0 +1,224 @@
+"""Training objectives as pure functions of the embeddings h with shape (views, batch, dim).
+
+* alignment  A(h) = mean over views, samples, dims of (h − mean_views h)²
+* SIGReg     sliced Epps–Pulley statistic: for M random unit directions a and knots
+             t_k = k·Δt on [0, T], with φ̂_a(t) = mean_i exp(i t aᵀh_i),
+             SIG(h) = n · mean_a Σ_k w_k |φ̂_a(t_k) − exp(−t_k²/2)|²,
+             w_k = trapezoid weights of the symmetric integral over [−T, T] × exp(−t_k²/2)
+* whitening  W(h) = mean of squares of (Cov(h) − I)
+* InfoNCE    symmetric cross-entropy with logits −‖h¹_i − h²_j‖² / (2σ²)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from .registry import Registry
+
+N_SLICES = 256
+N_KNOTS = 17
+T_MAX = 3.0
+
+
+_GRIDS: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def epps_pulley_grid(knots: int = N_KNOTS, t_max: float = T_MAX, device=None, dtype=None):
+    """Knots t_k = kΔt, target φ(t) = exp(−t²/2), and weights w_k (trapezoid on [−T, T])."""
+    key = (knots, t_max, str(device), dtype)
+    if key not in _GRIDS:
+        t = torch.linspace(0.0, t_max, knots, device=device, dtype=dtype)
+        dt = t_max / (knots - 1)
+        w = torch.full((knots,), 2.0 * dt, device=device, dtype=dtype)
+        w[0] = dt
+        w[-1] = dt
+        phi = torch.exp(-0.5 * t * t)
+        _GRIDS[key] = (t, phi, w * phi)
+    return _GRIDS[key]
+
+
+def random_directions(dim: int, n_slices: int, gen: torch.Generator | None,
+                      device=None, dtype=torch.float32) -> torch.Tensor:
+    """``n_slices`` random unit vectors in R^dim, as the columns of a (dim, n_slices) matrix."""
+    a = torch.randn(dim, n_slices, generator=gen, dtype=dtype)
+    a = a / a.norm(dim=0, keepdim=True)
+    return a.to(device) if device is not None else a
+
+
+def sigreg_reference(h: torch.Tensor, directions: torch.Tensor, knots: int = N_KNOTS,
+                     t_max: float = T_MAX) -> torch.Tensor:
+    """Straightforward SIGReg: materialise every cos/sin of t·aᵀh (the formula, slowly)."""
+    flat = h.reshape(-1, h.shape[-1])
+    t, phi, w = epps_pulley_grid(knots, t_max, flat.device, flat.dtype)
+    xt = (flat @ directions).unsqueeze(-1) * t
+    err = (xt.cos().mean(0) - phi).square() + xt.sin().mean(0).square()
+    return ((err @ w) * flat.shape[0]).mean()
+
+
+def _sign(k: int) -> float:
+    """σ_k = +1, +1, −1, −1, … makes the Chebyshev step a single in-place addcmul."""
+    return 1.0 if k % 4 in (0, 1) else -1.0
+
+
+_WORK: dict[tuple, list[torch.Tensor]] = {}
+
+
+def _work_buffers(shape: tuple[int, ...], count: int, device, dtype) -> list[torch.Tensor]:
+    """Per-shape scratch tensors reused across steps (fresh MB-sized buffers page-fault)."""
+    key = (shape, count, str(device), dtype)
+    if key not in _WORK:
+        if len(_WORK) > 8:
+            _WORK.clear()
+        _WORK[key] = list(torch.empty((count, *shape), dtype=dtype, device=device).unbind(0))
+    return _WORK[key]
+
+
+def _sign(k: int) -> float:
+    """σ_k = +1, +1, −1, −1, … makes the Chebyshev step a single in-place addcmul."""
+    return 1.0 if k % 4 in (0, 1) else -1.0
+
+
+def _chebyshev_sweep(first: torch.Tensor, u: torch.Tensor, v: torch.Tensor, knots: int,
+                     visit) -> None:
+    """Visit σ_k·(cos kθ, sin kθ) for k = 1 … knots−1, given first = (cos θ, sin θ).
+
+    Both rows obey f_{k+1} = 2 cos θ · f_k − f_{k−1}; with the signs σ_k this is
+    u ← u + α·cos θ·v with α = −2σ_{k−1}σ_k, in place, so one op serves cos and sin.
+    ``u`` and ``v`` are scratch buffers shaped like ``first``.
+    """
+    c1 = first[0]
+    u[0].fill_(1.0)
+    u[1].zero_()
+    v.copy_(first)
+    for k in range(1, knots):
+        visit(k, v)
+        if k < knots - 1:
+            u.addcmul_(c1, v, value=-2.0 * _sign(k - 1) * _sign(k))
+            u, v = v, u
+
+
+class _EppsPulley(torch.autograd.Function):
+    """SIGReg on projections P (n, M) without materialising the (n, M, knots) tables.
+
+    With θ = PΔt, cos(kθ) and sin(kθ) follow from one cos/sin by the Chebyshev recurrence.
+    One sweep gives the empirical characteristic function, a second sweep its gradient
+    ∂SIG/∂P_ij = (2/M) Σ_k w_k kΔt [sm_kj cos(kθ_ij) − (cm_kj − φ_k) sin(kθ_ij)].
+    """
+
+    @staticmethod
+    def forward(ctx, proj: torch.Tensor, knots: int, t_max: float) -> torch.Tensor:
+        n, m = proj.shape
+        dev, dt_ = proj.device, proj.dtype
+        _, phi, w = epps_pulley_grid(knots, t_max, dev, dt_)
+        dt = t_max / (knots - 1)
+        first, u, v, acc = _work_buffers((2, n, m), 4, dev, dt_)
+        torch.mul(proj, dt, out=u[0])
+        torch.cos(u[0], out=first[0])
+        torch.sin(u[0], out=first[1])
+        sums = torch.empty(knots - 1, 2, m, device=dev, dtype=dt_)
+        _chebyshev_sweep(first, u, v, knots, lambda k, f: torch.sum(f, 1, out=sums[k - 1]))
+        sig = _signs(knots, dev, dt_)
+        cm = sums[:, 0] * sig / n  # (knots−1, m)
+        sm = sums[:, 1] * sig / n
+        ec = cm - phi[1:, None]
+        loss = (w[1:] @ (ec.square() + sm.square())).sum() * (n / m)  # k = 0 adds 0
+        if ctx.needs_input_grad[0]:
+            k = torch.arange(1, knots, device=dev, dtype=dt_)
+            scale = ((2.0 / m) * w[1:] * k * dt)[:, None] * sig
+            coef = torch.stack([scale * sm, -scale * ec], 1).unsqueeze(2)  # (knots−1, 2, 1, m)
+            acc.zero_()
+            _chebyshev_sweep(first, u, v, knots, lambda k, f: acc.addcmul_(f, coef[k - 1]))
+            ctx.save_for_backward(acc[0] + acc[1])
+        return loss
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        (grad,) = ctx.saved_tensors
+        return g * grad, None, None
+
+
+_SIGNS: dict[tuple, torch.Tensor] = {}
+
+
+def _signs(knots: int, device, dtype) -> torch.Tensor:
+    key = (knots, str(device), dtype)
+    if key not in _SIGNS:
+        _SIGNS[key] = torch.tensor([_sign(k) for k in range(1, knots)], device=device,
+                                   dtype=dtype)[:, None]
+    return _SIGNS[key]
+
+
+def sigreg(h: torch.Tensor, directions: torch.Tensor, knots: int = N_KNOTS,
+           t_max: float = T_MAX) -> torch.Tensor:
+    """SIGReg of embeddings h (…, dim) along the given unit ``directions`` (dim, M).
+
+    All views are pooled: n = number of rows of h flattened to (−1, dim).
+    Equals :func:`sigreg_reference` in value and gradient, several times faster.
+    """
+    flat = h.reshape(-1, h.shape[-1])
+    return _EppsPulley.apply(flat @ directions, knots, t_max)
+
+
+def alignment(h: torch.Tensor) -> torch.Tensor:
+    """Mean over views, samples and dims of the squared deviation from the view mean."""
+    return (h - h.mean(dim=0, keepdim=True)).square().mean()
+
+
+def whitening(h: torch.Tensor) -> torch.Tensor:
+    """mean((Cov(h) − I)²) over the pooled views."""
+    flat = h.reshape(-1, h.shape[-1])
+    centred = flat - flat.mean(dim=0, keepdim=True)
+    cov = centred.T @ centred / (flat.shape[0] - 1)
+    eye = torch.eye(cov.shape[0], device=h.device, dtype=h.dtype)
+    return (cov - eye).square().mean()
+
+
+def infonce(h: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
+    """Symmetric InfoNCE between view 0 and view 1, Gaussian-kernel logits of width σ."""
+    a, b = h[0], h[1]
+    logits = -torch.cdist(a, b).square() / (2.0 * sigma * sigma)
+    target = torch.arange(a.shape[0], device=h.device)
+    ce = torch.nn.functional.cross_entropy
+    return 0.5 * (ce(logits, target) + ce(logits.T, target))
+
+
+# ---- objectives: (h, lamb, sigma, directions) -> (loss, parts) -------------------------
+
+Objective = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+OBJECTIVES: Registry[Objective] = Registry("objective")
+
+
+@OBJECTIVES.register("lejepa")
+def _lejepa(h, lamb: float, sigma: float, directions: torch.Tensor | None):
+    sig = sigreg(h, directions)
+    align = alignment(h)
+    return lamb * sig + (1.0 - lamb) * align, {"sigreg": sig, "alignment": align}
+
+
+@OBJECTIVES.register("whiten")
+def _whiten(h, lamb: float, sigma: float, directions: torch.Tensor | None):
+    white = whitening(h)
+    align = alignment(h)
+    return lamb * white + (1.0 - lamb) * align, {"whitening": white, "alignment": align}
+
+
+@OBJECTIVES.register("infonce")
+def _infonce(h, lamb: float, sigma: float, directions: torch.Tensor | None):
+    loss = infonce(h, sigma)
+    return loss, {"infonce": loss}
+
+
+def objective_needs_directions(name: str) -> bool:
+    return name == "lejepa"
+
+
+def sigma_for(sigma: float | str, dim: int) -> float:
+    """InfoNCE kernel width; ``"auto"`` scales with √N (σ = √(N/2)), else the number given."""
+    if isinstance(sigma, str):
+        if sigma == "auto":
+            return math.sqrt(max(dim, 2) / 2.0)
+        return float(sigma)
+    return float(sigma)
