@@ -31,6 +31,10 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         OBJECTIVES.get(self.objective)
+        if self.encoder is not None:
+            from ..encoders import ENCODERS
+
+            ENCODERS.get(self.encoder)
         require(0.0 <= self.lamb <= 1.0 and math.isfinite(self.lamb),
                 f"--lamb must lie in [0, 1], got {self.lamb}")
         if isinstance(self.sigma, str):

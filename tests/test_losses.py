@@ -1,0 +1,68 @@
+"""Losses: fast SIGReg equals the straightforward one; known answers for the others."""
+
+import math
+
+import pytest
+import torch
+
+from idaudit.losses import (alignment, infonce, random_directions, sigreg, sigreg_reference,
+                            whitening)
+
+
+@pytest.mark.parametrize("dim,scale,dtype", [(2, 1.0, torch.float32), (8, 0.3, torch.float32),
+                                             (2, 4.0, torch.float64), (64, 1.0, torch.float64)])
+def test_fast_sigreg_equals_reference(dim, scale, dtype):
+    g = torch.Generator().manual_seed(dim)
+    h = (scale * torch.randn(2, 256, dim, generator=g)).to(dtype)
+    d = random_directions(dim, 256, g, dtype=dtype)
+    h1 = h.clone().requires_grad_(True)
+    h2 = h.clone().requires_grad_(True)
+    ref = sigreg_reference(h1, d)
+    fast = sigreg(h2, d)
+    ref.backward()
+    fast.backward()
+    tol = 1e-5 if dtype == torch.float32 else 1e-10
+    assert fast.item() == pytest.approx(ref.item(), rel=tol, abs=tol)
+    scale_g = h1.grad.abs().max().item()
+    rel = 1e-3 if dtype == torch.float32 else 1e-9
+    torch.testing.assert_close(h2.grad, h1.grad, rtol=0, atol=rel * scale_g)
+
+
+def test_sigreg_small_for_gaussian_large_for_uniform():
+    g = torch.Generator().manual_seed(0)
+    d = random_directions(2, 256, g)
+    gauss = torch.randn(8192, 2, generator=g)
+    unif = (torch.rand(8192, 2, generator=g) - 0.5) * math.sqrt(12.0)  # unit variance
+    s_gauss = sigreg(gauss, d).item()
+    s_unif = sigreg(unif, d).item()
+    # n·|φ̂ − φ|² stays O(1) for Gaussian samples and grows like n otherwise
+    assert s_gauss < 3.0
+    assert s_unif > 25.0
+    assert sigreg(2.0 * gauss, d).item() > 50.0  # wrong scale is not Gaussian(0, I) either
+
+
+def test_alignment_known_answers():
+    h = torch.randn(2, 100, 3)
+    assert alignment(torch.stack([h[0], h[0]])).item() == pytest.approx(0.0, abs=1e-12)
+    shifted = torch.stack([h[0], h[0] + 2.0])
+    assert alignment(shifted).item() == pytest.approx(1.0, rel=1e-6)
+
+
+def test_whitening_known_answers():
+    g = torch.Generator().manual_seed(1)
+    white = torch.randn(2, 20000, 3, generator=g, dtype=torch.float64)
+    assert whitening(white).item() < 1e-3
+    # Cov = 4 I → (4 − 1)² on the diagonal: mean over 9 entries = 3·9/9 = 9·3/9
+    assert whitening(2.0 * white).item() == pytest.approx(9.0 * 3 / 9, rel=0.05)
+
+
+def test_infonce_matches_manual():
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(2, 16, 4, generator=g, dtype=torch.float64)
+    sigma = 0.7
+    logits = -((h[0][:, None] - h[1][None]) ** 2).sum(-1) / (2 * sigma**2)
+    la = -(logits.diag() - torch.logsumexp(logits, 1)).mean()
+    lb = -(logits.diag() - torch.logsumexp(logits, 0)).mean()
+    assert infonce(h, sigma).item() == pytest.approx(0.5 * (la + lb).item(), rel=1e-10)
+    far = torch.stack([10 * torch.eye(8), 10 * torch.eye(8)]).double()
+    assert infonce(far, 1.0).item() < 1e-6

@@ -1,0 +1,145 @@
+"""Worlds: unit-variance sources, the OU channel, mixings, and the theory checked numerically."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from numpy.polynomial.hermite_e import hermeval
+
+from idaudit.errors import IdauditError
+from idaudit.worlds import CouplingMixing, build_world, make_spec, ou_step, sample_source
+from idaudit.worlds.mixings import banana, sinusoid, spiral
+
+SOURCES = [("gaussian", None), ("laplace", None), ("gennorm", 0.5), ("gennorm", 1.0),
+           ("gennorm", 2.0), ("gennorm", 8.0)]
+
+
+@pytest.mark.parametrize("source,alpha", SOURCES)
+def test_ou_channel_keeps_unit_variance(source, alpha):
+    g = torch.Generator().manual_seed(0)
+    n = 200_000
+    z = sample_source(source, (n, 2), g, alpha).double()
+    zp = ou_step(z, 0.8, sample_source(source, (n, 2), g, alpha).double())
+    tol = 0.03 if (alpha or 2.0) >= 1.0 else 0.08
+    assert z.var(0).numpy() == pytest.approx([1.0, 1.0], abs=tol)
+    assert zp.var(0).numpy() == pytest.approx([1.0, 1.0], abs=tol)
+    assert z.mean(0).abs().max().item() < 0.02
+    corr = ((z - z.mean(0)) * (zp - zp.mean(0))).mean(0) / (z.std(0) * zp.std(0))
+    assert corr.numpy() == pytest.approx([0.8, 0.8], abs=0.01)
+
+
+def test_source_shapes_have_the_right_kurtosis():
+    g = torch.Generator().manual_seed(1)
+    n = 400_000
+
+    def kurt(x):
+        x = x.double().flatten()
+        return float(((x - x.mean()) ** 4).mean() / x.var() ** 2)
+
+    assert kurt(sample_source("gaussian", (n,), g)) == pytest.approx(3.0, abs=0.1)
+    assert kurt(sample_source("laplace", (n,), g)) == pytest.approx(6.0, abs=0.3)
+    assert kurt(sample_source("gennorm", (n,), g, 2.0)) == pytest.approx(3.0, abs=0.1)
+    assert kurt(sample_source("gennorm", (n,), g, 1.0)) == pytest.approx(6.0, abs=0.3)
+    assert kurt(sample_source("gennorm", (n,), g, 16.0)) == pytest.approx(1.8, abs=0.1)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4])
+def test_hermite_eigenfunctions_of_the_ou_channel(d):
+    """E[He_d(z′) He_d(z)] = d!·ρ^d under the Gaussian OU channel (Mehler)."""
+    rng = np.random.default_rng(d)
+    rho, n = 0.7, 2_000_000
+    z = rng.standard_normal(n)
+    zp = rho * z + math.sqrt(1 - rho**2) * rng.standard_normal(n)
+    coef = np.zeros(d + 1)
+    coef[d] = 1.0
+    value = np.mean(hermeval(zp, coef) * hermeval(z, coef))
+    expected = math.factorial(d) * rho**d
+    assert value == pytest.approx(expected, rel=0.03)
+
+
+def test_whitened_polynomial_features_correlate_at_most_rho():
+    """Among whitened polynomial features of z, the positive-pair correlation is ≤ ρ,
+    with equality only along the linear feature (Theorem 1's spectral argument)."""
+    rng = np.random.default_rng(5)
+    rho, n = 0.8, 1_000_000
+    z = rng.standard_normal(n)
+    zp = rho * z + math.sqrt(1 - rho**2) * rng.standard_normal(n)
+
+    def feats(v):
+        return np.stack([v, v**2, v**3, v**4], 1)
+
+    f, fp = feats(z), feats(zp)
+    mu = f.mean(0)
+    cov = np.cov(f.T)
+    w = np.linalg.inv(np.linalg.cholesky(cov))  # whitening: Cov(w f) = I
+    a, b = (f - mu) @ w.T, (fp - mu) @ w.T
+    cross = (a.T @ b) / n
+    cross = 0.5 * (cross + cross.T)
+    evals, evecs = np.linalg.eigh(cross)
+    assert evals[-1] == pytest.approx(rho, abs=0.01)
+    assert evals[-2] == pytest.approx(rho**2, abs=0.015)
+    # the top direction is the linear feature: in the raw basis it loads on v (and v³ ≈ 0)
+    top = w.T @ evecs[:, -1]
+    top = top / np.abs(top).max()
+    assert abs(top[0]) == pytest.approx(1.0, abs=1e-6)
+    assert np.abs(top[1:]).max() < 0.05
+    # every random nonlinear whitened combination correlates strictly less than ρ
+    for _ in range(20):
+        c = rng.standard_normal(4)
+        c[0] = 0.0
+        c /= np.linalg.norm(c)
+        assert c @ cross @ c < rho - 0.1
+
+
+def test_mixings_geometry():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(1000, 2, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(spiral(z).norm(dim=1), z.norm(dim=1))
+    for fn in (spiral, banana, sinusoid):
+        jac = torch.autograd.functional.jacobian(lambda v, fn=fn: fn(v.unsqueeze(0))[0], z[3])
+        assert torch.linalg.det(jac).item() == pytest.approx(1.0, abs=1e-9)
+    for dim, layers in [(2, 8), (6, 4), (64, 4)]:
+        mix = CouplingMixing(dim, layers, seed=0)
+        zz = torch.randn(200, dim, generator=g)
+        torch.testing.assert_close(mix.inverse(mix(zz)), zz, rtol=1e-5, atol=1e-5)
+        w = mix.weights[0]
+        half = dim // 2
+        torch.testing.assert_close(w @ w.T, 4.0 * torch.eye(half), rtol=1e-5, atol=1e-5)
+
+
+def test_coupling_mixing_difficulty_matches_the_paper():
+    """R²(x → z) of the coupling mixing is ≈ 0.73–0.78 at every N (paper, Table 1)."""
+    from idaudit.metrics import linear_r2
+
+    g = torch.Generator().manual_seed(0)
+    for dim in (2, 8, 64):
+        w = build_world(make_spec("coupling", dim=dim))
+        z = w.sample_latents(10_000, g)
+        assert 0.72 < linear_r2(w.observe(z), z) < 0.79
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(name="moon"), "valid: spiral, banana"),
+    (dict(name="spiral", rho=1.0), "--rho"),
+    (dict(name="spiral", rho=0.0), "--rho"),
+    (dict(name="spiral", rho=float("nan")), "--rho"),
+    (dict(name="coupling", dim=3), "even"),
+    (dict(name="spiral", source="gennorm", alpha=0.0), "--alpha"),
+    (dict(name="spiral", source="gennorm", alpha=-1.0), "--alpha"),
+    (dict(name="spiral", source="gennorm"), "--alpha"),
+    (dict(name="spiral", source="cauchy"), "valid: gaussian, gennorm, laplace"),
+    (dict(name="banana", dim=4), "two-dimensional"),
+])
+def test_bad_world_specs(kwargs, fragment):
+    with pytest.raises(IdauditError) as exc:
+        make_spec(**kwargs)
+    assert fragment in str(exc.value)
+    assert exc.value.exit_code == 2
+
+
+def test_world_defaults():
+    assert make_spec("nvp").layers == 8
+    assert make_spec("coupling", dim=16).layers == 4
+    assert build_world(make_spec("nvp")).default_encoder() == ("coupling", {"dim": 2, "layers": 8})
+    assert build_world(make_spec("spiral")).default_encoder()[0] == "mlp"
