@@ -37,7 +37,7 @@ class StraightforwardStep:
         cfg, b = self.cfg, self.cfg.batch
         for group in self.opt.param_groups:
             group["lr"] = constant_then_cosine(it, cfg.steps, cfg.lr)
-        z, zp = self.world.sample_pairs(b, self.gen)
+        z, zp = self.world.sample_views(b, self.gen)
         h = self.encoder(self.world.observe(torch.cat([z, zp]))).reshape(2, b, -1)
         dirs = random_directions(h.shape[-1], cfg.n_slices, self.gen)
         align = alignment(h)

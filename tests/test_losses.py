@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from idaudit.losses import (alignment, infonce, random_directions, sigreg, sigreg_reference,
-                            whitening)
+from idaudit.losses import alignment, infonce, random_directions, sigreg, sigreg_reference, whitening
 
 
 @pytest.mark.parametrize("dim,scale,dtype", [(2, 1.0, torch.float32), (8, 0.3, torch.float32),

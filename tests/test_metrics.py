@@ -10,9 +10,17 @@ from scipy.stats import ortho_group
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
-from idaudit.metrics import (alignment_gap, approximate_bound, fit_linear_map,
-                             identifiability_metrics, linear_r2, orthogonality_error,
-                             per_dim_r2, procrustes_mse, whitening_error)
+from idaudit.metrics import (
+    alignment_gap,
+    approximate_bound,
+    fit_linear_map,
+    identifiability_metrics,
+    linear_r2,
+    orthogonality_error,
+    per_dim_r2,
+    procrustes_mse,
+    whitening_error,
+)
 
 
 @pytest.fixture

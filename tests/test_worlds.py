@@ -139,7 +139,22 @@ def test_bad_world_specs(kwargs, fragment):
 
 
 def test_world_defaults():
-    assert make_spec("nvp").layers == 8
+    assert make_spec("nvp").layers == 4
+    assert make_spec("nvp", layers=8).layers == 8
     assert make_spec("coupling", dim=16).layers == 4
-    assert build_world(make_spec("nvp")).default_encoder() == ("coupling", {"dim": 2, "layers": 8})
+    assert build_world(make_spec("nvp", layers=8)).default_encoder() == (
+        "coupling", {"dim": 2, "layers": 8})
     assert build_world(make_spec("spiral")).default_encoder()[0] == "mlp"
+
+
+def test_anchor_views_are_an_ou_pair_with_rho_squared():
+    w = build_world(make_spec("coupling", dim=2, rho=0.9))
+    g = torch.Generator().manual_seed(3)
+    a, b = w.sample_views(200_000, g, "anchor")
+    corr = float(torch.corrcoef(torch.stack([a[:, 0], b[:, 0]]))[0, 1])
+    assert corr == pytest.approx(0.81, abs=0.01)
+    assert a.var(0).numpy() == pytest.approx([1.0, 1.0], abs=0.02)
+    z, zp = w.sample_views(200_000, g, "pair")
+    assert float(torch.corrcoef(torch.stack([z[:, 1], zp[:, 1]]))[0, 1]) == pytest.approx(0.9, abs=0.01)
+    with pytest.raises(IdauditError):
+        w.sample_views(10, g, "triple")

@@ -44,14 +44,15 @@ def cli_errors(fn):
 # ---- shared options --------------------------------------------------------------------
 
 WorldOpt = typer.Option("spiral", "--world", "-w",
-                        help="spiral | banana | sinusoid | nvp (2D coupling, 8 layers) | coupling")
+                        help="spiral | banana | sinusoid | nvp (2D RealNVP coupling) | coupling "
+                             "(any even --dim)")
 DimOpt = typer.Option(None, "--dim", "-n", help="latent dimension (coupling: any even N; 2D "
                       "worlds: 2)")
 SourceOpt = typer.Option("gaussian", "--source", help="latent law: gaussian | laplace | gennorm")
 AlphaOpt = typer.Option(None, "--alpha", help="shape α of the gennorm source (2 = Gaussian, "
                         "1 = Laplace)")
 RhoOpt = typer.Option(0.95, "--rho", help="OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η")
-LayersOpt = typer.Option(None, "--layers", help="coupling layers (nvp: 8, coupling: 4)")
+LayersOpt = typer.Option(None, "--layers", help="coupling layers (default 4; the encoder matches)")
 
 
 def _spec(world, dim, source, alpha, rho, layers):
@@ -135,6 +136,9 @@ def train(
     inits: int = typer.Option(1, "--inits", help="train K encoders, keep the lowest final loss"),
     eval_every: int = typer.Option(500, "--eval-every"),
     n_eval: int = typer.Option(10_000, "--n-eval", help="size of the fixed evaluation set"),
+    views: str = typer.Option("anchor", "--views",
+                              help="anchor: both views one OU step from a shared z (the paper's "
+                                   "code; views correlate ρ²) | pair: views (z, z′)"),
     encoder: str | None = typer.Option(None, "--encoder",
                                           help="mlp | coupling | cnn (default: the world's)"),
     encoder_kwargs: str | None = typer.Option(None, "--encoder-kwargs", help="JSON object"),
@@ -154,7 +158,7 @@ def train(
     spec = _spec(world_, dim, source, alpha, rho, layers)
     cfg = TrainConfig(objective=objective, lamb=lamb, sigma=_parse_sigma(sigma), steps=steps,
                       batch=batch, lr=lr, seed=seed, inits=inits, eval_every=eval_every,
-                      n_eval=n_eval, device=device, encoder=encoder,
+                      n_eval=n_eval, device=device, encoder=encoder, views=views,
                       encoder_kwargs=_parse_json(encoder_kwargs, "--encoder-kwargs")).validate()
     if out_path is None:
         out_path = Path("runs") / f"{spec.name}-{objective}-s{seed}.safetensors"

@@ -25,6 +25,7 @@ class TrainConfig:
     eval_every: int = 500
     n_eval: int = 10_000
     n_slices: int = 256
+    views: str = "anchor"
     device: str = "auto"
     encoder: str | None = None
     encoder_kwargs: dict[str, Any] | None = None
@@ -49,6 +50,8 @@ class TrainConfig:
         require(self.inits >= 1, f"--inits must be ≥ 1, got {self.inits}")
         require(self.eval_every >= 1, f"--eval-every must be ≥ 1, got {self.eval_every}")
         require(self.n_eval >= 10, f"--n-eval must be ≥ 10, got {self.n_eval}")
+        require(self.views in ("anchor", "pair"),
+                f"--views must be anchor or pair, got {self.views!r}")
         require(self.n_slices >= 1, f"--slices must be ≥ 1, got {self.n_slices}")
         return self
 

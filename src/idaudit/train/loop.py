@@ -93,7 +93,7 @@ class Stepper:
         lr = constant_then_cosine(it, cfg.steps, cfg.lr)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        z, zp = self.world.sample_pairs(b, self.gen)
+        z, zp = self.world.sample_views(b, self.gen, cfg.views)
         x = self.world.observe(torch.cat([z, zp])).to(self.device, non_blocking=True)
         h = self.encoder(x).reshape(2, b, -1)
         dirs = (random_directions(h.shape[-1], cfg.n_slices, self.gen, self.device)

@@ -21,8 +21,8 @@ WORLD_NAMES = SYNTHETIC_WORLDS
 class WorldSpec:
     """What a world is: its name, latent dimension, source law, OU correlation ρ.
 
-    ``layers`` and ``mixing_seed`` only matter for coupling worlds (``nvp`` is the 2D
-    coupling with 8 layers; ``coupling`` defaults to 4 layers).
+    ``layers`` and ``mixing_seed`` only matter for coupling worlds (``nvp`` is the paper's 2D
+    RealNVP world, the coupling mixing at N = 2; both default to 4 layers).
     """
 
     name: str = "spiral"
@@ -73,9 +73,7 @@ def make_spec(
     else:
         dim = 2 if dim is None else dim
         require(dim >= 2 and dim % 2 == 0, f"--dim must be an even number ≥ 2 for coupling, got {dim}")
-    if name == "nvp":
-        layers = 8 if layers is None else layers
-    elif name == "coupling":
+    if name in ("nvp", "coupling"):
         layers = 4 if layers is None else layers
     else:
         require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
@@ -118,6 +116,20 @@ class World:
     def sample_pairs(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         z = self.sample_latents(n, gen)
         return z, self.transition(z, gen)
+
+    def sample_views(self, n: int, gen: torch.Generator, scheme: str = "anchor"
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two views of a batch for training.
+
+        ``anchor`` (the paper's code): both views are one OU step from a shared anchor z, so
+        the two views form an OU pair with correlation ρ². ``pair``: the views are (z, z′).
+        """
+        if scheme == "pair":
+            return self.sample_pairs(n, gen)
+        if scheme != "anchor":
+            raise IdauditError(f"unknown view scheme {scheme!r}; valid: anchor, pair")
+        z = self.sample_latents(n, gen)
+        return self.transition(z, gen), self.transition(z, gen)
 
     def observe(self, z: torch.Tensor) -> torch.Tensor:
         return self._mix(z)
