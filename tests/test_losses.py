@@ -8,9 +8,16 @@ import torch
 from idaudit.losses import alignment, infonce, random_directions, sigreg, sigreg_reference, whitening
 
 
+@pytest.mark.parametrize("use_numba", [True, False])
 @pytest.mark.parametrize("dim,scale,dtype", [(2, 1.0, torch.float32), (8, 0.3, torch.float32),
                                              (2, 4.0, torch.float64), (64, 1.0, torch.float64)])
-def test_fast_sigreg_equals_reference(dim, scale, dtype):
+def test_fast_sigreg_equals_reference(dim, scale, dtype, use_numba, monkeypatch):
+    """Both CPU paths (numba kernels, torch Chebyshev sweeps) match the formula."""
+    from idaudit import losses
+
+    if use_numba and losses._numba is None:
+        pytest.skip("numba not installed")
+    monkeypatch.setattr(losses, "USE_NUMBA", use_numba)
     g = torch.Generator().manual_seed(dim)
     h = (scale * torch.randn(2, 256, dim, generator=g)).to(dtype)
     d = random_directions(dim, 256, g, dtype=dtype)

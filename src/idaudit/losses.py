@@ -100,38 +100,77 @@ def _chebyshev_sweep(first: torch.Tensor, u: torch.Tensor, v: torch.Tensor, knot
             u, v = v, u
 
 
+def _ep_torch(proj: torch.Tensor, knots: int, t_max: float):
+    """Sums and gradient coefficients with torch ops (any device): two Chebyshev sweeps."""
+    n, m = proj.shape
+    dev, dt_ = proj.device, proj.dtype
+    dt = t_max / (knots - 1)
+    first, u, v, acc = _work_buffers((2, n, m), 4, dev, dt_)
+    torch.mul(proj, dt, out=u[0])
+    torch.cos(u[0], out=first[0])
+    torch.sin(u[0], out=first[1])
+    sums = torch.empty(knots - 1, 2, m, device=dev, dtype=dt_)
+    _chebyshev_sweep(first, u, v, knots, lambda k, f: torch.sum(f, 1, out=sums[k - 1]))
+    sig = _signs(knots, dev, dt_)
+    cm, sm = sums[:, 0] * sig / n, sums[:, 1] * sig / n
+
+    def gradient(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        coef = torch.stack([a * sig, b * sig], 1).unsqueeze(2)  # (knots−1, 2, 1, m)
+        acc.zero_()
+        _chebyshev_sweep(first, u, v, knots, lambda k, f: acc.addcmul_(f, coef[k - 1]))
+        return acc[0] + acc[1]
+
+    return cm, sm, gradient
+
+
+def _ep_numba(proj: torch.Tensor, knots: int, t_max: float):
+    """The same with the numba kernels: one slice's samples stay in cache for all knots."""
+    n, m = proj.shape
+    theta = (proj.T * (t_max / (knots - 1))).contiguous()
+    c1, s1 = torch.cos(theta).numpy(), torch.sin(theta).numpy()
+    out = torch.from_numpy(_numba.sums(c1, s1, knots - 1)) / n
+
+    def gradient(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(_numba.grad(c1, s1, a.numpy(), b.numpy())).T
+
+    return out[0], out[1], gradient
+
+
+try:  # numba is optional: the torch sweeps are the fallback and the CUDA path
+    from . import _ep_numba as _numba
+except ImportError:  # pragma: no cover - depends on the environment
+    _numba = None
+
+
+def _use_numba(proj: torch.Tensor) -> bool:
+    return _numba is not None and proj.device.type == "cpu" and proj.dtype in (
+        torch.float32, torch.float64) and USE_NUMBA
+
+
+USE_NUMBA = True
+
+
 class _EppsPulley(torch.autograd.Function):
     """SIGReg on projections P (n, M) without materialising the (n, M, knots) tables.
 
-    With θ = PΔt, cos(kθ) and sin(kθ) follow from one cos/sin by the Chebyshev recurrence.
-    One sweep gives the empirical characteristic function, a second sweep its gradient
+    With θ = PΔt, cos(kθ) and sin(kθ) follow from one cos/sin by recurrence; one sweep gives
+    the empirical characteristic function, a second sweep its gradient
     ∂SIG/∂P_ij = (2/M) Σ_k w_k kΔt [sm_kj cos(kθ_ij) − (cm_kj − φ_k) sin(kθ_ij)].
     """
 
     @staticmethod
     def forward(ctx, proj: torch.Tensor, knots: int, t_max: float) -> torch.Tensor:
         n, m = proj.shape
-        dev, dt_ = proj.device, proj.dtype
-        _, phi, w = epps_pulley_grid(knots, t_max, dev, dt_)
-        dt = t_max / (knots - 1)
-        first, u, v, acc = _work_buffers((2, n, m), 4, dev, dt_)
-        torch.mul(proj, dt, out=u[0])
-        torch.cos(u[0], out=first[0])
-        torch.sin(u[0], out=first[1])
-        sums = torch.empty(knots - 1, 2, m, device=dev, dtype=dt_)
-        _chebyshev_sweep(first, u, v, knots, lambda k, f: torch.sum(f, 1, out=sums[k - 1]))
-        sig = _signs(knots, dev, dt_)
-        cm = sums[:, 0] * sig / n  # (knots−1, m)
-        sm = sums[:, 1] * sig / n
+        _, phi, w = epps_pulley_grid(knots, t_max, proj.device, proj.dtype)
+        need = ctx.needs_input_grad[0]
+        sweep = _ep_numba if _use_numba(proj) else _ep_torch
+        cm, sm, gradient = sweep(proj.detach(), knots, t_max)
         ec = cm - phi[1:, None]
         loss = (w[1:] @ (ec.square() + sm.square())).sum() * (n / m)  # k = 0 adds 0
-        if ctx.needs_input_grad[0]:
-            k = torch.arange(1, knots, device=dev, dtype=dt_)
-            scale = ((2.0 / m) * w[1:] * k * dt)[:, None] * sig
-            coef = torch.stack([scale * sm, -scale * ec], 1).unsqueeze(2)  # (knots−1, 2, 1, m)
-            acc.zero_()
-            _chebyshev_sweep(first, u, v, knots, lambda k, f: acc.addcmul_(f, coef[k - 1]))
-            ctx.save_for_backward(acc[0] + acc[1])
+        if need:
+            k = torch.arange(1, knots, device=proj.device, dtype=proj.dtype)
+            scale = ((2.0 / m) * w[1:] * k * (t_max / (knots - 1)))[:, None]
+            ctx.save_for_backward(gradient(scale * sm, -scale * ec))
         return loss
 
     @staticmethod
