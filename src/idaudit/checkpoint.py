@@ -55,6 +55,22 @@ def save_checkpoint(path: str | Path, encoder: nn.Module, encoder_name: str,
     return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
+def save_run(path: str | Path, spec: WorldSpec, result: Any) -> tuple[Path, Path]:
+    """Write a training result: the checkpoint and, beside it, ``NAME.log.json`` with curves."""
+    from .io import write_json
+
+    path = Path(path)
+    cfg = result.config.to_dict()
+    save_checkpoint(path, result.encoder, result.encoder_name, result.encoder_kwargs, spec, cfg,
+                    result.metrics)
+    log_path = path.with_name(path.name.removesuffix(".safetensors") + ".log.json")
+    write_json(log_path, {"world": spec.to_dict(), "train": cfg, "device": result.device,
+                          "seconds": result.seconds, "steps_per_second": result.steps_per_second,
+                          "best_init": result.best_init, "metrics": result.metrics,
+                          "history": result.history})
+    return path, log_path
+
+
 def read_metadata(path: str | Path) -> dict[str, str]:
     """The raw metadata dict of a safetensors file (errors are one-line, exit 2)."""
     from safetensors import safe_open

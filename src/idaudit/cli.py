@@ -148,8 +148,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
     """Train an encoder on a world; write a self-describing checkpoint and a JSON log."""
-    from .checkpoint import save_checkpoint
-    from .io import write_json
+    from .checkpoint import save_run
     from .report import metrics_table
     from .train import TrainConfig
     from .train import train as run_train
@@ -163,14 +162,7 @@ def train(
     if out_path is None:
         out_path = Path("runs") / f"{spec.name}-{objective}-s{seed}.safetensors"
     result = run_train(build_world(spec), cfg, progress=not quiet)
-    save_checkpoint(out_path, result.encoder, result.encoder_name, result.encoder_kwargs, spec,
-                    cfg.to_dict(), result.metrics)
-    log_path = out_path.with_name(out_path.name.removesuffix(".safetensors") + ".log.json")
-    write_json(log_path, {"world": spec.to_dict(), "train": cfg.to_dict(),
-                          "device": result.device, "seconds": result.seconds,
-                          "steps_per_second": result.steps_per_second,
-                          "best_init": result.best_init, "metrics": result.metrics,
-                          "history": result.history})
+    out_path, log_path = save_run(out_path, spec, result)
     out.print(metrics_table(result.metrics, title=f"{spec.name} · {objective} · seed {seed}"))
     out.print(f"{result.steps_per_second:.0f} steps/s on {result.device}; "
               f"checkpoint {out_path}; log {log_path}")
@@ -234,7 +226,7 @@ def demo(
 ) -> None:
     """The whole loop on the spiral world: world → train → audit → plan (a few minutes)."""
     from .audit import audit_checkpoint
-    from .checkpoint import save_checkpoint
+    from .checkpoint import save_run
     from .io import write_json
     from .plan import plan_checkpoint
     from .report import metrics_table, plan_table
@@ -250,9 +242,7 @@ def demo(
     cfg = TrainConfig(objective="lejepa", lamb=1e-3, steps=steps, seed=seed).validate()
     out.print(f"2/4 train: LeJEPA, λ = 1e-3, {steps} steps")
     result = run_train(w, cfg, progress=True)
-    ckpt = out_dir / "spiral-lejepa.safetensors"
-    save_checkpoint(ckpt, result.encoder, result.encoder_name, result.encoder_kwargs, spec,
-                    cfg.to_dict(), result.metrics)
+    ckpt, _ = save_run(out_dir / "spiral-lejepa.safetensors", spec, result)
     report = audit_checkpoint(ckpt)
     write_json(out_dir / "audit.json", report)
     out.print("3/4 audit")
