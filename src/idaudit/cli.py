@@ -171,25 +171,96 @@ def train(
 @app.command()
 @cli_errors
 def audit(
-    checkpoint: Path = typer.Argument(..., help="an idaudit checkpoint (.safetensors)"),
-    json_path: Path | None = typer.Option(None, "--json", help="write {'metrics': …} here"),
-    n_eval: int | None = typer.Option(None, "--n-eval", help="default: the training eval "
-                                         "set size"),
-    seed: int | None = typer.Option(None, "--seed", help="eval-set seed (default: training "
-                                       "seed)"),
+    target: Path = typer.Argument(..., help="idaudit checkpoint, .safetensors weights (with "
+                                  "--arch), TorchScript .pt, torch.export .pt2, or .npz / "
+                                  ".safetensors arrays holding z, h [, h_prime, rho]"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
+    junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
+    arch: str | None = typer.Option(None, "--arch", help="module.path:factory returning the "
+                                       "nn.Module for plain safetensors weights"),
+    arch_kwargs: str | None = typer.Option(None, "--arch-kwargs", help="JSON kwargs for "
+                                              "the factory"),
+    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="allow torch.load of a "
+                                      "pickled module (runs arbitrary code)"),
+    world_: str | None = typer.Option(None, "--world", "-w", help="evaluate on this world "
+                                         "(default: the checkpoint's)"),
+    dim: int | None = DimOpt,
+    source: str = SourceOpt,
+    alpha: float | None = AlphaOpt,
+    rho: float = RhoOpt,
+    layers: int | None = LayersOpt,
+    data: Path | None = typer.Option(None, "--data", help="evaluate on a dataset written by "
+                                        "idaudit world"),
+    n_eval: int | None = typer.Option(None, "--n-eval", help="evaluation pairs (default: "
+                                         "the training eval set, else 10 000)"),
+    seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed"),
+    bootstrap: int = typer.Option(0, "--bootstrap", help="bootstrap resamples for CIs"),
+    test_fraction: float = typer.Option(0.5, "--test-fraction", help="held-out share of rows"),
+    circular: str | None = typer.Option(None, "--circular", help="comma-separated latent "
+                                           "indices that are angles"),
+    gauss_sims: int = typer.Option(50, "--gauss-sims", help="Gaussian simulations for the "
+                                   "Gaussianity p-value (0: statistic only)"),
+    min_r2: float | None = typer.Option(None, "--min-r2", help="gate: held-out R²(h → z) ≥"),
+    max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
+                                             help="gate: orthogonality error ≤"),
+    min_: list[str] = typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
+                                   "(repeatable)"),
+    max_: list[str] = typer.Option([], "--max", help="gate: METRIC=VALUE, metric ≤ value "
+                                   "(repeatable)"),
+    gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
+                                        "tables"),
 ) -> None:
-    """Identifiability metrics of a checkpoint, on the world it was trained on."""
-    from .audit import audit_checkpoint
-    from .io import write_json
-    from .report import metrics_table
+    """Audit any encoder: identifiability metrics, a pass/fail gate and CI-friendly reports.
 
+    Exit codes: 0 pass, 1 a threshold failed, 2 bad input or usage, 3 inconclusive
+    (collapsed or degenerate embedding, NaN/Inf, too few samples).
+    """
+    from .audit import audit_inputs, load_gate_file, make_threshold, parse_threshold
+    from .io import atomic_write, write_json
+    from .loaders import parse_json_object, resolve
+    from .report import audit_junit, audit_markdown, audit_table
+
+    thresholds = []
+    if min_r2 is not None:
+        thresholds.append(make_threshold("r2_h_to_z_heldout", "min", min_r2))
+    if max_orth is not None:
+        thresholds.append(make_threshold("orthogonality_error", "max", max_orth))
+    thresholds += [parse_threshold(t, "min") for t in min_]
+    thresholds += [parse_threshold(t, "max") for t in max_]
+    if gate is not None:
+        thresholds += load_gate_file(gate)
+    if bootstrap < 0 or gauss_sims < 0:
+        raise IdauditError("--bootstrap and --gauss-sims must be ≥ 0")
     if n_eval is not None and n_eval < 10:
         raise IdauditError(f"--n-eval must be ≥ 10, got {n_eval}")
-    report = audit_checkpoint(checkpoint, n_eval=n_eval, seed=seed)
-    out.print(metrics_table(report["metrics"], title=f"audit · {checkpoint}"))
+    spec = _spec(world_, dim, source, alpha, rho, layers) if world_ else None
+    inputs = resolve(target, arch=arch, arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
+                     world_spec=spec, data=data, trust_pickle=trust_pickle, n_eval=n_eval,
+                     seed=seed)
+    if circular:
+        try:
+            inputs.circular = tuple(int(c) for c in circular.split(",") if c.strip())
+        except ValueError:
+            raise IdauditError(f"--circular expects comma-separated integers, got {circular!r}") \
+                from None
+    report = audit_inputs(inputs, thresholds, bootstrap=bootstrap, test_fraction=test_fraction,
+                          seed=seed or 0, gauss_sims=gauss_sims)
+    out.print(audit_table(report))
+    if report.reason:
+        err.print(f"[yellow]inconclusive:[/yellow] {report.reason}", highlight=False)
     if json_path is not None:
-        write_json(json_path, report)
-        out.print(f"wrote {json_path}")
+        write_json(json_path, report.to_dict())
+    if junit is not None:
+        text = audit_junit(report)
+        atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
+    if markdown is not None:
+        text_md = audit_markdown(report)
+        atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
+    failed = [t.metric for t in report.thresholds if t.passed is False]
+    if failed:
+        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False)
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()

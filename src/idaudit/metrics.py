@@ -51,9 +51,21 @@ def _pinv_psd(s: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
     return (evecs * inv) @ evecs.T
 
 
+def solve_psd(s_aa: torch.Tensor, s_ab: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
+    """Σ_aa⁺ Σ_ab: a Cholesky solve when Σ_aa is well conditioned, else the pseudo-inverse."""
+    if s_aa.numel() == 0:
+        return torch.zeros_like(s_ab)
+    chol, info = torch.linalg.cholesky_ex(s_aa)
+    if int(info) == 0:
+        d = torch.diagonal(chol)
+        if float(d.min()) ** 2 > rtol * float(d.max()) ** 2:
+            return torch.cholesky_solve(s_ab, chol)
+    return _pinv_psd(s_aa, rtol) @ s_ab
+
+
 def r2_from_cov(s_aa: torch.Tensor, s_ab: torch.Tensor, s_bb: torch.Tensor) -> torch.Tensor:
     """Per-output R² of the least-squares fit b ≈ W a + c, from covariance blocks."""
-    resid = torch.diagonal(s_bb) - torch.einsum("ai,ab,bi->i", s_ab, _pinv_psd(s_aa), s_ab)
+    resid = torch.diagonal(s_bb) - (s_ab * solve_psd(s_aa, s_ab)).sum(0)
     var = torch.diagonal(s_bb)
     scale = float(var.abs().max()) if var.numel() else 0.0
     ok = var > 1e-12 * max(scale, 1e-300)
@@ -78,7 +90,7 @@ def per_dim_r2(a: ArrayLike, b: ArrayLike) -> list[float]:
 
 def linear_map_from_cov(s_zz: torch.Tensor, s_zh: torch.Tensor) -> torch.Tensor:
     """Q̂ (m × n) of the least-squares fit h ≈ Q̂ z + c."""
-    return (_pinv_psd(s_zz) @ s_zh).T
+    return solve_psd(s_zz, s_zh).T
 
 
 def fit_linear_map(z: ArrayLike, h: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,9 +109,18 @@ def orthogonality_error(q: torch.Tensor) -> float:
     return float(torch.linalg.matrix_norm(q.T @ q - eye) / math.sqrt(n))
 
 
+def nuclear_norm(a: torch.Tensor) -> float:
+    """Σ singular values; for large matrices via the eigenvalues of aᵀa (numpy's LAPACK)."""
+    if min(a.shape) <= 256:
+        return float(torch.linalg.svdvals(a).sum())
+    g = (a.T @ a) if a.shape[0] >= a.shape[1] else (a @ a.T)
+    ev = np.linalg.eigvalsh(g.numpy())
+    return float(np.sqrt(np.clip(ev, 0.0, None)).sum())
+
+
 def procrustes_from_cov(s_zz: torch.Tensor, s_zh: torch.Tensor, s_hh: torch.Tensor) -> float:
-    svals = torch.linalg.svdvals(s_zh)
-    return max(float(torch.trace(s_hh) + torch.trace(s_zz) - 2.0 * svals.sum()), 0.0)
+    nuc = nuclear_norm(s_zh)
+    return max(float(torch.trace(s_hh) + torch.trace(s_zz)) - 2.0 * nuc, 0.0)
 
 
 def procrustes_mse(z: ArrayLike, h: ArrayLike) -> float:
@@ -125,7 +146,7 @@ def alignment_gap(h: ArrayLike, h_prime: ArrayLike, rho: float) -> float:
 
 
 def _gap(h: torch.Tensor, hp: torch.Tensor, tr_cov: torch.Tensor, rho: float) -> float:
-    sq = float((hp - h).square().sum(1).mean())
+    sq = float((hp - h).square().sum(dtype=torch.float64)) / h.shape[0]
     return max(sq - 2.0 * (1.0 - rho) * float(tr_cov), 0.0)
 
 
@@ -170,3 +191,284 @@ def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | Non
         out.update(alignment_gap=delta, D=d, bound=bound,
                    bound_holds=bool(out["procrustes_mse"] <= bound), rho=rho)
     return out
+
+
+# ---- the full audit: held-out fits, MCC, floors, subspaces, circular latents, Gaussianity ----
+
+_F32_MIN_COLS = 256  # wider than this, moments are accumulated in float32 (centred), then float64
+
+
+class Moments:
+    """Sums and centred second moments of the column blocks of a row subset.
+
+    ``cov()`` is the unbiased covariance; blocks are addressed by the slices in ``cols``.
+    """
+
+    def __init__(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        xs = x if rows is None else x[rows]
+        self.n = xs.shape[0]
+        work = torch.float32 if (x.shape[1] > _F32_MIN_COLS and x.dtype == torch.float32) \
+            else torch.float64
+        self.mean = xs.mean(0, dtype=torch.float64)
+        xc = xs.to(work) - self.mean.to(work)
+        self.scatter = (xc.T @ xc).to(torch.float64)  # Σ (x − x̄)(x − x̄)ᵀ
+
+    def cov(self, ddof: int = 1) -> torch.Tensor:
+        return self.scatter / max(self.n - ddof, 1)
+
+    @staticmethod
+    def pooled(a: Moments, b: Moments) -> Moments:
+        out = Moments.__new__(Moments)
+        out.n = a.n + b.n
+        out.mean = (a.n * a.mean + b.n * b.mean) / out.n
+        d = (a.mean - b.mean).unsqueeze(1)
+        out.scatter = a.scatter + b.scatter + (a.n * b.n / out.n) * (d @ d.T)
+        return out
+
+
+def heldout_r2_from_moments(train: Moments, test: Moments, a: slice, b: slice) -> torch.Tensor:
+    """Per-output R² on the test rows of the least-squares fit b ≈ W a + c fitted on train.
+
+    SST is taken about the test mean (scikit-learn's r2_score on the test split).
+    """
+    s_tr = train.cov(ddof=0)
+    w = solve_psd(s_tr[a, a], s_tr[a, b])
+    c = train.mean[b] - train.mean[a] @ w
+    s_te = test.cov(ddof=0)
+    sbb, sab, saa = s_te[b, b], s_te[a, b], s_te[a, a]
+    bias = test.mean[b] - test.mean[a] @ w - c
+    sse = torch.diagonal(sbb) - 2.0 * (w * sab).sum(0) + (w * (saa @ w)).sum(0) + bias**2
+    var = torch.diagonal(sbb)
+    scale = float(var.abs().max()) if var.numel() else 0.0
+    ok = var > 1e-12 * max(scale, 1e-300)
+    r2 = 1.0 - sse / torch.where(ok, var, torch.ones_like(var))
+    return torch.where(ok, r2, torch.zeros_like(r2))
+
+
+def mcc_from_cov(s_zz: torch.Tensor, s_zh: torch.Tensor, s_hh: torch.Tensor) -> float:
+    """Mean absolute Pearson correlation of latents and embedding dims after Hungarian matching."""
+    from scipy.optimize import linear_sum_assignment
+
+    dz = torch.sqrt(torch.diagonal(s_zz).clamp_min(0))
+    dh = torch.sqrt(torch.diagonal(s_hh).clamp_min(0))
+    denom = dz[:, None] * dh[None, :]
+    corr = torch.where(denom > 0, s_zh / torch.where(denom > 0, denom, torch.ones_like(denom)),
+                       torch.zeros_like(s_zh)).abs().numpy()
+    rows, cols = linear_sum_assignment(-corr)
+    return float(corr[rows, cols].mean())
+
+
+def mcc(z: ArrayLike, h: ArrayLike) -> float:
+    z, h = as_f64(z), as_f64(h)
+    _, s = covariance(z, h)
+    n = z.shape[1]
+    return mcc_from_cov(s[:n, :n], s[:n, n:], s[n:, n:])
+
+
+def effective_rank_from_eigs(evals: torch.Tensor) -> float:
+    """exp(entropy of the normalised eigenvalue spectrum) (Roy & Vetterli)."""
+    ev = evals.clamp_min(0)
+    total = float(ev.sum())
+    if total <= 0:
+        return 0.0
+    p = ev / total
+    p = p[p > 0]
+    return float(torch.exp(-(p * torch.log(p)).sum()))
+
+
+def whitening_floor(n_samples: int, dim: int) -> float:
+    """E‖Ĉov − I‖_F for n samples of a truly white dim-dimensional h: ≈ √(dim(dim+1)/n)."""
+    return math.sqrt(dim * (dim + 1) / max(n_samples, 1))
+
+
+def principal_angles_deg(a: torch.Tensor, b: torch.Tensor) -> list[float]:
+    """Principal angles (degrees) between the column spaces of a and b."""
+    from scipy.linalg import subspace_angles
+
+    return [float(np.degrees(v)) for v in subspace_angles(a.numpy(), b.numpy())]
+
+
+def sliced_gaussianity(h: ArrayLike, n_slices: int = 64, sims: int = 50, seed: int = 0
+                       ) -> dict[str, Any]:
+    """Sliced Epps–Pulley test that h is Gaussian (any mean and covariance).
+
+    Projections on random unit directions are standardised slice by slice, the SIGReg
+    statistic (n · mean over slices of the weighted CF distance) is computed, and the p-value
+    comes from ``sims`` simulated Gaussian data sets of the same size whose projections have the
+    same correlation structure (what the projections of a Gaussian with Cov(h) would have).
+    """
+    from .losses import random_directions, sigreg
+
+    ht = h.detach().cpu() if isinstance(h, torch.Tensor) else torch.as_tensor(np.asarray(h))
+    ht = ht.reshape(ht.shape[0], -1)
+    if ht.dtype not in (torch.float32, torch.float64):
+        ht = ht.double()
+    n, m = ht.shape
+    gen = torch.Generator().manual_seed(seed)
+    a = random_directions(m, n_slices, gen, dtype=torch.float64)
+    proj = (ht @ a.to(ht.dtype)).double()
+    proj = proj - proj.mean(0)
+    sd = proj.std(0)
+    keep = sd > 1e-12 * max(float(sd.max()), 1e-300)
+    if not bool(keep.any()):
+        return {"gaussianity_statistic": None, "gaussianity_p_value": None}
+    proj = proj[:, keep] / sd[keep]
+    eye = torch.eye(proj.shape[1], dtype=torch.float64)
+
+    eye32 = eye.float()
+
+    def stat(p: torch.Tensor) -> float:
+        p = (p - p.mean(0)) / p.std(0)
+        return float(sigreg(p.float(), eye32))
+
+    observed = stat(proj)
+    corr = torch.corrcoef(proj.T) if proj.shape[1] > 1 else torch.ones(1, 1, dtype=torch.float64)
+    evals, evecs = torch.linalg.eigh(corr)
+    root = evecs * evals.clamp_min(0).sqrt()  # corr = root rootᵀ
+    null = []
+    root32 = root.float()
+    for _ in range(sims):
+        g = torch.randn(n, root.shape[1], generator=gen) @ root32.T
+        null.append(stat(g))
+    null_t = torch.tensor(null) if null else torch.zeros(0)
+    p_value = (1.0 + float((null_t >= observed).sum())) / (1.0 + len(null)) if null else None
+    return {"gaussianity_statistic": observed, "gaussianity_p_value": p_value,
+            "gaussianity_null_median": float(null_t.median()) if null else None}
+
+
+def _r2_block(s: torch.Tensor, a: slice, b: slice) -> torch.Tensor:
+    return r2_from_cov(s[a, a], s[a, b], s[b, b])
+
+
+def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
+                  rho: float | None = None, x: ArrayLike | None = None, *,
+                  circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
+                  seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
+                  gauss_sims: int = 50, gauss_slices: int = 64) -> dict[str, Any]:
+    """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x].
+
+    In-sample keys are the ones ``identifiability_metrics`` reports (the train → audit
+    contract); ``*_heldout`` keys fit on a random ``1 − test_fraction`` of the rows and score
+    on the rest. With ``bootstrap`` B > 0 the held-out R² gets a percentile interval over B
+    resamples of the test rows.
+    """
+    zt = torch.as_tensor(np.asarray(z)) if not isinstance(z, torch.Tensor) else z.detach().cpu()
+    ht = torch.as_tensor(np.asarray(h)) if not isinstance(h, torch.Tensor) else h.detach().cpu()
+    zt = zt.reshape(zt.shape[0], -1)
+    ht = ht.reshape(ht.shape[0], -1)
+    dtype = torch.float32 if (zt.dtype == torch.float32 and ht.dtype == torch.float32) \
+        else torch.float64
+    rows, n, m = zt.shape[0], zt.shape[1], ht.shape[1]
+    blocks = [zt.to(dtype)]
+    circ = [int(i) for i in circular]
+    if circ:
+        ang = zt[:, circ].to(dtype)
+        blocks += [torch.sin(ang), torch.cos(ang)]
+    blocks.append(ht.to(dtype))
+    if x is not None:
+        xt = torch.as_tensor(np.asarray(x)) if not isinstance(x, torch.Tensor) else x.detach()
+        blocks.append(xt.reshape(rows, -1).to(dtype))
+    data = torch.cat(blocks, 1)
+    iz = slice(0, n)
+    ic = slice(n, n + 2 * len(circ))
+    ih = slice(ic.stop, ic.stop + m)
+    ix = slice(ih.stop, data.shape[1])
+
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(rows, generator=gen)
+    n_test = max(1, min(rows - 1, int(round(rows * test_fraction))))
+    test_rows, train_rows = perm[:n_test], perm[n_test:]
+    m_tr, m_te = Moments(data, train_rows), Moments(data, test_rows)
+    full = Moments.pooled(m_tr, m_te)
+    s = full.cov()
+    s_zz, s_zh, s_hh = s[iz, iz], s[iz, ih], s[ih, ih]
+    pop = (rows - 1) / rows
+
+    evals_h = torch.from_numpy(np.linalg.eigvalsh(s_hh.numpy()))
+    q = linear_map_from_cov(s_zz, s_zh)
+    eps = float(torch.linalg.matrix_norm(s_hh - torch.eye(m, dtype=s.dtype)))
+    floor = whitening_floor(rows, m)
+    r2_hz = _r2_block(s, ih, iz)
+    r2_hz_ho = heldout_r2_from_moments(m_tr, m_te, ih, iz)
+    r2_zh_ho = heldout_r2_from_moments(m_tr, m_te, iz, ih)
+    out: dict[str, Any] = {
+        "r2_h_to_z": float(r2_hz.mean()),
+        "r2_z_to_h": float(_r2_block(s, iz, ih).mean()),
+        "r2_h_to_z_per_dim": [float(v) for v in r2_hz],
+        "r2_h_to_z_heldout": float(r2_hz_ho.mean()),
+        "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
+        "r2_h_to_z_heldout_per_dim": [float(v) for v in r2_hz_ho],
+        "mcc": mcc_from_cov(s_zz, s_zh, s_hh),
+        "orthogonality_error": orthogonality_error(q),
+        "procrustes_mse": procrustes_from_cov(pop * s_zz, pop * s_zh, pop * s_hh),
+        "whitening_error": eps,
+        "whitening_floor": floor,
+        "whitening_error_corrected": math.sqrt(max(eps**2 - floor**2, 0.0)),
+        "effective_rank": effective_rank_from_eigs(evals_h),
+        "total_variance_h": float(torch.trace(s_hh)),
+        "n_samples": rows,
+        "n_train": int(train_rows.numel()),
+        "n_test": int(test_rows.numel()),
+        "latent_dim": n,
+        "embed_dim": m,
+    }
+    if m != n:
+        k = min(m, n)
+        top = torch.from_numpy(np.linalg.eigh(s_hh.numpy())[1][:, -k:])  # top-k subspace of h
+        out["principal_angles_deg"] = principal_angles_deg(q, top)
+        out["principal_angle_max_deg"] = max(out["principal_angles_deg"])
+    if circ:
+        r2c = _r2_block(s, ih, ic)
+        out["circular_latents"] = circ
+        out["r2_h_to_sincos"] = float(r2c.mean())
+        out["r2_h_to_sincos_per_target"] = [float(v) for v in r2c]
+    if x is not None:
+        out["mixing_r2_x_to_z"] = float(_r2_block(s, ix, iz).mean())
+    if h_prime is not None and rho is not None:
+        hp = torch.as_tensor(np.asarray(h_prime)) if not isinstance(h_prime, torch.Tensor) \
+            else h_prime.detach().cpu()
+        delta = _gap(ht.to(dtype), hp.reshape(rows, -1).to(dtype), torch.trace(s_hh), float(rho))
+        d, bound = approximate_bound(eps, delta, float(rho))
+        _, bound_c = approximate_bound(out["whitening_error_corrected"], delta, float(rho))
+        trivial = float(torch.trace(pop * s_hh) + torch.trace(pop * s_zz))
+        out.update(alignment_gap=delta, D=d, bound=bound,
+                   bound_holds=bool(out["procrustes_mse"] <= bound),
+                   bound_corrected=bound_c,
+                   bound_corrected_holds=bool(out["procrustes_mse"] <= bound_c),
+                   bound_trivial=trivial, bound_vacuous=bool(bound >= trivial),
+                   bound_corrected_vacuous=bool(bound_c >= trivial), rho=float(rho))
+    if gauss_slices > 0:
+        out.update(sliced_gaussianity(ht, n_slices=gauss_slices, sims=gauss_sims, seed=seed))
+    if bootstrap > 0:
+        out.update(_bootstrap_r2(data, m_tr, test_rows, ih, iz, bootstrap, confidence, gen))
+    return out
+
+
+def _bootstrap_r2(data: torch.Tensor, train: Moments, test_rows: torch.Tensor, a: slice,
+                  b: slice, reps: int, confidence: float, gen: torch.Generator
+                  ) -> dict[str, Any]:
+    """Percentile interval of the held-out R²(h → z) over resamples of the test rows."""
+    vals = []
+    per_dim = []
+    cols = torch.cat([torch.arange(a.start, a.stop), torch.arange(b.start, b.stop)])
+    sub = data[:, cols]
+    na = a.stop - a.start
+    aa, bb = slice(0, na), slice(na, sub.shape[1])
+    train_sub = Moments(sub, None)  # replaced below by the train moments restricted to cols
+    train_sub.n, train_sub.mean = train.n, train.mean[cols]
+    train_sub.scatter = train.scatter[cols][:, cols]
+    for _ in range(reps):
+        idx = test_rows[torch.randint(0, test_rows.numel(), (test_rows.numel(),), generator=gen)]
+        r2 = heldout_r2_from_moments(train_sub, Moments(sub, idx), aa, bb)
+        vals.append(float(r2.mean()))
+        per_dim.append(r2)
+    lo_q, hi_q = (1 - confidence) / 2, 1 - (1 - confidence) / 2
+    v = torch.tensor(vals, dtype=torch.float64)
+    pd = torch.stack(per_dim)
+    return {
+        "bootstrap": reps,
+        "r2_h_to_z_heldout_ci": [float(torch.quantile(v, lo_q)), float(torch.quantile(v, hi_q))],
+        "r2_h_to_z_heldout_per_dim_ci": [[float(torch.quantile(pd[:, i], lo_q)),
+                                          float(torch.quantile(pd[:, i], hi_q))]
+                                         for i in range(pd.shape[1])],
+    }

@@ -21,6 +21,8 @@ METRIC_ROWS = [
 
 
 def fmt(v: Any) -> str:
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, float) for x in v):
+        return f"[{fmt(v[0])}, {fmt(v[1])}]"
     if isinstance(v, bool):
         return "yes" if v else "NO"
     if isinstance(v, float):
@@ -64,3 +66,110 @@ def plan_table(result: dict[str, Any]) -> Table:
     for r in rows:
         table.add_row(*r)
     return table
+
+
+AUDIT_ROWS = [
+    ("r2_h_to_z_heldout", "R²(h → z), held-out"),
+    ("r2_h_to_z_heldout_ci", "  bootstrap interval"),
+    ("r2_z_to_h_heldout", "R²(z → h), held-out"),
+    ("r2_h_to_z", "R²(h → z), in-sample"),
+    ("mcc", "MCC"),
+    ("orthogonality_error", "orthogonality error"),
+    ("procrustes_mse", "Procrustes MSE"),
+    ("whitening_error", "ε = ‖Cov(h) − I‖_F"),
+    ("whitening_floor", "ε floor √(m(m+1)/n)"),
+    ("whitening_error_corrected", "ε, floor-corrected"),
+    ("alignment_gap", "δ"),
+    ("D", "D = δ/(2ρ(1−ρ))"),
+    ("bound", "bound D + (ε+D)²"),
+    ("bound_holds", "bound holds"),
+    ("bound_corrected", "bound, floor-corrected"),
+    ("effective_rank", "effective rank of h"),
+    ("principal_angle_max_deg", "largest principal angle (°)"),
+    ("r2_h_to_sincos", "R²(h → sin/cos of angles)"),
+    ("gaussianity_statistic", "sliced Epps–Pulley statistic"),
+    ("gaussianity_p_value", "Gaussianity p-value"),
+    ("mixing_r2_x_to_z", "R²(x → z) raw mixing"),
+]
+
+
+def _threshold_text(t) -> str:
+    return f"{'≥' if t.op == 'min' else '≤'} {t.value:g}"
+
+
+def audit_table(report) -> Table:
+    """The audit as a table; gated rows show their threshold, failing rows in red."""
+    verdict_style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}[report.verdict]
+    table = Table(title=f"audit · {report.source} · [{verdict_style}]{report.verdict.upper()}"
+                        f"[/{verdict_style}]")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("gate", justify="right")
+    table.add_column("", justify="center")
+    gates = {t.metric: t for t in report.thresholds}
+    shown = set()
+    rows = [(k, label) for k, label in AUDIT_ROWS] + [
+        (t.metric, t.metric) for t in report.thresholds
+        if t.metric not in {k for k, _ in AUDIT_ROWS}]
+    for key, label in rows:
+        if key not in report.metrics or key in shown:
+            continue
+        shown.add(key)
+        t = gates.get(key)
+        mark, style = "", None
+        if t is not None and t.passed is not None:
+            mark = "[green]pass[/green]" if t.passed else "[red]FAIL[/red]"
+            style = None if t.passed else "red"
+        table.add_row(label, fmt(report.metrics[key]), _threshold_text(t) if t else "", mark,
+                      style=style)
+    if report.metrics.get("bound_vacuous"):
+        table.caption = "the bound is vacuous here: it exceeds the largest possible Procrustes MSE"
+    return table
+
+
+def audit_markdown(report) -> str:
+    """A Markdown summary (for a CI job summary)."""
+    icon = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}[report.verdict]
+    lines = [f"## idaudit · {icon} {report.verdict}", ""]
+    if report.reason:
+        lines += [f"> {report.reason}", ""]
+    lines += ["| metric | value | gate | result |", "|---|---:|---:|---|"]
+    gates = {t.metric: t for t in report.thresholds}
+    keys = [k for k, _ in AUDIT_ROWS] + [t.metric for t in report.thresholds]
+    seen = set()
+    for key in keys:
+        if key in seen or key not in report.metrics:
+            continue
+        seen.add(key)
+        t = gates.get(key)
+        res = "" if t is None or t.passed is None else ("pass" if t.passed else "**FAIL**")
+        lines.append(f"| `{key}` | {fmt(report.metrics[key])} | "
+                     f"{_threshold_text(t) if t else ''} | {res} |")
+    if report.metrics.get("bound_vacuous"):
+        lines += ["", "The Theorem 3 bound is vacuous for these arrays (it exceeds the largest "
+                      "possible Procrustes MSE); see `bound_corrected`."]
+    return "\n".join(lines) + "\n"
+
+
+def audit_junit(report) -> str:
+    """JUnit XML: one testcase per threshold (an inconclusive audit is one error)."""
+    from xml.etree import ElementTree as ET
+
+    suite = ET.Element("testsuite", name="idaudit", tests=str(max(len(report.thresholds), 1)))
+    failures = errors = 0
+    if report.verdict == "inconclusive":
+        case = ET.SubElement(suite, "testcase", classname="idaudit", name="audit")
+        ET.SubElement(case, "error", message=report.reason or "inconclusive").text = report.reason
+        errors = 1
+    else:
+        for t in report.thresholds:
+            case = ET.SubElement(suite, "testcase", classname="idaudit.gate",
+                                 name=f"{t.metric} {_threshold_text(t)}")
+            if not t.passed:
+                failures += 1
+                ET.SubElement(case, "failure",
+                              message=f"{t.metric} = {fmt(t.actual)}, required "
+                                      f"{_threshold_text(t)}")
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
