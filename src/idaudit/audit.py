@@ -25,7 +25,7 @@ KNOWN_METRICS = {
     "orthogonality_error", "procrustes_mse", "whitening_error", "whitening_floor",
     "whitening_error_corrected", "effective_rank", "total_variance_h", "alignment_gap", "D",
     "bound", "bound_holds", "bound_corrected", "bound_corrected_holds", "bound_trivial",
-    "bound_vacuous", "bound_corrected_vacuous", "mixing_r2_x_to_z", "r2_h_to_sincos",
+    "bound_vacuous", "bound_floor", "bound_floor_dominated", "mixing_r2_x_to_z", "r2_h_to_sincos",
     "principal_angle_max_deg", "gaussianity_statistic", "gaussianity_p_value", "n_samples",
     "latent_dim", "embed_dim",
 }

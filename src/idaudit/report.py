@@ -122,9 +122,18 @@ def audit_table(report) -> Table:
             style = None if t.passed else "red"
         table.add_row(label, fmt(report.metrics[key]), _threshold_text(t) if t else "", mark,
                       style=style)
-    if report.metrics.get("bound_vacuous"):
-        table.caption = "the bound is vacuous here: it exceeds the largest possible Procrustes MSE"
+    table.caption = bound_note(report.metrics)
     return table
+
+
+def bound_note(metrics: dict[str, Any]) -> str | None:
+    """A sentence when the Theorem 3 bound says nothing useful for these arrays."""
+    if metrics.get("bound_vacuous"):
+        return ("the bound is vacuous: it exceeds E‖z − z̄‖², the error of a constant embedding")
+    if metrics.get("bound_floor_dominated"):
+        return ("the bound is dominated by the finite-sample floor of ε (√(m(m+1)/n)): a perfect "
+                "encoder would get nearly the same bound; see bound_corrected")
+    return None
 
 
 def audit_markdown(report) -> str:
@@ -145,9 +154,9 @@ def audit_markdown(report) -> str:
         res = "" if t is None or t.passed is None else ("pass" if t.passed else "**FAIL**")
         lines.append(f"| `{key}` | {fmt(report.metrics[key])} | "
                      f"{_threshold_text(t) if t else ''} | {res} |")
-    if report.metrics.get("bound_vacuous"):
-        lines += ["", "The Theorem 3 bound is vacuous for these arrays (it exceeds the largest "
-                      "possible Procrustes MSE); see `bound_corrected`."]
+    note = bound_note(report.metrics)
+    if note:
+        lines += ["", f"Note: {note}."]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,152 @@
+"""Audit metrics agree with independent scikit-learn / scipy computations (float64, 1e-6)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.linalg import orthogonal_procrustes, subspace_angles
+from scipy.optimize import linear_sum_assignment
+from scipy.stats import ortho_group
+from sklearn.linear_model import LinearRegression
+from sklearn.metrics import r2_score
+
+from idaudit.audit import audit
+from idaudit.metrics import audit_metrics, split_rows, whitening_floor
+
+
+@pytest.fixture
+def arrays():
+    rng = np.random.default_rng(4)
+    n = 3000
+    z = rng.standard_normal((n, 4))
+    h = np.tanh(z @ ortho_group.rvs(4, random_state=2).T) + 0.05 * rng.standard_normal((n, 4))
+    return z, h
+
+
+def test_heldout_r2_matches_sklearn(arrays):
+    z, h = arrays
+    m = audit_metrics(z, h, test_fraction=0.3, seed=5, gauss_slices=0)
+    test, train = split_rows(len(z), 0.3, 5)
+    test, train = test.numpy(), train.numpy()
+    fit = LinearRegression().fit(h[train], z[train])
+    expected = r2_score(z[test], fit.predict(h[test]))
+    assert m["r2_h_to_z_heldout"] == pytest.approx(expected, abs=1e-6)
+    raw = r2_score(z[test], fit.predict(h[test]), multioutput="raw_values")
+    np.testing.assert_allclose(m["r2_h_to_z_heldout_per_dim"], raw, atol=1e-6)
+    back = LinearRegression().fit(z[train], h[train])
+    assert m["r2_z_to_h_heldout"] == pytest.approx(
+        r2_score(h[test], back.predict(z[test])), abs=1e-6)
+    assert m["r2_h_to_z"] == pytest.approx(LinearRegression().fit(h, z).score(h, z), abs=1e-6)
+
+
+def test_mcc_procrustes_rank_match_scipy(arrays):
+    z, h = arrays
+    m = audit_metrics(z, h, gauss_slices=0)
+    corr = np.abs(np.corrcoef(z.T, h.T)[:4, 4:])
+    r, c = linear_sum_assignment(-corr)
+    assert m["mcc"] == pytest.approx(corr[r, c].mean(), abs=1e-6)
+    zc, hc = z - z.mean(0), h - h.mean(0)
+    rot, _ = orthogonal_procrustes(zc, hc)
+    assert m["procrustes_mse"] == pytest.approx(np.square(zc @ rot - hc).sum(1).mean(), abs=1e-6)
+    ev = np.clip(np.linalg.eigvalsh(np.cov(h.T)), 0, None)
+    p = ev / ev.sum()
+    assert m["effective_rank"] == pytest.approx(math.exp(-(p * np.log(p)).sum()), abs=1e-6)
+    assert m["whitening_error"] == pytest.approx(np.linalg.norm(np.cov(h.T) - np.eye(4)), abs=1e-6)
+
+
+def test_large_matrices_use_the_fast_paths_and_still_agree():
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((3000, 300))
+    h = z @ ortho_group.rvs(300, random_state=1).T * 1.1 + 0.1 * rng.standard_normal((3000, 300))
+    m = audit_metrics(z, h, gauss_slices=0)
+    zc, hc = z - z.mean(0), h - h.mean(0)
+    rot, _ = orthogonal_procrustes(zc, hc)
+    assert m["procrustes_mse"] == pytest.approx(np.square(zc @ rot - hc).sum(1).mean(), rel=1e-6)
+    assert m["r2_h_to_z"] == pytest.approx(LinearRegression().fit(h, z).score(h, z), abs=1e-6)
+
+
+def test_semi_orthogonal_fit_and_principal_angles():
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal((4000, 2))
+    basis = ortho_group.rvs(5, random_state=3)[:, :2]  # 5×2, orthonormal columns
+    h = z @ basis.T + 1e-3 * rng.standard_normal((4000, 5))
+    m = audit_metrics(z, h, gauss_slices=0)
+    assert m["embed_dim"] == 5 and m["latent_dim"] == 2
+    assert m["procrustes_mse"] < 1e-4
+    assert m["r2_h_to_z_heldout"] == pytest.approx(1.0, abs=1e-5)
+    assert m["principal_angle_max_deg"] < 0.5
+    q = np.linalg.lstsq(np.hstack([z, np.ones((4000, 1))]), h, rcond=None)[0][:2].T
+    top = np.linalg.eigh(np.cov(h.T))[1][:, -2:]
+    expected = np.degrees(subspace_angles(q, top))
+    np.testing.assert_allclose(sorted(m["principal_angles_deg"]), sorted(expected), atol=1e-6)
+
+
+def test_circular_latents_sin_cos_r2():
+    rng = np.random.default_rng(2)
+    theta = rng.uniform(-np.pi, np.pi, (3000, 1))
+    z = np.hstack([theta, rng.standard_normal((3000, 1))])
+    h = np.hstack([np.sin(theta), np.cos(theta), z[:, 1:]])
+    m = audit_metrics(z, h, circular=[0], gauss_slices=0)
+    assert m["r2_h_to_sincos"] == pytest.approx(1.0, abs=1e-9)
+    tgt = np.hstack([np.sin(theta), np.cos(theta)])
+    assert m["r2_h_to_sincos"] == pytest.approx(LinearRegression().fit(h, tgt).score(h, tgt),
+                                                abs=1e-6)
+    assert m["r2_h_to_z"] < 0.99  # the raw angle is not linear in (sin, cos)
+
+
+def test_whitening_floor_matches_white_noise():
+    rng = np.random.default_rng(3)
+    n, dim = 2000, 40
+    eps = [np.linalg.norm(np.cov(rng.standard_normal((n, dim)).T) - np.eye(dim))
+           for _ in range(5)]
+    assert np.mean(eps) == pytest.approx(whitening_floor(n, dim), rel=0.05)
+    assert whitening_floor(10_000, 1024) == pytest.approx(10.25, abs=0.01)
+
+
+def test_floor_dominated_and_vacuous_bounds_are_reported():
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((600, 64))
+    zp = 0.5 * z + math.sqrt(0.75) * rng.standard_normal(z.shape)
+    m = audit_metrics(z, z, zp, 0.5, gauss_slices=0)
+    # a perfect encoder: ε sits at its finite-sample floor, which then dominates the bound
+    assert m["whitening_error"] == pytest.approx(m["whitening_floor"], rel=0.1)
+    assert m["bound_floor_dominated"] is True and m["bound_vacuous"] is False
+    assert m["bound_corrected"] < m["bound"]
+    # an embedding whose positive pairs are unrelated: D is huge and the bound says nothing
+    bad = audit_metrics(z, z, rng.standard_normal(z.shape), 0.5, gauss_slices=0)
+    assert bad["bound_vacuous"] is True
+    assert bad["bound"] >= bad["bound_trivial"] == pytest.approx(
+        np.trace(np.cov(z.T)) * 599 / 600)
+
+
+def test_gaussianity_test_separates_gaussian_from_uniform():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(4000, 3, generator=g)
+    gauss = audit_metrics(z, z @ torch.randn(3, 3, generator=g), gauss_sims=30)
+    unif = audit_metrics(z, torch.rand(4000, 3, generator=g), gauss_sims=30)
+    assert gauss["gaussianity_p_value"] > 0.05
+    assert unif["gaussianity_p_value"] <= 1 / 31 + 1e-12
+    assert unif["gaussianity_statistic"] > 5 * gauss["gaussianity_statistic"]
+
+
+def test_bootstrap_interval_brackets_the_estimate(arrays):
+    z, h = arrays
+    m = audit_metrics(z, h, bootstrap=60, gauss_slices=0)
+    lo, hi = m["r2_h_to_z_heldout_ci"]
+    assert lo <= m["r2_h_to_z_heldout"] <= hi
+    assert 0 < hi - lo < 0.05
+
+
+def test_python_api_matches_arrays_and_gates():
+    rng = np.random.default_rng(6)
+    z = rng.standard_normal((3000, 3))
+    h = z @ ortho_group.rvs(3, random_state=0).T
+    rep = audit(z, h, gate={"min": {"r2_h_to_z_heldout": 0.999},
+                            "max": {"orthogonality_error": 0.01}}, gauss_sims=0)
+    assert rep.verdict == "pass" and rep.exit_code == 0
+    assert rep.to_dict()["metrics"]["r2_h_to_z_heldout"] == pytest.approx(1.0)
+    bad = audit(z, np.tanh(2 * h), gate={"min": {"r2_h_to_z_heldout": 0.999}}, gauss_sims=0)
+    assert bad.verdict == "fail" and bad.exit_code == 1
+    flat = audit(z, np.ones_like(h), gauss_sims=0)
+    assert flat.verdict == "inconclusive" and flat.exit_code == 3 and "collapsed" in flat.reason
