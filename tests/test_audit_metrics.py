@@ -150,3 +150,24 @@ def test_python_api_matches_arrays_and_gates():
     assert bad.verdict == "fail" and bad.exit_code == 1
     flat = audit(z, np.ones_like(h), gauss_sims=0)
     assert flat.verdict == "inconclusive" and flat.exit_code == 3 and "collapsed" in flat.reason
+
+
+def test_gaussianity_statistic_matches_a_numpy_epps_pulley():
+    from idaudit.losses import random_directions
+    from idaudit.metrics import sliced_gaussianity
+
+    rng = np.random.default_rng(8)
+    h = rng.standard_exponential((1500, 3))
+    got = sliced_gaussianity(h, n_slices=16, sims=0, seed=11)["gaussianity_statistic"]
+    a = random_directions(3, 16, torch.Generator().manual_seed(11), dtype=torch.float64).numpy()
+    p = h @ a
+    p = (p - p.mean(0)) / p.std(0, ddof=1)
+    t = np.linspace(0, 3, 17)
+    w = np.full(17, 2 * 3 / 16)
+    w[0] = w[-1] = 3 / 16
+    w = w * np.exp(-t**2 / 2)
+    cf_c = np.cos(p[:, :, None] * t).mean(0)
+    cf_s = np.sin(p[:, :, None] * t).mean(0)
+    err = (cf_c - np.exp(-t**2 / 2)) ** 2 + cf_s**2
+    expected = (err @ w * len(h)).mean()
+    assert got == pytest.approx(expected, rel=1e-5)

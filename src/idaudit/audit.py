@@ -294,7 +294,8 @@ def arrays_from_world(embed_fn, world, n_eval: int, seed: int, source: str) -> A
 
     ev = make_eval_set(world, n_eval, seed)
     return AuditInputs(z=ev.z, h=embed_fn(ev.x), h_prime=embed_fn(ev.x_prime), rho=world.rho,
-                       x=ev.x, source=source, world=world.spec.to_dict())
+                       x=ev.x, source=source, world=world.spec.to_dict(),
+                       circular=tuple(world.spec.extra.get("circular", ())))
 
 
 def arrays_from_dataset(embed_fn, path: str | Path, source: str) -> AuditInputs:
@@ -303,7 +304,8 @@ def arrays_from_dataset(embed_fn, path: str | Path, source: str) -> AuditInputs:
 
     spec, t = load_pairs(path)
     return AuditInputs(z=t["z"], h=embed_fn(t["x"]), h_prime=embed_fn(t["x_prime"]),
-                       rho=spec.rho, x=t["x"], source=source, world=spec.to_dict())
+                       rho=spec.rho, x=t["x"], source=source, world=spec.to_dict(),
+                       circular=tuple(spec.extra.get("circular", ())))
 
 
 def audit_checkpoint(path: str | Path, n_eval: int | None = None,

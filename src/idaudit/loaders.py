@@ -190,6 +190,15 @@ def resolve(target: str | Path, *, arch: str | None = None,
             raise IdauditError(f"{path} is a world dataset; audit an encoder on it with "
                                f"--data {path}")
         if meta.get("format") != FORMAT and arch is None:
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as f:
+                keys = set(f.keys())
+            if not {"z", "h"} <= keys:
+                raise IdauditError(
+                    f"{path} is neither an idaudit checkpoint nor an array file with z and h "
+                    f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights need "
+                    "--arch module.path:factory")
             return load_array_file(path)
     encoder, ck_world, train = load_encoder_file(path, arch, arch_kwargs, trust_pickle)
     embed_fn = as_embed_fn(encoder)
