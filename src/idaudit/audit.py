@@ -264,7 +264,10 @@ def as_embed_fn(encoder: Any):
     """Wrap an nn.Module / callable as x ↦ h (eval mode, no grad, chunked, CPU float32)."""
     def embed_fn(x: torch.Tensor) -> torch.Tensor:
         if isinstance(encoder, torch.nn.Module):
-            encoder.eval()
+            try:
+                encoder.eval()
+            except NotImplementedError:  # torch.export modules keep their exported mode
+                pass
         outs = []
         with torch.no_grad():
             for i in range(0, x.shape[0], 8192):
@@ -272,10 +275,9 @@ def as_embed_fn(encoder: Any):
                 try:
                     y = encoder(chunk)
                 except Exception as exc:  # a user's encoder can raise anything
-                    msg = str(exc).strip().splitlines()
                     raise IdauditError(
                         f"the encoder failed on inputs of shape {tuple(chunk.shape)}: "
-                        f"{msg[0] if msg else type(exc).__name__}") from None
+                        f"{_error_line(exc)}") from None
                 if isinstance(y, (tuple, list)):
                     y = y[0]
                 if not isinstance(y, torch.Tensor) or y.ndim < 1 or y.shape[0] != chunk.shape[0]:
@@ -286,6 +288,16 @@ def as_embed_fn(encoder: Any):
         return torch.cat(outs)
 
     return embed_fn
+
+
+def _error_line(exc: BaseException) -> str:
+    """The informative line of an exception (TorchScript puts it last, after a preamble)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    if "TorchScript interpreter" in lines[0] and len(lines) > 1:
+        return lines[-1]
+    return lines[0]
 
 
 def arrays_from_world(embed_fn, world, n_eval: int, seed: int, source: str) -> AuditInputs:

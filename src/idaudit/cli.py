@@ -248,7 +248,7 @@ def audit(
                           seed=seed or 0, gauss_sims=gauss_sims)
     out.print(audit_table(report))
     if report.reason:
-        err.print(f"[yellow]inconclusive:[/yellow] {report.reason}", highlight=False)
+        err.print(f"[yellow]inconclusive:[/yellow] {report.reason}", highlight=False, soft_wrap=True)
     if json_path is not None:
         write_json(json_path, report.to_dict())
     if junit is not None:
@@ -259,7 +259,7 @@ def audit(
         atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
     failed = [t.metric for t in report.thresholds if t.passed is False]
     if failed:
-        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False)
+        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
     raise typer.Exit(report.exit_code)
 
 

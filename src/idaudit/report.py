@@ -90,6 +90,9 @@ AUDIT_ROWS = [
     ("gaussianity_statistic", "sliced Epps–Pulley statistic"),
     ("gaussianity_p_value", "Gaussianity p-value"),
     ("mixing_r2_x_to_z", "R²(x → z) raw mixing"),
+    ("n_samples", "samples"),
+    ("latent_dim", "latent dimension n"),
+    ("embed_dim", "embedding dimension m"),
 ]
 
 
@@ -164,7 +167,8 @@ def audit_junit(report) -> str:
     """JUnit XML: one testcase per threshold (an inconclusive audit is one error)."""
     from xml.etree import ElementTree as ET
 
-    suite = ET.Element("testsuite", name="idaudit", tests=str(max(len(report.thresholds), 1)))
+    n_cases = 1 if report.verdict == "inconclusive" else len(report.thresholds)
+    suite = ET.Element("testsuite", name="idaudit", tests=str(n_cases))
     failures = errors = 0
     if report.verdict == "inconclusive":
         case = ET.SubElement(suite, "testcase", classname="idaudit", name="audit")
