@@ -43,6 +43,7 @@ class AuditInputs:
     circular: tuple[int, ...] = ()
     source: str = "arrays"
     world: dict[str, Any] | None = None
+    test_rows: torch.Tensor | None = None  # a fixed held-out split (pixel worlds: eval images)
 
 
 @dataclass
@@ -205,7 +206,7 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
     metrics = audit_metrics(inp.z, inp.h, inp.h_prime, inp.rho, inp.x, circular=inp.circular,
                             test_fraction=test_fraction, seed=seed, bootstrap=bootstrap,
-                            gauss_sims=gauss_sims)
+                            gauss_sims=gauss_sims, test_rows=inp.test_rows)
     evaluate_gate(metrics, thresholds)
     failed = [t for t in thresholds if not t.passed]
     return AuditReport(metrics=metrics, thresholds=thresholds,
@@ -318,6 +319,26 @@ def arrays_from_dataset(embed_fn, path: str | Path, source: str) -> AuditInputs:
     return AuditInputs(z=t["z"], h=embed_fn(t["x"]), h_prime=embed_fn(t["x_prime"]),
                        rho=spec.rho, x=t["x"], source=source, world=spec.to_dict(),
                        circular=tuple(spec.extra.get("circular", ())))
+
+
+def arrays_from_reacher(encoder: torch.nn.Module, dataset: str | Path, source: str,
+                        n_fit: int = 10_000) -> AuditInputs:
+    """Pixel world: fit on (up to) ``n_fit`` training images, score on the shared eval images.
+
+    Both joints are angles, so the sin/cos diagnostic is on. The alignment gap needs pairs
+    whose correlation is one known ρ, which only OU datasets have; it is left out here.
+    """
+    from .train.pixels import embed_images
+    from .worlds.reacher_data import load_dataset
+
+    data = load_dataset(dataset)
+    k = min(n_fit, len(data.z))
+    h_fit = embed_images(encoder, data.x[:k], torch.device("cpu"))
+    h_ev = embed_images(encoder, data.x_eval, torch.device("cpu"))
+    z = torch.from_numpy(np.concatenate([data.z[:k], data.z_eval]))
+    return AuditInputs(z=z, h=torch.cat([h_fit, h_ev]), circular=(0, 1), source=source,
+                       world={"name": "reacher", **data.meta["spec"]},
+                       test_rows=torch.arange(k, k + len(data.z_eval)))
 
 
 def audit_checkpoint(path: str | Path, n_eval: int | None = None,

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import IdauditError
 
@@ -32,7 +33,7 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except IdauditError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -101,14 +102,37 @@ def world(
     layers: int | None = LayersOpt,
     pairs: int = typer.Option(10_000, "--pairs", help="number of (z, z′) pairs"),
     seed: int = typer.Option(0, "--seed"),
-    out_path: Path = typer.Option(..., "--out", "-o", help="output .safetensors file"),
+    out_path: Path = typer.Option(..., "--out", "-o", help="output file (.safetensors), or "
+                                  "a directory for reacher"),
+    trajectory: bool = typer.Option(False, "--trajectory", help="reacher: pairs from episodes "
+                                    "of a goal-reaching controller instead of OU pairs"),
+    stride: int = typer.Option(8, "--stride", help="reacher --trajectory: steps between views"),
+    n_eval: int = typer.Option(10_000, "--n-eval", help="reacher: shared evaluation images"),
+    workers: int | None = typer.Option(None, "--workers", help="reacher: render processes "
+                                       "(default: one per core)"),
 ) -> None:
-    """Write n positive pairs (z, z′, x, x′) of a world, its spec in the file's metadata."""
+    """Write n positive pairs (z, z′, x, x′) of a world, its spec in the file's metadata.
+
+    `idaudit world reacher --rho 0.95 --pairs N --out DIR` renders MuJoCo Reacher images
+    (resumable: rerun the same command after an interruption).
+    """
     from .worlds import build_world
     from .worlds.dataset import save_pairs
 
     if pairs < 1:
         raise IdauditError(f"--pairs must be ≥ 1, got {pairs}")
+    if (name or world_) == "reacher":
+        from .worlds.reacher_data import ReacherSpec, build_dataset, read_meta
+
+        rspec = ReacherSpec(mode="trajectory" if trajectory else "ou", rho=rho, stride=stride,
+                            pairs=pairs, n_eval=n_eval, seed=seed)
+        root = build_dataset(out_path, rspec, workers=workers, progress=True)
+        meta = read_meta(root)
+        extra = (f"; per-joint autocorrelation ρ₀ = {meta['rho_0']:.3f}, ρ₁ = {meta['rho_1']:.3f}"
+                 if trajectory else "")
+        out.print(f"Reacher dataset ({rspec.mode}, {pairs} pairs, {n_eval} eval images) in "
+                  f"{root}{extra}")
+        return
     spec = _spec(name or world_, dim, source, alpha, rho, layers)
     path = save_pairs(out_path, build_world(spec), pairs, seed)
     out.print(f"wrote {pairs} pairs of {spec.name} (N={spec.dim}, {spec.source}, ρ={spec.rho}) "
@@ -127,7 +151,8 @@ def train(
     objective: str = typer.Option("lejepa", "--objective", "-O",
                                   help="lejepa (SIGReg + alignment) | whiten (VICReg-style) | "
                                        "infonce"),
-    lamb: float = typer.Option(1e-3, "--lamb", help="regulariser weight λ in [0, 1]"),
+    lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1] "
+                                      "(default 1e-3; reacher 5e-3)"),
     sigma: str = typer.Option("1.0", "--sigma", help="InfoNCE kernel width σ, or 'auto'"),
     steps: int = typer.Option(20_000, "--steps"),
     batch: int = typer.Option(256, "--batch", help="pairs per step (two views each)"),
@@ -146,14 +171,46 @@ def train(
     out_path: Path | None = typer.Option(None, "--out", "-o",
                                             help="checkpoint path (.safetensors)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    pairs: int = typer.Option(100_000, "--pairs", help="reacher: rendered training pairs"),
+    epochs: int = typer.Option(100, "--epochs", help="reacher: epochs over the pairs"),
+    trajectory: bool = typer.Option(False, "--trajectory", help="reacher: controller "
+                                    "trajectories instead of OU pairs"),
+    stride: int = typer.Option(8, "--stride", help="reacher --trajectory: steps between views"),
+    data: Path | None = typer.Option(None, "--data", help="reacher: dataset directory "
+                                     "(default data/reacher-…; rendered if missing)"),
+    workers: int | None = typer.Option(None, "--workers", help="reacher: render processes"),
 ) -> None:
-    """Train an encoder on a world; write a self-describing checkpoint and a JSON log."""
+    """Train an encoder on a world; write a self-describing checkpoint and a JSON log.
+
+    `--world reacher` renders (or reuses) a MuJoCo dataset and trains the paper's CNN over
+    epochs (defaults: 100 000 pairs, 100 epochs, λ = 5e-3; shrink with --pairs/--epochs).
+    """
     from .checkpoint import save_run
     from .report import metrics_table
     from .train import TrainConfig
     from .train import train as run_train
     from .worlds import build_world
 
+    if world_ == "reacher":
+        from .pixel import train_reacher
+        from .report import audit_table
+        from .train.pixels import PixelConfig
+        from .worlds.reacher_data import ReacherSpec
+
+        rspec = ReacherSpec(mode="trajectory" if trajectory else "ou", rho=rho, stride=stride,
+                            pairs=pairs, n_eval=n_eval, seed=seed).validate()
+        pcfg = PixelConfig(lamb=5e-3 if lamb is None else lamb, epochs=epochs, batch=batch,
+                           lr=lr, seed=seed, device=device).validate()
+        ckpt = out_path or Path("runs") / f"reacher-{rspec.mode}-s{seed}.safetensors"
+        log, metrics = train_reacher(rspec, pcfg, ckpt, data_dir=data, workers=workers,
+                                     progress=not quiet,
+                                     say=lambda m: err.print(escape(m), soft_wrap=True))
+        from .audit import AuditReport
+
+        out.print(audit_table(AuditReport(metrics=metrics, source=str(ckpt))))
+        out.print(f"checkpoint {ckpt}; log {log}")
+        return
+    lamb = 1e-3 if lamb is None else lamb
     spec = _spec(world_, dim, source, alpha, rho, layers)
     cfg = TrainConfig(objective=objective, lamb=lamb, sigma=_parse_sigma(sigma), steps=steps,
                       batch=batch, lr=lr, seed=seed, inits=inits, eval_every=eval_every,
@@ -248,7 +305,8 @@ def audit(
                           seed=seed or 0, gauss_sims=gauss_sims)
     out.print(audit_table(report))
     if report.reason:
-        err.print(f"[yellow]inconclusive:[/yellow] {report.reason}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
+                  soft_wrap=True)
     if json_path is not None:
         write_json(json_path, report.to_dict())
     if junit is not None:
@@ -272,6 +330,8 @@ def plan(
     gallery: int = typer.Option(10_000, "--gallery", help="k-NN decoder gallery size"),
     seed: int = typer.Option(0, "--seed"),
     json_path: Path | None = typer.Option(None, "--json", help="write the results here"),
+    plot: Path | None = typer.Option(None, "--plot", help="PNG of the planned paths next to "
+                                     "the oracle's (needs the plot extra)"),
 ) -> None:
     """Latent straight-line plans against the oracle, and LQR value equivalence."""
     from .io import write_json
@@ -283,6 +343,13 @@ def plan(
     result = plan_checkpoint(checkpoint, pairs=pairs, waypoints=waypoints, gallery=gallery,
                              seed=seed)
     out.print(plan_table(result))
+    if plot is not None:
+        from .plan import plot_plans
+
+        reacher = result.get("world", {}).get("name") == "reacher"
+        plot_plans(result, plot, labels=("shoulder (rad)", "wrist (rad)") if reacher
+                   else ("z₁", "z₂"))
+        out.print(f"wrote {plot}")
     if json_path is not None:
         write_json(json_path, {k: v for k, v in result.items()})
         out.print(f"wrote {json_path}")

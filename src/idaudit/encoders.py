@@ -76,6 +76,23 @@ class CNN(nn.Module):
         return self.head(self.features(x))
 
 
+@ENCODERS.register("pixel_cnn")
+class PixelEncoder(nn.Module):
+    """The CNN with a dataset's per-channel normalisation: takes (N, 64, 64, 3) images in [0, 255]."""
+
+    def __init__(self, mean: list[float] | None = None, std: list[float] | None = None,
+                 out_dim: int = 2) -> None:
+        super().__init__()
+        self.cnn = CNN(out_dim=out_dim)
+        self.register_buffer("mean", torch.tensor(mean or [0.5] * 3).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std or [0.25] * 3).view(1, 3, 1, 1))
+        self.out_dim = out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.permute(0, 3, 1, 2).float() / 255.0
+        return self.cnn((x - self.mean) / self.std)
+
+
 def build_encoder(name: str, kwargs: dict[str, Any] | None = None) -> nn.Module:
     """Instantiate a registered encoder; bad arguments become a one-line error."""
     cls = ENCODERS.get(name)

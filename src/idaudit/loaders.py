@@ -207,6 +207,10 @@ def resolve(target: str | Path, *, arch: str | None = None,
         return arrays_from_dataset(embed_fn, data, source)
     from .worlds import WorldSpec, build_world
 
+    if world_spec is None and ck_world is not None and ck_world.get("name") == "reacher":
+        from .audit import arrays_from_reacher
+
+        return arrays_from_reacher(encoder, ck_world["extra"]["dataset"], source)
     if world_spec is None and ck_world is not None:
         world_spec = WorldSpec.from_dict(ck_world)
         n_eval = n_eval or int(train.get("n_eval", 10_000))

@@ -351,13 +351,15 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   rho: float | None = None, x: ArrayLike | None = None, *,
                   circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
                   seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
-                  gauss_sims: int = 50, gauss_slices: int = 64) -> dict[str, Any]:
+                  gauss_sims: int = 50, gauss_slices: int = 64,
+                  test_rows: ArrayLike | None = None) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x].
 
     In-sample keys are the ones ``identifiability_metrics`` reports (the train → audit
     contract); ``*_heldout`` keys fit on a random ``1 − test_fraction`` of the rows and score
-    on the rest. With ``bootstrap`` B > 0 the held-out R² gets a percentile interval over B
-    resamples of the test rows.
+    on the rest (or, with ``test_rows``, fit on the other rows and score on those). With
+    ``bootstrap`` B > 0 the held-out R² gets a percentile interval over B resamples of the
+    test rows.
     """
     zt = torch.as_tensor(np.asarray(z)) if not isinstance(z, torch.Tensor) else z.detach().cpu()
     ht = torch.as_tensor(np.asarray(h)) if not isinstance(h, torch.Tensor) else h.detach().cpu()
@@ -382,7 +384,12 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     ix = slice(ih.stop, data.shape[1])
 
     gen = torch.Generator().manual_seed(seed)
-    test_rows, train_rows = split_rows(rows, test_fraction, seed)
+    if test_rows is None:
+        test_rows, train_rows = split_rows(rows, test_fraction, seed)
+    else:
+        mask = torch.zeros(rows, dtype=torch.bool)
+        mask[torch.as_tensor(np.asarray(test_rows), dtype=torch.long)] = True
+        test_rows, train_rows = mask.nonzero().squeeze(1), (~mask).nonzero().squeeze(1)
     m_tr, m_te = Moments(data, train_rows), Moments(data, test_rows)
     full = Moments.pooled(m_tr, m_te)
     s = full.cov()

@@ -27,25 +27,21 @@ def control_cost(path: np.ndarray) -> np.ndarray:
     return tracking + effort
 
 
-def straight_line_plans(embed_fn: Callable[[torch.Tensor], torch.Tensor],
-                        gallery_z: torch.Tensor, starts: torch.Tensor, goals: torch.Tensor,
-                        waypoints: int = 20, k: int = 5) -> dict[str, Any]:
-    """Plan in embedding space and score against the oracle line in latent space.
-
-    ``embed_fn`` maps latents to embeddings (observe, then encode).
-    """
+def plan_from_embeddings(gallery_h: np.ndarray, gallery_z: np.ndarray, start_h: np.ndarray,
+                         goal_h: np.ndarray, starts: np.ndarray, goals: np.ndarray,
+                         waypoints: int = 20, k: int = 5) -> dict[str, Any]:
+    """Straight lines h(start) → h(goal), decoded by k-NN on the gallery, against the oracle."""
     from sklearn.neighbors import KNeighborsRegressor
 
-    hg = embed_fn(gallery_z).numpy().astype(np.float64)
-    knn = KNeighborsRegressor(n_neighbors=min(k, len(hg)), weights="distance").fit(
-        hg, gallery_z.numpy().astype(np.float64))
-    hs = embed_fn(starts).numpy().astype(np.float64)
-    he = embed_fn(goals).numpy().astype(np.float64)
+    gallery_h = np.asarray(gallery_h, dtype=np.float64)
+    knn = KNeighborsRegressor(n_neighbors=min(k, len(gallery_h)), weights="distance").fit(
+        gallery_h, np.asarray(gallery_z, dtype=np.float64))
+    hs, he = np.asarray(start_h, dtype=np.float64), np.asarray(goal_h, dtype=np.float64)
     s = np.linspace(0.0, 1.0, waypoints + 1)[None, :, None]
     line_h = (1 - s) * hs[:, None, :] + s * he[:, None, :]
     kk, tt, m = line_h.shape
     decoded = knn.predict(line_h.reshape(-1, m)).reshape(kk, tt, -1)
-    zs, ze = starts.numpy().astype(np.float64), goals.numpy().astype(np.float64)
+    zs, ze = np.asarray(starts, dtype=np.float64), np.asarray(goals, dtype=np.float64)
     decoded[:, 0], decoded[:, -1] = zs, ze
     oracle = (1 - s) * zs[:, None, :] + s * ze[:, None, :]
     ratio = control_cost(decoded) / np.maximum(control_cost(oracle), 1e-12)
@@ -61,6 +57,48 @@ def straight_line_plans(embed_fn: Callable[[torch.Tensor], torch.Tensor],
         "paths": decoded,
         "oracle_paths": oracle,
     }
+
+
+def straight_line_plans(embed_fn: Callable[[torch.Tensor], torch.Tensor],
+                        gallery_z: torch.Tensor, starts: torch.Tensor, goals: torch.Tensor,
+                        waypoints: int = 20, k: int = 5) -> dict[str, Any]:
+    """Plan in embedding space and score against the oracle line in latent space.
+
+    ``embed_fn`` maps latents to embeddings (observe, then encode).
+    """
+    return plan_from_embeddings(embed_fn(gallery_z).numpy(), gallery_z.numpy(),
+                                embed_fn(starts).numpy(), embed_fn(goals).numpy(),
+                                starts.numpy(), goals.numpy(), waypoints, k)
+
+
+def plot_plans(result: dict[str, Any], path, max_pairs: int = 12,
+               labels: tuple[str, str] = ("shoulder (rad)", "wrist (rad)")) -> None:
+    """Planned paths (decoded latent straight lines) next to the oracle's, in latent space."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from .errors import IdauditError
+
+        raise IdauditError('--plot needs matplotlib: pip install "idaudit[plot]"') from None
+    from .io import atomic_write
+
+    paths, oracle = np.asarray(result["paths"]), np.asarray(result["oracle_paths"])
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    colors = plt.cm.tab10(np.arange(min(max_pairs, len(paths))) % 10)
+    for i, c in enumerate(colors):
+        ax.plot(oracle[i, :, 0], oracle[i, :, 1], "--", color=c, lw=1, alpha=0.7)
+        ax.plot(paths[i, :, 0], paths[i, :, 1], "-o", color=c, ms=2, lw=1.2)
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    ax.set_title(f"latent plans (solid), oracle (dashed): median cost ratio "
+                 f"{result['cost_ratio_median']:.3f}")
+    ax.set_aspect("equal", adjustable="datalim")
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    plt.close(fig)
 
 
 def lqr_value_equivalence(m_map: np.ndarray, seed: int = 0, n_states: int = 256,
@@ -105,6 +143,10 @@ def plan_checkpoint(path, pairs: int = 100, waypoints: int = 20, gallery: int = 
     from .worlds import build_world
 
     ck = load_checkpoint(path)
+    if ck.world.name == "reacher":
+        from .pixel import plan_reacher
+
+        return plan_reacher(ck, pairs=pairs, waypoints=waypoints, seed=seed, k=k)
     world = build_world(ck.world)
     gen = torch.Generator().manual_seed(seed)
     gallery_z = world.sample_latents(gallery, gen)

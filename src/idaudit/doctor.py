@@ -1,0 +1,226 @@
+"""Environment checks: Python, the numeric stack, MuJoCo/dm_control and a working headless GL.
+
+``run_checks()`` returns one dict per check, ``{"name", "ok", "detail", "fix"}``; ``fix`` is
+``None`` when there is nothing to do. Optional pieces (CUDA, numba) are ``ok`` either way and
+say so in ``detail``. The GL check renders one 64×64 Reacher frame in a *subprocess* per
+backend (``MUJOCO_GL`` is read once per process by dm_control, and a broken GL library can
+crash or hang the process that loads it), so this module imports no GL itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+try:  # idaudit.worlds imports torch; the doctor must still run (and say so) without it
+    from .worlds.reacher import GL_BACKENDS, INSTALL_HINT
+except Exception:  # pragma: no cover - only without torch/numpy; kept in sync with worlds/reacher.py
+    GL_BACKENDS = ("egl", "osmesa")
+    INSTALL_HINT = ('pip install "idaudit[reacher]" (mujoco==3.17.0, dm_control==1.0.50); headless '
+                    "rendering needs EGL (apt-get install libegl1 libopengl0 libgl1-mesa-dri) or "
+                    "OSMesa (apt-get install libosmesa6)")
+
+MIN_PYTHON = (3, 10)
+MUJOCO_VERSION = "3.17.0"
+DM_CONTROL_VERSION = "1.0.50"
+GL_TIMEOUT_S = 60.0
+
+_PROBE = """\
+import numpy as np
+from idaudit.worlds.reacher import ReacherRenderer
+img = ReacherRenderer().render([[0.3, -0.5]])
+assert img.shape == (1, 64, 64, 3) and img.dtype == np.uint8, (img.shape, img.dtype)
+print(f"IDAUDIT_MEAN {float(img.mean()):.4f}")
+"""
+
+
+def _check(name: str, ok: bool, detail: str, fix: str | None = None) -> dict[str, Any]:
+    return {"name": name, "ok": ok, "detail": detail, "fix": fix}
+
+
+def _import(module: str) -> tuple[Any | None, str]:
+    """Import ``module``; return (module or None, version or the error text)."""
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # ImportError, but broken installs raise all sorts of things
+        return None, f"{type(exc).__name__}: {str(exc).strip()[:160]}"
+    version = getattr(mod, "__version__", None)
+    if version is None:
+        try:
+            from importlib.metadata import version as dist_version
+
+            version = dist_version(module)
+        except Exception:
+            version = "unknown version"
+    return mod, str(version)
+
+
+def _import_without_gl(modules: tuple[str, ...]) -> dict[str, tuple[bool, str]]:
+    """Import each module in a subprocess without ``MUJOCO_GL``: {name: (ok, version or error)}.
+
+    ``import mujoco`` loads the GL library named by ``MUJOCO_GL`` (and fails if it is missing),
+    so the install is checked here apart from GL, which :func:`probe_backend` checks.
+    """
+    code = (
+        "import importlib, importlib.metadata as md, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        mod = importlib.import_module(name)\n"
+        "        v = getattr(mod, '__version__', None) or md.version(name)\n"
+        "        print(name, 'OK', v, flush=True)\n"
+        "    except Exception as exc:\n"
+        "        msg = ' '.join(f'{type(exc).__name__}: {exc}'.split())[:160]\n"
+        "        print(name, 'ERR', msg, flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    out = {name: (False, "not checked") for name in modules}
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, *modules], env=env,
+                              capture_output=True, text=True, timeout=GL_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        return {name: (False, f"import check failed: {exc}") for name in modules}
+    for line in proc.stdout.splitlines():
+        name, status, rest = (line.split(" ", 2) + ["", ""])[:3]
+        if name in out:
+            out[name] = (status == "OK", rest)
+    for name, (ok, info) in out.items():
+        if not ok and info == "not checked":
+            out[name] = (False, f"exit code {proc.returncode}: {_last_line(proc.stderr)}")
+    return out
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "no output"
+
+
+@cache
+def probe_backend(backend: str, timeout: float = GL_TIMEOUT_S) -> tuple[bool, str]:
+    """Render one Reacher frame in a subprocess with ``MUJOCO_GL=backend``: (works, detail).
+
+    The result is cached per process. ``PYOPENGL_PLATFORM`` is removed from the child's
+    environment so that the backend itself is tested (dm_control sets it to match).
+    """
+    env = dict(os.environ)
+    env["MUJOCO_GL"] = backend
+    env.pop("PYOPENGL_PLATFORM", None)
+    src = str(Path(__file__).resolve().parents[1])  # make the child import this very idaudit
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout:.0f} s"
+    except OSError as exc:
+        return False, f"could not start {sys.executable}: {exc}"
+    for line in proc.stdout.splitlines():
+        if line.startswith("IDAUDIT_MEAN "):
+            mean = float(line.split()[1])
+            if mean <= 0.0:
+                return False, "rendered an all-black image"
+            return True, f"image mean {mean:.1f}"
+    return False, f"exit code {proc.returncode}: {_last_line(proc.stderr or proc.stdout)}"
+
+
+def chosen_backend() -> str | None:
+    """The GL backend Reacher rendering will use here, or None if it would not work.
+
+    ``MUJOCO_GL`` from the environment if set (and working), else the first working of
+    ``GL_BACKENDS``.
+    """
+    env_gl = os.environ.get("MUJOCO_GL")
+    if env_gl:
+        return env_gl if probe_backend(env_gl)[0] else None
+    for backend in GL_BACKENDS:
+        if probe_backend(backend)[0]:
+            return backend
+    return None
+
+
+def _check_gl() -> dict[str, Any]:
+    """Which headless GL backend renders the Reacher (MUJOCO_GL from the environment if set)."""
+    env_gl = os.environ.get("MUJOCO_GL")
+    if env_gl:
+        ok, info = probe_backend(env_gl)
+        if ok:
+            return _check("gl_backend", True, f"MUJOCO_GL={env_gl} is set and used; it works ({info})")
+        others = [b for b in GL_BACKENDS if b != env_gl and probe_backend(b)[0]]
+        fix = (f"unset MUJOCO_GL or export MUJOCO_GL={others[0]} (which works)" if others
+               else INSTALL_HINT)
+        return _check("gl_backend", False,
+                      f"MUJOCO_GL={env_gl} is set and used, but rendering fails: {info}", fix)
+    failures = []
+    for backend in GL_BACKENDS:
+        ok, info = probe_backend(backend)
+        if ok:
+            detail = f"MUJOCO_GL={backend} works ({info})"
+            fix = None
+            if failures:
+                detail += "; " + "; ".join(failures)
+                if backend != GL_BACKENDS[0]:  # idaudit tries GL_BACKENDS[0] when MUJOCO_GL is unset
+                    fix = f"export MUJOCO_GL={backend}"
+            return _check("gl_backend", True, detail, fix)
+        failures.append(f"{backend} fails: {info}")
+    return _check("gl_backend", False, "no headless GL backend works: " + "; ".join(failures),
+                  INSTALL_HINT)
+
+
+def run_checks() -> list[dict[str, Any]]:
+    """Run every check; each result is ``{"name", "ok", "detail", "fix"}``."""
+    checks: list[dict[str, Any]] = []
+    py = sys.version_info
+    py_ok = py[:2] >= MIN_PYTHON
+    checks.append(_check("python", py_ok, f"Python {py.major}.{py.minor}.{py.micro}",
+                         None if py_ok else "idaudit needs Python >= 3.10"))
+
+    torch, info = _import("torch")
+    checks.append(_check("torch", torch is not None, f"torch {info}" if torch else info,
+                         None if torch else 'pip install "torch>=2.2"'))
+    if torch is not None:
+        try:
+            cuda = bool(torch.cuda.is_available())
+        except Exception:
+            cuda = False
+        detail = (f"CUDA available ({torch.cuda.get_device_name(0)})" if cuda
+                  else "CUDA not available; training runs on the CPU")
+    else:
+        detail = "unknown: torch is not importable"
+    checks.append(_check("cuda", True, detail))
+
+    numba, info = _import("numba")
+    checks.append(_check("numba", True,
+                         f"numba {info}" if numba else f"numba missing (optional speed-up; {info})",
+                         None if numba else 'pip install "numba>=0.59" (optional)'))
+
+    for name, module, req in (("scikit-learn", "sklearn", "scikit-learn>=1.3"),
+                              ("scipy", "scipy", "scipy>=1.10"),
+                              ("safetensors", "safetensors", "safetensors>=0.4")):
+        mod, info = _import(module)
+        checks.append(_check(name, mod is not None, f"{name} {info}" if mod else info,
+                             None if mod else f'pip install "{req}"'))
+
+    have_reacher = True
+    imported = _import_without_gl(("mujoco", "dm_control"))
+    for name, want in (("mujoco", MUJOCO_VERSION), ("dm_control", DM_CONTROL_VERSION)):
+        ok, info = imported[name]
+        if not ok:
+            have_reacher = False
+            checks.append(_check(name, False, f"{name} not importable ({info})", INSTALL_HINT))
+        elif info != want:
+            checks.append(_check(name, True, f"{name} {info}; warning: the Reacher world is tested "
+                                             f"with mujoco {MUJOCO_VERSION} and dm_control "
+                                             f"{DM_CONTROL_VERSION}", INSTALL_HINT))
+        else:
+            checks.append(_check(name, True, f"{name} {info}"))
+
+    if have_reacher:
+        checks.append(_check_gl())
+    else:
+        checks.append(_check("gl_backend", False, "not checked: mujoco/dm_control missing",
+                             INSTALL_HINT))
+    return checks

@@ -1,0 +1,282 @@
+"""On-disk Reacher datasets: OU pairs or controller-trajectory pairs of joint angles + images.
+
+A dataset is a directory::
+
+    meta.json          format, format_version, the spec, status, normalisation statistics
+    train-00000.npz    z, z_prime (angles, radians), x, x_prime (uint8 N×64×64×3), per chunk
+    eval-00000.npz     z, x: the shared evaluation set (Gaussian angles)
+
+Chunks are written atomically, so a killed render resumes where it stopped: rerunning the same
+command renders only the chunks that do not exist yet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import IdauditError
+from ..io import atomic_write, write_json
+from .reacher import WRIST_LIMIT
+
+FORMAT = "idaudit-reacher"
+FORMAT_VERSION = 1
+CHUNK = 1000
+EVAL_SEED = 20_260_525  # the evaluation set is shared by every condition
+
+
+@dataclass(frozen=True)
+class ReacherSpec:
+    """``mode`` ou: z ~ N(0, I₂), z′ = ρz + √(1−ρ²)η; trajectory: (θ_t, θ_{t+stride})."""
+
+    mode: str = "ou"
+    rho: float = 0.95
+    stride: int = 8
+    pairs: int = 100_000
+    n_eval: int = 10_000
+    seed: int = 0
+
+    def validate(self) -> ReacherSpec:
+        if self.mode not in ("ou", "trajectory"):
+            raise IdauditError(f"unknown Reacher mode {self.mode!r}; valid: ou, trajectory")
+        if self.mode == "ou" and not 0.0 < self.rho < 1.0:
+            raise IdauditError(f"--rho must lie strictly between 0 and 1, got {self.rho}")
+        if self.stride < 1:
+            raise IdauditError(f"--stride must be ≥ 1, got {self.stride}")
+        if self.pairs < 1 or self.n_eval < 10:
+            raise IdauditError("--pairs must be ≥ 1 and the evaluation set ≥ 10 images")
+        return self
+
+    def default_dir(self, root: str | Path = "data") -> Path:
+        tag = f"ou-rho{self.rho:g}" if self.mode == "ou" else f"traj-stride{self.stride}"
+        return Path(root) / f"reacher-{tag}-n{self.pairs}-s{self.seed}"
+
+
+# ---- latent angles ----------------------------------------------------------------------
+
+
+def ou_angles(spec: ReacherSpec) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(spec.seed)
+    z = rng.standard_normal((spec.pairs, 2))
+    zp = spec.rho * z + math.sqrt(1 - spec.rho**2) * rng.standard_normal((spec.pairs, 2))
+    return z, zp
+
+
+def eval_angles(n: int) -> np.ndarray:
+    return np.random.default_rng(EVAL_SEED).standard_normal((n, 2))
+
+
+def controller_episodes(n_episodes: int, steps: int, seed: int) -> np.ndarray:
+    """Joint angles (episodes, steps, 2) of a goal-reaching PD controller driven by the physics.
+
+    Each episode starts at random angles and chases a new random joint-space goal every 50
+    control steps (torques clipped to the actuator range); the simulation enforces the wrist
+    limit. This stands in for the paper's SAC trajectories, which are not available offline.
+    """
+    from .reacher import load_physics
+
+    physics = load_physics()
+    rng = np.random.default_rng(seed)
+    n_sub = 2  # the suite's control step is 0.02 s with a 0.01 s simulation step
+    out = np.empty((n_episodes, steps, 2))
+    lo, hi = physics.model.actuator_ctrlrange[:, 0], physics.model.actuator_ctrlrange[:, 1]
+    for e in range(n_episodes):
+        with physics.reset_context():
+            physics.data.qpos[:] = (rng.uniform(-math.pi, math.pi),
+                                    rng.uniform(-WRIST_LIMIT, WRIST_LIMIT))
+            physics.data.qvel[:] = 0.0
+        goal = np.zeros(2)
+        for t in range(steps):
+            if t % 50 == 0:
+                goal = np.array([rng.uniform(-math.pi, math.pi),
+                                 rng.uniform(-0.9 * WRIST_LIMIT, 0.9 * WRIST_LIMIT)])
+            q, dq = physics.data.qpos[:2].copy(), physics.data.qvel[:2].copy()
+            err = np.arctan2(np.sin(goal - q), np.cos(goal - q))
+            physics.data.ctrl[:] = np.clip(2.0 * err - 0.3 * dq, lo, hi)
+            for _ in range(n_sub):
+                physics.step()
+            out[e, t] = physics.data.qpos[:2]
+    return out
+
+
+def trajectory_angles(spec: ReacherSpec) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Pairs (θ_t, θ_{t+stride}), 10 per episode of 201 steps, and per-joint autocorrelations."""
+    per_episode = 10
+    steps = 201
+    if spec.stride >= steps:
+        raise IdauditError(f"--stride must be < {steps}, got {spec.stride}")
+    episodes = math.ceil(spec.pairs / per_episode)
+    traj = controller_episodes(episodes, steps, spec.seed)
+    rng = np.random.default_rng(spec.seed + 1)
+    starts = rng.integers(0, steps - spec.stride, size=(episodes, per_episode))
+    ep = np.repeat(np.arange(episodes), per_episode)
+    t0 = starts.reshape(-1)
+    z = traj[ep, t0][: spec.pairs]
+    zp = traj[ep, t0 + spec.stride][: spec.pairs]
+    rho = {f"rho_{j}": float(np.corrcoef(z[:, j], zp[:, j])[0, 1]) for j in range(2)}
+    return z, zp, rho
+
+
+# ---- the directory ----------------------------------------------------------------------
+
+
+def _meta_path(root: Path) -> Path:
+    return root / "meta.json"
+
+
+def read_meta(root: str | Path) -> dict[str, Any]:
+    root = Path(root)
+    path = _meta_path(root)
+    if not path.exists():
+        raise IdauditError(f"{root} is not a Reacher dataset (no meta.json)")
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as exc:
+        raise IdauditError(f"{path} is not valid JSON ({exc})") from None
+    if meta.get("format") != FORMAT:
+        raise IdauditError(f"{root} holds a {meta.get('format')!r} dataset, not a Reacher one")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise IdauditError(f"{root} has dataset format version {meta.get('format_version')}; "
+                           f"this idaudit reads version {FORMAT_VERSION}")
+    return meta
+
+
+def _write_chunk(path: Path, **arrays: np.ndarray) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays)
+
+    atomic_write(path, write)
+
+
+def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = None,
+                  progress: bool = False) -> Path:
+    """Render ``spec`` into ``root`` (resuming if it was interrupted); return ``root``."""
+    from .reacher import RenderPool
+
+    spec = spec.validate()
+    root = Path(root)
+    if _meta_path(root).exists():
+        meta = read_meta(root)
+        if meta["spec"] != asdict(spec):
+            raise IdauditError(f"{root} holds a different Reacher dataset ({meta['spec']}); "
+                               "choose another --out")
+        if meta.get("status") == "complete":
+            return root
+    elif root.exists() and any(root.iterdir()):
+        raise IdauditError(f"{root} exists and is not a Reacher dataset; choose another --out")
+    root.mkdir(parents=True, exist_ok=True)
+    extra: dict[str, Any] = {}
+    if spec.mode == "ou":
+        z, zp = ou_angles(spec)
+    else:
+        z, zp, extra = trajectory_angles(spec)
+    write_json(_meta_path(root), {"format": FORMAT, "format_version": FORMAT_VERSION,
+                                  "spec": asdict(spec), "status": "rendering", **extra})
+    ze = eval_angles(spec.n_eval)
+    jobs = [(f"train-{i // CHUNK:05d}.npz", z[i:i + CHUNK], zp[i:i + CHUNK])
+            for i in range(0, len(z), CHUNK)]
+    jobs += [(f"eval-{i // CHUNK:05d}.npz", ze[i:i + CHUNK], None)
+             for i in range(0, len(ze), CHUNK)]
+    todo = [j for j in jobs if not (root / j[0]).exists()]
+    frames = sum(len(a) * (1 if b is None else 2) for _, a, b in todo)
+    bar = _progress(progress, frames)
+    with bar, RenderPool(workers) as pool:
+        for name, a, b in todo:
+            angles = a if b is None else np.concatenate([a, b])
+            images = pool.render(angles)
+            if b is None:
+                _write_chunk(root / name, z=a, x=images)
+            else:
+                _write_chunk(root / name, z=a, z_prime=b, x=images[: len(a)],
+                             x_prime=images[len(a):])
+            bar.advance(len(angles))
+    stats = _channel_stats(root)
+    meta = read_meta(root)
+    meta.update(status="complete", channel_mean=stats[0], channel_std=stats[1])
+    write_json(_meta_path(root), meta)
+    return root
+
+
+def _channel_stats(root: Path) -> tuple[list[float], list[float]]:
+    s = np.zeros(3)
+    s2 = np.zeros(3)
+    n = 0
+    for path in sorted(root.glob("train-*.npz")):
+        with np.load(path) as f:
+            x = f["x"].astype(np.float64) / 255.0
+        s += x.sum((0, 1, 2))
+        s2 += np.square(x).sum((0, 1, 2))
+        n += x.shape[0] * x.shape[1] * x.shape[2]
+    mean = s / max(n, 1)
+    std = np.sqrt(np.maximum(s2 / max(n, 1) - mean**2, 1e-12))
+    return mean.tolist(), std.tolist()
+
+
+@dataclass
+class ReacherData:
+    meta: dict[str, Any]
+    z: np.ndarray
+    z_prime: np.ndarray
+    x: np.ndarray
+    x_prime: np.ndarray
+    z_eval: np.ndarray
+    x_eval: np.ndarray
+
+    @property
+    def mean(self) -> np.ndarray:
+        return np.asarray(self.meta["channel_mean"], dtype=np.float32)
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.asarray(self.meta["channel_std"], dtype=np.float32)
+
+
+def load_dataset(root: str | Path) -> ReacherData:
+    root = Path(root)
+    meta = read_meta(root)
+    if meta.get("status") != "complete":
+        raise IdauditError(f"{root} is only partly rendered; rerun the same `idaudit world "
+                           "reacher` command to finish it")
+
+    def cat(prefix: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+        for path in sorted(root.glob(f"{prefix}-*.npz")):
+            with np.load(path) as f:
+                for k in keys:
+                    parts[k].append(f[k])
+        return {k: np.concatenate(v) for k, v in parts.items()}
+
+    tr = cat("train", ("z", "z_prime", "x", "x_prime"))
+    ev = cat("eval", ("z", "x"))
+    return ReacherData(meta, tr["z"], tr["z_prime"], tr["x"], tr["x_prime"], ev["z"], ev["x"])
+
+
+class _progress:
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled = enabled and total > 0
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.p = Progress(TextColumn("[bold]render"), BarColumn(), MofNCompleteColumn(),
+                              TimeRemainingColumn(), console=Console(stderr=True))
+            self.task = self.p.add_task("render", total=total)
+
+    def __enter__(self):
+        if self.enabled:
+            self.p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.p.__exit__(*exc)
+
+    def advance(self, n: int) -> None:
+        if self.enabled:
+            self.p.advance(self.task, n)
