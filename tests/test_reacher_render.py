@@ -119,8 +119,6 @@ def test_missing_dm_control_says_what_to_install(monkeypatch: pytest.MonkeyPatch
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="ReacherRenderer imports dm_control.mujoco.engine before "
-                   "_ensure_gl(), so with MUJOCO_GL unset dm_control picks GLFW (needs a display)")
 def test_renderer_picks_gl_itself() -> None:
     if doctor.chosen_backend() is None:
         pytest.skip("no headless GL")

@@ -35,23 +35,39 @@ def fingertip(angles: np.ndarray) -> np.ndarray:
 
 
 def _ensure_gl() -> str:
-    """Pick a headless GL backend unless MUJOCO_GL is set: EGL, then OSMesa."""
+    """Pick a headless GL backend unless MUJOCO_GL is set: the first of EGL, OSMesa that
+    renders a frame in a probe subprocess (dm_control fixes the backend at import time)."""
     chosen = os.environ.get("MUJOCO_GL")
     if chosen:
         return chosen
-    os.environ["MUJOCO_GL"] = GL_BACKENDS[0]
-    return GL_BACKENDS[0]
+    from ..doctor import probe_backend
+
+    for backend in GL_BACKENDS:
+        if probe_backend(backend)[0]:
+            os.environ["MUJOCO_GL"] = backend
+            return backend
+    raise IdauditError(f"no headless GL backend works here (tried {', '.join(GL_BACKENDS)}); "
+                       f"{INSTALL_HINT}")
 
 
 def load_physics():
     """The Reacher physics with the fixed target, or a one-line error saying what to install."""
-    _ensure_gl()
     try:
-        from dm_control import suite
+        import dm_control  # noqa: F401  (is it installed at all?)
     except ImportError as exc:
         raise IdauditError(f"the Reacher world needs MuJoCo and dm_control ({exc}); "
                            f"{INSTALL_HINT}") from None
-    env = suite.load("reacher", "hard", task_kwargs={"random": 0})
+    gl = _ensure_gl()
+    try:
+        from dm_control import suite
+
+        env = suite.load("reacher", "hard", task_kwargs={"random": 0})
+    except ImportError as exc:
+        raise IdauditError(f"the Reacher world needs MuJoCo and dm_control ({exc}); "
+                           f"{INSTALL_HINT}") from None
+    except (AttributeError, RuntimeError, OSError) as exc:  # a GL library that will not load
+        raise IdauditError(f"MuJoCo rendering with MUJOCO_GL={gl} failed "
+                           f"({str(exc).strip()[:120]}); {INSTALL_HINT}") from None
     physics = env.physics
     physics.named.model.geom_size["target", 0] = TARGET_SIZE
     physics.named.model.geom_pos["target", "x"] = TARGET_POS[0]
@@ -68,10 +84,10 @@ class ReacherRenderer:
     """Render joint angles to uint8 images with one reused camera."""
 
     def __init__(self) -> None:
-        from dm_control.mujoco.engine import Camera
-
-        self.physics = load_physics()
+        self.physics = load_physics()  # chooses the GL backend before dm_control's engine loads
         try:
+            from dm_control.mujoco.engine import Camera
+
             self.camera = Camera(self.physics, height=IMAGE_SIZE, width=IMAGE_SIZE, camera_id=0)
         except Exception as exc:  # GL context creation failures come in many types
             raise IdauditError(f"cannot create a headless GL context with MUJOCO_GL="
