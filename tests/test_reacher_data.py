@@ -128,3 +128,14 @@ def test_pixel_training_audit_and_plan_end_to_end(tiny, tmp_path):
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["pairs"] == 5 and plan["cost_ratio_median"] > 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cpu_estimate_scales_with_the_run():
+    from idaudit.pixel import estimate_seconds
+    from idaudit.train.pixels import PixelConfig
+
+    cfg = PixelConfig(batch=8, epochs=1)
+    small = estimate_seconds(cfg, pairs=16, epochs=1)
+    assert small > 0
+    # timed on the same kind of steps, 100× the work is estimated at ≈ 100× the time
+    assert 20 * small < estimate_seconds(cfg, pairs=1600, epochs=1) < 500 * small

@@ -93,7 +93,7 @@ def plot_plans(result: dict[str, Any], path, max_pairs: int = 12,
         ax.plot(paths[i, :, 0], paths[i, :, 1], "-o", color=c, ms=2, lw=1.2)
     ax.set_xlabel(labels[0])
     ax.set_ylabel(labels[1])
-    ax.set_title(f"latent plans (solid), oracle (dashed): median cost ratio "
+    ax.set_title(fontsize=9, label=f"latent plans (solid), oracle (dashed): median cost ratio "
                  f"{result['cost_ratio_median']:.3f}")
     ax.set_aspect("equal", adjustable="datalim")
     fig.tight_layout()
