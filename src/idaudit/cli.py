@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -72,18 +70,6 @@ def _parse_sigma(sigma: str) -> float | str:
             from None
     if not (value > 0 and math.isfinite(value)):
         raise IdauditError(f"--sigma must be > 0, got {sigma}")
-    return value
-
-
-def _parse_json(text: str | None, flag: str) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise IdauditError(f"{flag} is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise IdauditError(f"{flag} must be a JSON object")
     return value
 
 
@@ -186,6 +172,7 @@ def train(
     epochs (defaults: 100 000 pairs, 100 epochs, λ = 5e-3; shrink with --pairs/--epochs).
     """
     from .checkpoint import save_run
+    from .loaders import parse_json_object
     from .report import metrics_table
     from .train import TrainConfig
     from .train import train as run_train
@@ -215,7 +202,7 @@ def train(
     cfg = TrainConfig(objective=objective, lamb=lamb, sigma=_parse_sigma(sigma), steps=steps,
                       batch=batch, lr=lr, seed=seed, inits=inits, eval_every=eval_every,
                       n_eval=n_eval, device=device, encoder=encoder, views=views,
-                      encoder_kwargs=_parse_json(encoder_kwargs, "--encoder-kwargs")).validate()
+                      encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs")).validate()
     if out_path is None:
         out_path = Path("runs") / f"{spec.name}-{objective}-s{seed}.safetensors"
     result = run_train(build_world(spec), cfg, progress=not quiet)

@@ -15,6 +15,7 @@ from ..encoders import build_encoder
 from ..errors import IdauditError
 from ..losses import OBJECTIVES, objective_needs_directions, random_directions, sigma_for
 from ..metrics import identifiability_metrics, linear_r2
+from ..progress import ProgressBar
 from ..worlds import World
 from .config import TrainConfig
 from .schedule import constant_then_cosine
@@ -131,7 +132,7 @@ def train(world: World, cfg: TrainConfig, progress: bool = False) -> TrainResult
         else world.default_encoder()
     ev = make_eval_set(world, cfg.n_eval, cfg.seed)
     mixing_r2 = linear_r2(ev.x, ev.z)
-    bar = _Bar(progress, cfg.steps * cfg.inits)
+    bar = ProgressBar(progress, cfg.steps * cfg.inits, "train")
     best: tuple[float, int, dict, list] | None = None
     history: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -157,7 +158,7 @@ def train(world: World, cfg: TrainConfig, progress: bool = False) -> TrainResult
                     curve.append({"step": it + 1, "loss": loss_now,
                                   "r2_h_to_z": m["r2_h_to_z"],
                                   "orthogonality_error": m["orthogonality_error"]})
-                    bar.show(init=init, loss=loss_now, r2=m["r2_h_to_z"])
+                    bar.show(f"init {init}  loss {loss_now:.4g}  R² {m['r2_h_to_z']:.4f}")
                 if (it + 1) % 50 == 0 or last:
                     bar.advance(50 if not last else (it + 1) - 50 * (it // 50))
             tail = max(1, min(cfg.steps, max(50, cfg.steps // 20)))
@@ -177,43 +178,3 @@ def train(world: World, cfg: TrainConfig, progress: bool = False) -> TrainResult
                        config=cfg, metrics=metrics, history=history, best_init=best[1],
                        seconds=seconds, steps_per_second=cfg.steps * cfg.inits / seconds,
                        device=str(device))
-
-
-class _Bar:
-    """A rich progress bar with live loss and R² (a no-op when disabled)."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled
-        self.total = total
-        if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-            self.progress = Progress(
-                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=Console(stderr=True), transient=False)
-            self.task = self.progress.add_task("train", total=total, info="")
-
-    def __enter__(self):
-        if self.enabled:
-            self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.progress.__exit__(*exc)
-
-    def advance(self, n: int) -> None:
-        if self.enabled:
-            self.progress.advance(self.task, n)
-
-    def show(self, init: int, loss: float, r2: float) -> None:
-        if self.enabled:
-            self.progress.update(self.task, info=f"init {init}  loss {loss:.4g}  R² {r2:.4f}")

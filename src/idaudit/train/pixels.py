@@ -18,6 +18,7 @@ import torch
 from ..encoders import build_encoder
 from ..errors import require
 from ..losses import alignment, random_directions, sigreg
+from ..progress import ProgressBar
 from .loop import pick_device
 
 
@@ -79,7 +80,7 @@ def train_pixels(data, cfg: PixelConfig, progress: bool = False) -> PixelResult:
     b = min(cfg.batch, n)
     per_epoch = max(1, n // b)
     history: list[dict[str, Any]] = []
-    bar = _Bar(progress, cfg.epochs * per_epoch)
+    bar = ProgressBar(progress, cfg.epochs * per_epoch, "train")
     t0 = time.perf_counter()
     with bar:
         for epoch in range(cfg.epochs):
@@ -97,7 +98,7 @@ def train_pixels(data, cfg: PixelConfig, progress: bool = False) -> PixelResult:
                 torch.nn.utils.clip_grad_norm_(enc.parameters(), cfg.clip)
                 opt.step()
                 total += float(loss.detach())
-                bar.advance(1, epoch=epoch + 1, loss=float(loss.detach()))
+                bar.advance(1, f"epoch {epoch + 1}  loss {float(loss.detach()):.4g}")
             sched.step()
             mean_loss = total / per_epoch
             if not math.isfinite(mean_loss):
@@ -106,36 +107,3 @@ def train_pixels(data, cfg: PixelConfig, progress: bool = False) -> PixelResult:
                 raise IdauditError(f"training diverged in epoch {epoch + 1}", exit_code=3)
             history.append({"epoch": epoch + 1, "loss": mean_loss})
     return PixelResult(enc.cpu().eval(), cfg, history, time.perf_counter() - t0, str(device))
-
-
-class _Bar:
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled
-        if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self.p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                              TimeRemainingColumn(), console=Console(stderr=True))
-            self.task = self.p.add_task("train", total=total, info="")
-
-    def __enter__(self):
-        if self.enabled:
-            self.p.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.p.__exit__(*exc)
-
-    def advance(self, n: int, epoch: int, loss: float) -> None:
-        if self.enabled:
-            self.p.update(self.task, advance=n, info=f"epoch {epoch}  loss {loss:.4g}")

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import IdauditError
 from ..io import atomic_write, write_json
+from ..progress import ProgressBar
 from .reacher import WRIST_LIMIT
 
 FORMAT = "idaudit-reacher"
@@ -185,7 +186,7 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
              for i in range(0, len(ze), CHUNK)]
     todo = [j for j in jobs if not (root / j[0]).exists()]
     frames = sum(len(a) * (1 if b is None else 2) for _, a, b in todo)
-    bar = _progress(progress, frames)
+    bar = ProgressBar(progress, frames, "render")
     with bar, RenderPool(workers) as pool:
         for name, a, b in todo:
             angles = a if b is None else np.concatenate([a, b])
@@ -255,28 +256,3 @@ def load_dataset(root: str | Path) -> ReacherData:
     tr = cat("train", ("z", "z_prime", "x", "x_prime"))
     ev = cat("eval", ("z", "x"))
     return ReacherData(meta, tr["z"], tr["z_prime"], tr["x"], tr["x_prime"], ev["z"], ev["x"])
-
-
-class _progress:
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled and total > 0
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.p = Progress(TextColumn("[bold]render"), BarColumn(), MofNCompleteColumn(),
-                              TimeRemainingColumn(), console=Console(stderr=True))
-            self.task = self.p.add_task("render", total=total)
-
-    def __enter__(self):
-        if self.enabled:
-            self.p.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.p.__exit__(*exc)
-
-    def advance(self, n: int) -> None:
-        if self.enabled:
-            self.p.advance(self.task, n)
