@@ -55,9 +55,9 @@ class StraightforwardStep:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--steps-per-round", type=int, default=50)
-    ap.add_argument("--settle", type=int, default=10, help="untimed steps at each block start")
+    ap.add_argument("--rounds", type=int, default=16)
+    ap.add_argument("--steps-per-round", type=int, default=25)
+    ap.add_argument("--settle", type=int, default=5, help="untimed steps at each block start")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -82,21 +82,27 @@ def main() -> None:
 
     t_ref: list[float] = []
     t_fast: list[float] = []
+    ratios: list[float] = []  # per round: paired, so a slow phase of the machine hits both
     it = n_check
     for _ in range(args.rounds):
-        for stepper, times in ((ref, t_ref), (fast, t_fast)):
+        block: dict[str, list[float]] = {"ref": [], "fast": []}
+        for name, stepper, times in (("ref", ref, t_ref), ("fast", fast, t_fast)):
             for j in range(args.settle + args.steps_per_round):
                 t0 = time.perf_counter()
                 stepper.step(it)
                 if j >= args.settle:
-                    times.append(time.perf_counter() - t0)
+                    dt = time.perf_counter() - t0
+                    times.append(dt)
+                    block[name].append(dt)
             it += 1
+        ratios.append(statistics.median(block["ref"]) / statistics.median(block["fast"]))
     m_ref, m_fast = statistics.median(t_ref), statistics.median(t_fast)
     print(f"\nper-step time, median of {len(t_ref)} steps each in alternating blocks "
           f"({args.threads} threads):")
     print(f"  straightforward: {1e3 * m_ref:7.2f} ms  ({1 / m_ref:6.1f} steps/s)")
     print(f"  idaudit:         {1e3 * m_fast:7.2f} ms  ({1 / m_fast:6.1f} steps/s)")
-    print(f"  speed-up: {m_ref / m_fast:.2f}x")
+    print(f"  speed-up: {m_ref / m_fast:.2f}x (ratio of medians); per-round ratios: median "
+          f"{statistics.median(ratios):.2f}x, range {min(ratios):.2f}–{max(ratios):.2f}x")
     print(f"  20 000 steps: straightforward ≈ {20_000 * m_ref / 60:.1f} min, "
           f"idaudit ≈ {20_000 * m_fast / 60:.1f} min (plus evaluation every 500 steps)")
 
