@@ -60,13 +60,13 @@ def test_interrupted_render_resumes_without_rerendering(tmp_path, small_chunks, 
     with pytest.raises(IdauditError, match="partly rendered"):
         rd.load_dataset(tmp_path / "d")
     rendered = []
-    real = RenderPool.render
+    real = RenderPool.imap_batches
 
-    def counting(self, angles):
-        rendered.append(len(angles))
-        return real(self, angles)
+    def counting(self, batches):
+        rendered.extend(len(b) for b in batches)
+        return real(self, batches)
 
-    monkeypatch.setattr(RenderPool, "render", counting)
+    monkeypatch.setattr(RenderPool, "imap_batches", counting)
     rd.build_dataset(tmp_path / "d", spec, workers=1)
     assert rendered == [20]  # only the missing chunk: 10 pairs × 2 views
     after = rd.load_dataset(tmp_path / "d")

@@ -158,6 +158,25 @@ class RenderPool:
             assert self._pool is not None
             yield from self._pool.imap(_worker_render, parts)
 
+    def imap_batches(self, batches: list[np.ndarray]) -> Iterator[np.ndarray]:
+        """Render each array of angles, yielding in order; workers run ahead of the consumer
+        (so writing one batch overlaps with rendering the next)."""
+        parts: list[tuple[int, np.ndarray]] = []
+        for b, angles in enumerate(batches):
+            parts += [(b, angles[i:i + self.chunk]) for i in range(0, len(angles), self.chunk)]
+        counts = [sum(1 for p in parts if p[0] == b) for b in range(len(batches))]
+        done: list[np.ndarray] = []
+        current = 0
+        results = (self._local.render(p) for _, p in parts) if self._local is not None \
+            else self._pool.imap(_worker_render, [p for _, p in parts])
+        for img in results:
+            done.append(img)
+            while current < len(batches) and len(done) == counts[current]:
+                yield np.concatenate(done) if done else np.empty((0, IMAGE_SIZE, IMAGE_SIZE, 3),
+                                                                  dtype=np.uint8)
+                done = []
+                current += 1
+
     def render(self, angles: np.ndarray) -> np.ndarray:
         if len(angles) == 0:
             return np.empty((0, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)

@@ -187,36 +187,40 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
     todo = [j for j in jobs if not (root / j[0]).exists()]
     frames = sum(len(a) * (1 if b is None else 2) for _, a, b in todo)
     bar = ProgressBar(progress, frames, "render")
+    batches = [a if b is None else np.concatenate([a, b]) for _, a, b in todo]
+    hist = np.zeros((3, 256), dtype=np.int64)  # per-channel pixel histograms of train x
+    for name, _, _ in jobs:
+        if name.startswith("train") and (root / name).exists():
+            with np.load(root / name) as f:
+                hist += _histograms(f["x"])
     with bar, RenderPool(workers) as pool:
-        for name, a, b in todo:
-            angles = a if b is None else np.concatenate([a, b])
-            images = pool.render(angles)
+        for (name, a, b), images in zip(todo, pool.imap_batches(batches)):
             if b is None:
                 _write_chunk(root / name, z=a, x=images)
             else:
                 _write_chunk(root / name, z=a, z_prime=b, x=images[: len(a)],
                              x_prime=images[len(a):])
-            bar.advance(len(angles))
-    stats = _channel_stats(root)
+                hist += _histograms(images[: len(a)])
+            bar.advance(len(images))
+    stats = _stats_from_histograms(hist)
     meta = read_meta(root)
     meta.update(status="complete", channel_mean=stats[0], channel_std=stats[1])
     write_json(_meta_path(root), meta)
     return root
 
 
-def _channel_stats(root: Path) -> tuple[list[float], list[float]]:
-    s = np.zeros(3)
-    s2 = np.zeros(3)
-    n = 0
-    for path in sorted(root.glob("train-*.npz")):
-        with np.load(path) as f:
-            x = f["x"].astype(np.float64) / 255.0
-        s += x.sum((0, 1, 2))
-        s2 += np.square(x).sum((0, 1, 2))
-        n += x.shape[0] * x.shape[1] * x.shape[2]
-    mean = s / max(n, 1)
-    std = np.sqrt(np.maximum(s2 / max(n, 1) - mean**2, 1e-12))
-    return mean.tolist(), std.tolist()
+def _histograms(x: np.ndarray) -> np.ndarray:
+    """Per-channel counts of each uint8 value in images (N, H, W, 3)."""
+    return np.stack([np.bincount(x[..., c].ravel(), minlength=256) for c in range(3)])
+
+
+def _stats_from_histograms(hist: np.ndarray) -> tuple[list[float], list[float]]:
+    """Exact per-channel mean and std of x/255 from the value histograms."""
+    v = np.arange(256, dtype=np.float64) / 255.0
+    n = hist.sum(1).clip(min=1)
+    mean = (hist * v).sum(1) / n
+    var = (hist * v**2).sum(1) / n - mean**2
+    return mean.tolist(), np.sqrt(np.maximum(var, 1e-12)).tolist()
 
 
 @dataclass
