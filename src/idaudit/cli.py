@@ -381,6 +381,65 @@ def demo(
 
 @app.command()
 @cli_errors
+def sweep(
+    suite: str = typer.Argument(..., help="2d | scaling | gennorm | grid, or a TOML file with "
+                                "[fixed] options and [grid] lists of train options"),
+    out_dir: Path = typer.Option(Path("sweeps"), "--out", "-o", help="results directory"),
+    seeds: int | None = typer.Option(None, "--seeds", help="keep the first N seeds"),
+    steps: int | None = typer.Option(None, "--steps", help="cap the training steps"),
+    dims: str | None = typer.Option(None, "--dims", help="comma-separated dims to keep"),
+    objectives: str | None = typer.Option(None, "--objectives", help="comma-separated "
+                                          "objectives to keep"),
+    workers: int | None = typer.Option(None, "--workers", help="parallel runs (default: cores)"),
+    list_only: bool = typer.Option(False, "--list", help="print the runs, run nothing"),
+) -> None:
+    """Run a suite of trainings (resumable: finished runs are skipped) in a process pool."""
+    from rich.table import Table
+
+    from .sweep import load_suite, run_id, run_sweep, shrink
+
+    try:
+        dim_list = [int(d) for d in dims.split(",")] if dims else None
+    except ValueError:
+        raise IdauditError(f"--dims expects comma-separated integers, got {dims!r}") from None
+    runs = shrink(load_suite(suite), seeds=seeds, steps=steps, dims=dim_list,
+                  objectives=objectives.split(",") if objectives else None)
+    if list_only:
+        table = Table(title=f"{suite}: {len(runs)} runs")
+        keys = sorted({k for r in runs for k in r})
+        for k in ["id", *keys]:
+            table.add_column(k)
+        for r in runs:
+            table.add_row(run_id(r), *[str(r.get(k, "")) for k in keys])
+        out.print(table)
+        return
+    counts = run_sweep(runs, out_dir, workers=workers, progress=True)
+    out.print(f"{counts['total']} runs: {counts['skipped']} already done, {counts['ok']} ok, "
+              f"{counts['failed']} failed; results in {out_dir / 'runs'}")
+    if counts["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@cli_errors
+def report(
+    out_dir: Path = typer.Argument(..., help="a directory written by idaudit sweep"),
+) -> None:
+    """Aggregate a sweep: mean ± std over seeds, as summary.csv and summary.md."""
+    from .sweep import aggregate, load_results, write_tables
+
+    ok, failed = load_results(out_dir)
+    if not ok:
+        raise IdauditError(f"{out_dir} has no finished runs")
+    paths = write_tables(aggregate(ok), out_dir)
+    out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)
+    if failed:
+        err.print(f"{len(failed)} failed runs are not in the tables (see *.failed.json)")
+    out.print(f"wrote {paths['csv']} and {paths['markdown']}")
+
+
+@app.command()
+@cli_errors
 def doctor() -> None:
     """Check the installation (torch, numba, MuJoCo, headless GL) and say what to install."""
     from rich.table import Table

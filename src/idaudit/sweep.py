@@ -1,0 +1,281 @@
+"""Sweeps: the paper's experiment suites (or a user TOML grid) as independent training runs.
+
+Each run is a dict of ``train`` options; its result is one JSON file named after its
+options under ``OUT/runs/``, so a killed sweep resumes by skipping runs whose file exists.
+Runs execute in a local process pool (one single-threaded run per core); a failed run is
+recorded with its error and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from .errors import IdauditError
+from .io import write_json
+
+SEEDS_2D = [1337, 1338, 1339]
+OBJECTIVE_LAMB = {"lejepa": 1e-3, "whiten": 0.5, "infonce": 0.0}
+
+
+def _runs(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    keys = list(grid)
+    return [{**base, **dict(zip(keys, values))} for values in itertools.product(*grid.values())]
+
+
+def suite_2d() -> list[dict[str, Any]]:
+    runs = []
+    for obj in ("lejepa", "whiten"):
+        runs += _runs({"objective": obj, "lamb": OBJECTIVE_LAMB[obj], "steps": 20_000,
+                       "rho": 0.95},
+                      {"world": ["spiral", "banana", "sinusoid", "nvp"], "seed": SEEDS_2D})
+    return runs
+
+
+def suite_scaling() -> list[dict[str, Any]]:
+    dims = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    runs = []
+    for obj, extra in (("lejepa", {"lamb": 1e-6}), ("whiten", {"lamb": 0.5}),
+                       ("infonce", {"sigma": "1.0"}), ("infonce", {"sigma": "auto"})):
+        for dim, seed in itertools.product(dims, range(5)):
+            runs.append({"world": "coupling", "dim": dim, "objective": obj, "seed": seed,
+                         "steps": 20_000, "rho": 0.95, "inits": 3 if dim <= 32 else 1, **extra})
+    return runs
+
+
+def suite_gennorm() -> list[dict[str, Any]]:
+    alphas = [0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    runs = []
+    for obj in ("lejepa", "whiten", "infonce"):
+        base = {"objective": obj, "lamb": OBJECTIVE_LAMB[obj], "steps": 20_000, "rho": 0.95,
+                "source": "gennorm"}
+        runs += _runs(base, {"world": ["spiral", "banana", "sinusoid", "nvp"], "alpha": alphas,
+                             "seed": SEEDS_2D})
+    return runs
+
+
+def suite_grid() -> list[dict[str, Any]]:
+    return _runs({"world": "spiral", "objective": "lejepa", "steps": 20_000},
+                 {"lamb": [1e-6, 1e-5, 1e-4, 1e-3, 5e-3, 1e-2, 5e-2, 1e-1, 0.5],
+                  "rho": [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99], "seed": SEEDS_2D})
+
+
+SUITES: dict[str, Callable[[], list[dict[str, Any]]]] = {
+    "2d": suite_2d, "scaling": suite_scaling, "gennorm": suite_gennorm, "grid": suite_grid,
+}
+
+TRAIN_KEYS = {"world", "dim", "source", "alpha", "rho", "layers", "objective", "lamb", "sigma",
+              "steps", "batch", "lr", "seed", "inits", "eval_every", "n_eval", "views"}
+
+
+def load_suite(name: str) -> list[dict[str, Any]]:
+    """A built-in suite by name, or a TOML file: ``[fixed]`` options and ``[grid]`` lists."""
+    if name in SUITES:
+        return SUITES[name]()
+    path = Path(name)
+    if not path.exists():
+        raise IdauditError(f"unknown suite {name!r}; valid: {', '.join(SUITES)} or a .toml file")
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise IdauditError(f"suite file {path} is not valid TOML ({exc})") from None
+    fixed, grid = data.get("fixed", {}), data.get("grid", {})
+    unknown = (set(fixed) | set(grid)) - TRAIN_KEYS
+    if unknown:
+        raise IdauditError(f"suite file {path}: unknown train options {sorted(unknown)}; "
+                           f"valid: {', '.join(sorted(TRAIN_KEYS))}")
+    if not all(isinstance(v, list) and v for v in grid.values()):
+        raise IdauditError(f"suite file {path}: every [grid] entry must be a non-empty list")
+    return _runs(fixed, grid)
+
+
+def shrink(runs: list[dict[str, Any]], seeds: int | None = None, steps: int | None = None,
+           dims: list[int] | None = None, objectives: list[str] | None = None
+           ) -> list[dict[str, Any]]:
+    """Keep the first ``seeds`` seeds, cap the steps, keep only the listed dims/objectives."""
+    out = []
+    seed_values = sorted({r.get("seed", 0) for r in runs})[:seeds] if seeds else None
+    for r in runs:
+        if seed_values is not None and r.get("seed", 0) not in seed_values:
+            continue
+        if dims and r.get("dim", 2) not in dims:
+            continue
+        if objectives and r.get("objective", "lejepa") not in objectives:
+            continue
+        out.append({**r, **({"steps": steps} if steps else {})})
+    return out
+
+
+def run_id(run: dict[str, Any]) -> str:
+    """A readable, stable file name for a run's options."""
+    parts = [f"{k}={run[k]}" for k in sorted(run)]
+    digest = hashlib.sha1(json.dumps(run, sort_keys=True).encode()).hexdigest()[:10]
+    head = "-".join(str(run.get(k)) for k in ("world", "objective") if k in run)
+    return f"{head}-{digest}" if head else digest + "-" + "_".join(parts)[:40]
+
+
+def execute(run: dict[str, Any]) -> dict[str, Any]:
+    """Train one run (single-threaded) and return its result record (never raises)."""
+    import torch
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        from .train import TrainConfig, train
+        from .worlds import build_world, make_spec
+
+        spec = make_spec(run.get("world", "spiral"), dim=run.get("dim"),
+                         source=run.get("source", "gaussian"), alpha=run.get("alpha"),
+                         rho=run.get("rho", 0.95), layers=run.get("layers"))
+        sigma = run.get("sigma", 1.0)
+        sigma = sigma if sigma == "auto" else float(sigma)
+        cfg = TrainConfig(**{k: v for k, v in run.items()
+                             if k in {"objective", "lamb", "steps", "batch", "lr", "seed",
+                                      "inits", "eval_every", "n_eval", "views"}},
+                          sigma=sigma, device="cpu")
+        result = train(build_world(spec), cfg)
+        return {"run": run, "status": "ok", "metrics": result.metrics,
+                "seconds": time.perf_counter() - t0,
+                "steps_per_second": result.steps_per_second}
+    except Exception as exc:  # recorded, the sweep goes on
+        return {"run": run, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t0}
+
+
+def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
+              progress: bool = False) -> dict[str, int]:
+    """Execute the runs whose result file is missing; return counts."""
+    from .progress import ProgressBar
+
+    out = Path(out_dir) / "runs"
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [r for r in runs if not (out / f"{run_id(r)}.json").exists()]
+    counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
+    workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
+    with ProgressBar(progress, len(todo), "sweep") as bar:
+        if workers == 1:
+            results = (execute(r) for r in todo)
+            for rec in results:
+                _record(out, rec, counts, bar)
+        else:
+            import multiprocessing as mp
+
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+                futures = [pool.submit(execute, r) for r in todo]
+                for fut in as_completed(futures):
+                    _record(out, fut.result(), counts, bar)
+    return counts
+
+
+def _record(out: Path, rec: dict[str, Any], counts: dict[str, int], bar) -> None:
+    """Successful runs are ``ID.json`` (skipped on rerun); failures ``ID.failed.json`` (retried)."""
+    counts[rec["status"]] += 1
+    rid = run_id(rec["run"])
+    write_json(out / (f"{rid}.json" if rec["status"] == "ok" else f"{rid}.failed.json"), rec)
+    bar.advance(1, f"{counts['ok']} ok, {counts['failed']} failed")
+
+
+# ---- aggregation ------------------------------------------------------------------------
+
+REPORT_METRICS = ("r2_h_to_z", "orthogonality_error", "mixing_r2_x_to_z", "whitening_error",
+                  "procrustes_mse", "bound")
+
+
+def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    runs_dir = Path(out_dir) / "runs"
+    if not runs_dir.is_dir():
+        raise IdauditError(f"{out_dir} has no runs/ directory (run `idaudit sweep` first)")
+    ok, failed = [], []
+    for path in sorted(runs_dir.glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except ValueError:
+            raise IdauditError(f"{path} is not valid JSON") from None
+        (failed if path.name.endswith(".failed.json") else ok).append(rec)
+    return ok, failed
+
+
+def _label(run: dict[str, Any]) -> str:
+    obj = run.get("objective", "lejepa")
+    if obj == "infonce":
+        return f"infonce (σ={run.get('sigma', 1.0)})"
+    return {"lejepa": "SIGReg", "whiten": "VICReg"}.get(obj, obj)
+
+
+def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and std over seeds of each configuration (all options but the seed)."""
+    import numpy as np
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        key = json.dumps({k: v for k, v in rec["run"].items() if k != "seed"}, sort_keys=True)
+        groups.setdefault(key, []).append(rec)
+    rows = []
+    for key, recs in groups.items():
+        row: dict[str, Any] = {**json.loads(key), "method": _label(recs[0]["run"]),
+                               "n_seeds": len(recs)}
+        for m in REPORT_METRICS:
+            vals = [r["metrics"][m] for r in recs if r["metrics"].get(m) is not None]
+            if vals:
+                row[f"{m}_mean"] = float(np.mean(vals))
+                row[f"{m}_std"] = float(np.std(vals))
+        rows.append(row)
+    return rows
+
+
+def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
+    """summary.csv (every configuration) and summary.md (the paper's Table 1 layout when the
+    runs vary the dimension: N, raw-mixing R², then R²(h → z) per method)."""
+    import csv
+    import io
+
+    from .io import atomic_write
+
+    out_dir = Path(out_dir)
+    cols = sorted({k for r in rows for k in r}, key=lambda k: (k.endswith(("_mean", "_std")), k))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    w.writerows(rows)
+    text_csv = buf.getvalue()
+    atomic_write(out_dir / "summary.csv", lambda tmp: Path(tmp).write_text(text_csv))
+
+    def pm(row: dict[str, Any] | None, m: str) -> str:
+        if row is None or f"{m}_mean" not in row:
+            return "—"
+        return f"{row[f'{m}_mean']:.6f} ± {row[f'{m}_std']:.1e}"
+
+    lines = []
+    methods = sorted({r["method"] for r in rows})
+    if len({r.get("dim", 2) for r in rows}) > 1:
+        lines += ["| N | mixing R²(x→z) | " + " | ".join(f"{m} R²(h→z)" for m in methods) + " |",
+                  "|---:|---:|" + "---:|" * len(methods)]
+        for dim in sorted({r.get("dim", 2) for r in rows}):
+            at = [r for r in rows if r.get("dim", 2) == dim]
+            by = {r["method"]: r for r in at}
+            lines.append(f"| {dim} | {pm(at[0], 'mixing_r2_x_to_z')} | "
+                         + " | ".join(pm(by.get(m), "r2_h_to_z") for m in methods) + " |")
+    else:
+        varying = [k for k in sorted({k for r in rows for k in r})
+                   if not k.endswith(("_mean", "_std")) and k not in ("n_seeds",)
+                   and len({json.dumps(r.get(k)) for r in rows}) > 1]
+        lines += ["| " + " | ".join(varying + ["seeds", "R²(h→z)", "orthogonality error",
+                                               "mixing R²(x→z)"]) + " |",
+                  "|" + "---|" * (len(varying) + 4)]
+        for r in sorted(rows, key=lambda r: [json.dumps(r.get(k)) for k in varying]):
+            lines.append("| " + " | ".join([str(r.get(k)) for k in varying] + [
+                str(r["n_seeds"]), pm(r, "r2_h_to_z"), pm(r, "orthogonality_error"),
+                pm(r, "mixing_r2_x_to_z")]) + " |")
+    text_md = "\n".join(lines) + "\n"
+    atomic_write(out_dir / "summary.md", lambda tmp: Path(tmp).write_text(text_md))
+    return {"csv": out_dir / "summary.csv", "markdown": out_dir / "summary.md"}
