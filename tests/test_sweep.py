@@ -99,3 +99,15 @@ def _write(tmp_path, text):
     path = tmp_path / "suite.toml"
     path.write_text(text)
     return path
+
+
+def test_ray_executor_gives_the_same_numbers(tmp_path):
+    pytest.importorskip("ray")
+    runs = load_suite(str(_write(tmp_path, TINY)))[:2]
+    run_sweep(runs, tmp_path / "local", workers=1)
+    counts = run_sweep(runs, tmp_path / "ray", executor="ray")
+    assert counts["ok"] == 2
+    for r in runs:
+        a = json.loads((tmp_path / "local" / "runs" / f"{run_id(r)}.json").read_text())
+        b = json.loads((tmp_path / "ray" / "runs" / f"{run_id(r)}.json").read_text())
+        assert a["metrics"] == b["metrics"]

@@ -391,6 +391,9 @@ def sweep(
     objectives: str | None = typer.Option(None, "--objectives", help="comma-separated "
                                           "objectives to keep"),
     workers: int | None = typer.Option(None, "--workers", help="parallel runs (default: cores)"),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) | ray"),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: "
+                                       "a local Ray instance)"),
     list_only: bool = typer.Option(False, "--list", help="print the runs, run nothing"),
 ) -> None:
     """Run a suite of trainings (resumable: finished runs are skipped) in a process pool."""
@@ -413,7 +416,8 @@ def sweep(
             table.add_row(run_id(r), *[str(r.get(k, "")) for k in keys])
         out.print(table)
         return
-    counts = run_sweep(runs, out_dir, workers=workers, progress=True)
+    counts = run_sweep(runs, out_dir, workers=workers, progress=True, executor=executor,
+                       address=address)
     out.print(f"{counts['total']} runs: {counts['skipped']} already done, {counts['ok']} ok, "
               f"{counts['failed']} failed; results in {out_dir / 'runs'}")
     if counts["failed"]:

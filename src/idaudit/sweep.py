@@ -153,8 +153,13 @@ def execute(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
-              progress: bool = False) -> dict[str, int]:
-    """Execute the runs whose result file is missing; return counts."""
+              progress: bool = False, executor: str = "local", address: str | None = None
+              ) -> dict[str, int]:
+    """Execute the runs whose result file is missing; return counts.
+
+    ``executor`` local: a spawn process pool; ray: Ray tasks (one CPU each, one GPU each when
+    the cluster has GPUs), on the cluster at ``address`` or a local Ray instance.
+    """
     from .progress import ProgressBar
 
     out = Path(out_dir) / "runs"
@@ -162,8 +167,13 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     todo = [r for r in runs if not (out / f"{run_id(r)}.json").exists()]
     counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
     workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
+    if executor not in ("local", "ray"):
+        raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
     with ProgressBar(progress, len(todo), "sweep") as bar:
-        if workers == 1:
+        if executor == "ray" and todo:
+            for rec in _ray_results(todo, address):
+                _record(out, rec, counts, bar)
+        elif workers == 1:
             results = (execute(r) for r in todo)
             for rec in results:
                 _record(out, rec, counts, bar)
@@ -175,6 +185,28 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                 for fut in as_completed(futures):
                     _record(out, fut.result(), counts, bar)
     return counts
+
+
+def _ray_results(todo: list[dict[str, Any]], address: str | None):
+    """Yield run records as Ray tasks finish (Ray is the optional ``ray`` extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise IdauditError('--executor ray needs Ray: pip install "idaudit[ray]"') from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 ignore_reinit_error=True)
+    try:
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        task = ray.remote(num_cpus=1, num_gpus=gpus)(execute)
+        pending = [task.remote(r) for r in todo]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def _record(out: Path, rec: dict[str, Any], counts: dict[str, int], bar) -> None:
