@@ -17,13 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-try:  # idaudit.worlds imports torch; the doctor must still run (and say so) without it
-    from .worlds.reacher import GL_BACKENDS, INSTALL_HINT
-except Exception:  # pragma: no cover - only without torch/numpy; kept in sync with worlds/reacher.py
-    GL_BACKENDS = ("egl", "osmesa")
-    INSTALL_HINT = ('pip install "idaudit[reacher]" (mujoco==3.17.0, dm_control==1.0.50); headless '
-                    "rendering needs EGL (apt-get install libegl1 libopengl0 libgl1-mesa-dri) or "
-                    "OSMesa (apt-get install libosmesa6)")
+from .render_mujoco import GL_BACKENDS, INSTALL_HINT  # no torch: the doctor runs without it
 
 MIN_PYTHON = (3, 10)
 MUJOCO_VERSION = "3.17.0"
@@ -32,7 +26,7 @@ GL_TIMEOUT_S = 60.0
 
 _PROBE = """\
 import numpy as np
-from idaudit.worlds.reacher import ReacherRenderer
+from idaudit.render_mujoco import ReacherRenderer
 img = ReacherRenderer().render([[0.3, -0.5]])
 assert img.shape == (1, 64, 64, 3) and img.dtype == np.uint8, (img.shape, img.dtype)
 print(f"IDAUDIT_MEAN {float(img.mean()):.4f}")
