@@ -106,15 +106,9 @@ def make_threshold(key: str, op: str, value: Any) -> Threshold:
 
 def load_gate_file(path: str | Path) -> list[Threshold]:
     """A TOML gate: ``[min]`` and ``[max]`` tables of ``metric = value``."""
-    import tomllib
+    from .io import load_toml
 
-    path = Path(path)
-    if not path.exists():
-        raise IdauditError(f"gate file not found: {path}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise IdauditError(f"gate file {path} is not valid TOML ({exc})") from None
+    data = load_toml(path, "gate")
     extra = set(data) - {"min", "max"}
     if extra:
         raise IdauditError(f"gate file {path}: unknown tables {sorted(extra)}; use [min] and [max]")

@@ -47,3 +47,18 @@ def write_json(path: str | Path, data: Any) -> Path:
         Path(tmp).write_text(text)
 
     return atomic_write(path, write)
+
+
+def load_toml(path: str | Path, kind: str) -> dict[str, Any]:
+    """Parse a TOML file; a missing or malformed file is a one-line input error naming ``kind``."""
+    import tomllib
+
+    from .errors import IdauditError
+
+    path = Path(path)
+    if not path.exists():
+        raise IdauditError(f"{kind} file not found: {path}")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise IdauditError(f"{kind} file {path} is not valid TOML ({exc})") from None

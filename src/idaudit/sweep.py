@@ -83,12 +83,9 @@ def load_suite(name: str) -> list[dict[str, Any]]:
     path = Path(name)
     if not path.exists():
         raise IdauditError(f"unknown suite {name!r}; valid: {', '.join(SUITES)} or a .toml file")
-    import tomllib
+    from .io import load_toml
 
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise IdauditError(f"suite file {path} is not valid TOML ({exc})") from None
+    data = load_toml(path, "suite")
     fixed, grid = data.get("fixed", {}), data.get("grid", {})
     unknown = (set(fixed) | set(grid)) - TRAIN_KEYS
     if unknown:
