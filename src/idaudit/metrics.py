@@ -216,6 +216,12 @@ class Moments:
     def cov(self, ddof: int = 1) -> torch.Tensor:
         return self.scatter / max(self.n - ddof, 1)
 
+    def restricted(self, cols: torch.Tensor) -> Moments:
+        """The same moments for a subset of the columns (no pass over the data)."""
+        out = Moments.__new__(Moments)
+        out.n, out.mean, out.scatter = self.n, self.mean[cols], self.scatter[cols][:, cols]
+        return out
+
     @staticmethod
     def pooled(a: Moments, b: Moments) -> Moments:
         out = Moments.__new__(Moments)
@@ -467,9 +473,7 @@ def _bootstrap_r2(data: torch.Tensor, train: Moments, test_rows: torch.Tensor, a
     sub = data[:, cols]
     na = a.stop - a.start
     aa, bb = slice(0, na), slice(na, sub.shape[1])
-    train_sub = Moments(sub, None)  # replaced below by the train moments restricted to cols
-    train_sub.n, train_sub.mean = train.n, train.mean[cols]
-    train_sub.scatter = train.scatter[cols][:, cols]
+    train_sub = train.restricted(cols)
     for _ in range(reps):
         idx = test_rows[torch.randint(0, test_rows.numel(), (test_rows.numel(),), generator=gen)]
         r2 = heldout_r2_from_moments(train_sub, Moments(sub, idx), aa, bb)
