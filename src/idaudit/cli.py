@@ -382,31 +382,47 @@ def demo(
 @app.command()
 @cli_errors
 def sweep(
-    suite: str = typer.Argument(..., help="2d | scaling | gennorm | grid, or a TOML file with "
-                                "[fixed] options and [grid] lists of train options"),
+    suite: str = typer.Argument(..., help="2d | scaling | gennorm | grid | reacher, or a TOML "
+                                "file with [fixed] options and [grid] lists of train options"),
     out_dir: Path = typer.Option(Path("sweeps"), "--out", "-o", help="results directory"),
     seeds: int | None = typer.Option(None, "--seeds", help="keep the first N seeds"),
     steps: int | None = typer.Option(None, "--steps", help="cap the training steps"),
     dims: str | None = typer.Option(None, "--dims", help="comma-separated dims to keep"),
     objectives: str | None = typer.Option(None, "--objectives", help="comma-separated "
                                           "objectives to keep"),
-    workers: int | None = typer.Option(None, "--workers", help="parallel runs (default: cores)"),
+    only: list[str] = typer.Option([], "--only", help="keep runs whose option is one of the "
+                                   "values, e.g. --only world=spiral --only lamb=1e-3,5e-3"),
+    set_: list[str] = typer.Option([], "--set", help="override an option on every run, e.g. "
+                                   "--set pairs=3000 --set epochs=10 (Reacher)"),
+    workers: int | None = typer.Option(None, "--workers", help="parallel runs (default: cores, "
+                                       "or one per GPU)"),
     executor: str = typer.Option("local", "--executor", help="local (process pool) | ray"),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: "
                                        "a local Ray instance)"),
     list_only: bool = typer.Option(False, "--list", help="print the runs, run nothing"),
 ) -> None:
-    """Run a suite of trainings (resumable: finished runs are skipped) in a process pool."""
+    """Run a suite of trainings (resumable: finished runs are skipped) in a process pool.
+
+    Each run writes OUT/runs/ID.json; rerunning the same command runs only what is missing.
+    Reacher datasets are rendered first, under OUT/data. See docs/sweeps.md.
+    """
     from rich.table import Table
 
-    from .sweep import load_suite, run_id, run_sweep, shrink
+    from .sweep import load_suite, parse_assignments, run_id, run_sweep, shrink
 
     try:
         dim_list = [int(d) for d in dims.split(",")] if dims else None
     except ValueError:
         raise IdauditError(f"--dims expects comma-separated integers, got {dims!r}") from None
+    overrides = parse_assignments(set_, "--set")
+    if any(len(v) > 1 for v in overrides.values()):
+        raise IdauditError("--set takes one value per option (use --only or a TOML grid to vary)")
     runs = shrink(load_suite(suite), seeds=seeds, steps=steps, dims=dim_list,
-                  objectives=objectives.split(",") if objectives else None)
+                  objectives=objectives.split(",") if objectives else None,
+                  only=parse_assignments(only, "--only"),
+                  overrides={k: v[0] for k, v in overrides.items()})
+    if not runs:
+        raise IdauditError("no runs left after --seeds/--dims/--objectives/--only")
     if list_only:
         table = Table(title=f"{suite}: {len(runs)} runs")
         keys = sorted({k for r in runs for k in r})
@@ -428,18 +444,27 @@ def sweep(
 @cli_errors
 def report(
     out_dir: Path = typer.Argument(..., help="a directory written by idaudit sweep"),
+    figures: bool = typer.Option(True, "--figures/--no-figures",
+                                 help="draw the figures (needs matplotlib: the plot extra)"),
 ) -> None:
-    """Aggregate a sweep: mean ± std over seeds, as summary.csv and summary.md."""
+    """Aggregate a sweep: mean ± std over seeds as summary.csv and summary.md (the paper's
+    table layouts), and the figures the runs support as PNGs under DIR/figures."""
     from .sweep import aggregate, load_results, write_tables
 
     ok, failed = load_results(out_dir)
     if not ok:
         raise IdauditError(f"{out_dir} has no finished runs")
-    paths = write_tables(aggregate(ok), out_dir)
+    rows = aggregate(ok)
+    paths = write_tables(rows, out_dir)
     out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)
     if failed:
         err.print(f"{len(failed)} failed runs are not in the tables (see *.failed.json)")
     out.print(f"wrote {paths['csv']} and {paths['markdown']}")
+    if figures:
+        from .figures import draw_figures
+
+        for path in draw_figures(ok, rows, out_dir):
+            out.print(f"wrote {path}")
 
 
 @app.command()

@@ -23,6 +23,7 @@ from .errors import IdauditError
 from .io import write_json
 
 SEEDS_2D = [1337, 1338, 1339]
+RHOS = [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
 OBJECTIVE_LAMB = {"lejepa": 1e-3, "whiten": 0.5, "infonce": 0.0}
 
 
@@ -65,15 +66,26 @@ def suite_gennorm() -> list[dict[str, Any]]:
 def suite_grid() -> list[dict[str, Any]]:
     return _runs({"world": "spiral", "objective": "lejepa", "steps": 20_000},
                  {"lamb": [1e-6, 1e-5, 1e-4, 1e-3, 5e-3, 1e-2, 5e-2, 1e-1, 0.5],
-                  "rho": [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99], "seed": SEEDS_2D})
+                  "rho": RHOS, "seed": SEEDS_2D})
+
+
+def suite_reacher() -> list[dict[str, Any]]:
+    """Pixel Reacher: OU pairs at each ρ and trajectory pairs at each stride, × λ × seeds."""
+    conditions = ([{"mode": "ou", "rho": rho} for rho in RHOS]
+                  + [{"mode": "trajectory", "stride": s} for s in (1, 2, 4, 8, 16, 32, 64)])
+    return [{"world": "reacher", **cond, "lamb": lamb, "seed": seed, "epochs": 100,
+             "pairs": 100_000}
+            for cond in conditions for lamb in (1e-3, 5e-3, 1e-2, 5e-2) for seed in (0, 1, 2)]
 
 
 SUITES: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "2d": suite_2d, "scaling": suite_scaling, "gennorm": suite_gennorm, "grid": suite_grid,
+    "reacher": suite_reacher,
 }
 
 TRAIN_KEYS = {"world", "dim", "source", "alpha", "rho", "layers", "objective", "lamb", "sigma",
-              "steps", "batch", "lr", "seed", "inits", "eval_every", "n_eval", "views"}
+              "steps", "batch", "lr", "seed", "inits", "eval_every", "n_eval", "views",
+              "mode", "stride", "epochs", "pairs"}
 
 
 def load_suite(name: str) -> list[dict[str, Any]]:
@@ -96,20 +108,56 @@ def load_suite(name: str) -> list[dict[str, Any]]:
     return _runs(fixed, grid)
 
 
+OPTION_DEFAULTS = {"dim": 2, "objective": "lejepa", "world": "spiral", "source": "gaussian"}
+
+
+def parse_value(text: str) -> Any:
+    """``"3"`` → 3, ``"1e-3"`` → 0.001, anything else stays a string."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_assignments(items: list[str], what: str) -> dict[str, list[Any]]:
+    """``["world=spiral,banana", "lamb=1e-3"]`` → {"world": ["spiral", "banana"], ...}."""
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise IdauditError(f"{what} expects KEY=VALUE, got {item!r}")
+        if key not in TRAIN_KEYS:
+            raise IdauditError(f"{what}: unknown train option {key!r}; valid: "
+                               f"{', '.join(sorted(TRAIN_KEYS))}")
+        out[key] = [parse_value(v) for v in values.split(",")]
+    return out
+
+
 def shrink(runs: list[dict[str, Any]], seeds: int | None = None, steps: int | None = None,
-           dims: list[int] | None = None, objectives: list[str] | None = None
+           dims: list[int] | None = None, objectives: list[str] | None = None,
+           only: dict[str, list[Any]] | None = None, overrides: dict[str, Any] | None = None
            ) -> list[dict[str, Any]]:
-    """Keep the first ``seeds`` seeds, cap the steps, keep only the listed dims/objectives."""
+    """Keep the first ``seeds`` seeds, cap the steps, keep only the listed dims/objectives and
+    runs whose options match ``only`` (a run without such an option is kept); then set
+    ``overrides`` on every run."""
     out = []
     seed_values = sorted({r.get("seed", 0) for r in runs})[:seeds] if seeds else None
+    only = dict(only or {})
+    if dims:
+        only["dim"] = dims
+    if objectives:
+        only["objective"] = objectives
     for r in runs:
         if seed_values is not None and r.get("seed", 0) not in seed_values:
             continue
-        if dims and r.get("dim", 2) not in dims:
+        if any(r.get(k, OPTION_DEFAULTS.get(k)) not in vals for k, vals in only.items()
+               if k in r or k in OPTION_DEFAULTS):  # runs without the option are kept
             continue
-        if objectives and r.get("objective", "lejepa") not in objectives:
-            continue
-        out.append({**r, **({"steps": steps} if steps else {})})
+        if steps and r.get("world") != "reacher":  # pixel runs count epochs, not steps
+            r = {**r, "steps": min(steps, r.get("steps", steps))}
+        out.append({**r, **(overrides or {})})
     return out
 
 
@@ -121,32 +169,142 @@ def run_id(run: dict[str, Any]) -> str:
     return f"{head}-{digest}" if head else digest + "-" + "_".join(parts)[:40]
 
 
-def execute(run: dict[str, Any]) -> dict[str, Any]:
-    """Train one run (single-threaded) and return its result record (never raises)."""
+_WORKER_DEVICE = "cpu"  # set per pool worker: "cuda:i" when the machine has GPUs
+
+
+def _init_worker(devices) -> None:
+    global _WORKER_DEVICE
+    _WORKER_DEVICE = devices.get()
+
+
+def execute(run: dict[str, Any], data_root: str | None = None,
+            device: str | None = None) -> dict[str, Any]:
+    """Train one run (single-threaded on CPU) and return its result record (never raises).
+
+    ``device`` defaults to this worker's device (CPU, or the GPU a pool assigned it);
+    Reacher runs read their pre-rendered dataset under ``data_root``.
+    """
     import torch
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
-        from .train import TrainConfig, train
-        from .worlds import build_world, make_spec
-
-        spec = make_spec(run.get("world", "spiral"), dim=run.get("dim"),
-                         source=run.get("source", "gaussian"), alpha=run.get("alpha"),
-                         rho=run.get("rho", 0.95), layers=run.get("layers"))
-        sigma = run.get("sigma", 1.0)
-        sigma = sigma if sigma == "auto" else float(sigma)
-        cfg = TrainConfig(**{k: v for k, v in run.items()
-                             if k in {"objective", "lamb", "steps", "batch", "lr", "seed",
-                                      "inits", "eval_every", "n_eval", "views"}},
-                          sigma=sigma, device="cpu")
-        result = train(build_world(spec), cfg)
-        return {"run": run, "status": "ok", "metrics": result.metrics,
-                "seconds": time.perf_counter() - t0,
-                "steps_per_second": result.steps_per_second}
+        device = device or _WORKER_DEVICE
+        if run.get("world") == "reacher":
+            rec = _execute_reacher(run, Path(data_root or "data"), device)
+        else:
+            rec = _execute_latent(run, device)
+        return {"run": run, "status": "ok", **rec, "seconds": time.perf_counter() - t0}
     except Exception as exc:  # recorded, the sweep goes on
         return {"run": run, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t0}
+
+
+def _execute_latent(run: dict[str, Any], device: str) -> dict[str, Any]:
+    from .train import TrainConfig, train
+    from .worlds import build_world, make_spec
+
+    spec = make_spec(run.get("world", "spiral"), dim=run.get("dim"),
+                     source=run.get("source", "gaussian"), alpha=run.get("alpha"),
+                     rho=run.get("rho", 0.95), layers=run.get("layers"))
+    sigma = run.get("sigma", 1.0)
+    sigma = sigma if sigma == "auto" else float(sigma)
+    cfg = TrainConfig(**{k: v for k, v in run.items()
+                         if k in {"objective", "lamb", "steps", "batch", "lr", "seed",
+                                  "inits", "eval_every", "n_eval", "views"}},
+                      sigma=sigma, device=device)
+    world = build_world(spec)
+    result = train(world, cfg)
+    rec = {"metrics": result.metrics, "steps_per_second": result.steps_per_second,
+           "device": result.device}
+    if world.latent_dim == 2:
+        rec["embedding_sample"] = embedding_sample(world, result.encoder, cfg)
+    return rec
+
+
+def reacher_spec(run: dict[str, Any]):
+    """The dataset a Reacher run trains on; shared by every λ and seed of its condition."""
+    from .worlds.reacher_data import ReacherSpec
+
+    mode = run.get("mode", "ou")
+    kw: dict[str, Any] = {"rho": float(run.get("rho", 0.95))} if mode == "ou" else \
+        {"stride": int(run.get("stride", 8))}
+    return ReacherSpec(mode=mode, pairs=int(run.get("pairs", 100_000)),
+                       n_eval=int(run.get("n_eval", 10_000)), **kw).validate()
+
+
+def reacher_data_dir(run: dict[str, Any], data_root: Path) -> Path:
+    return Path(data_root) / reacher_spec(run).default_dir().name
+
+
+def prepare_datasets(runs: list[dict[str, Any]], data_root: Path, workers: int | None = None,
+                     progress: bool = False) -> list[Path]:
+    """Render (or resume) every Reacher dataset the runs need, one after another."""
+    from .worlds.reacher_data import build_dataset
+
+    roots = []
+    for run in runs:
+        if run.get("world") == "reacher":
+            root = reacher_data_dir(run, data_root)
+            if root not in roots:
+                roots.append(root)
+                build_dataset(root, reacher_spec(run), workers=workers, progress=progress)
+    return roots
+
+
+def _execute_reacher(run: dict[str, Any], data_root: Path, device: str) -> dict[str, Any]:
+    from .audit import arrays_from_reacher, audit_inputs
+    from .train.pixels import PixelConfig, train_pixels
+    from .worlds.reacher_data import load_dataset
+
+    root = reacher_data_dir(run, data_root)
+    data = load_dataset(root)
+    cfg = PixelConfig(**{k: run[k] for k in ("lamb", "epochs", "batch", "lr", "seed")
+                         if k in run}, device=device)
+    result = train_pixels(data, cfg)
+    inputs = arrays_from_reacher(result.encoder, root, source=run_id(run))
+    metrics = dict(audit_inputs(inputs, gauss_sims=0).metrics)
+    if data.meta["spec"]["mode"] == "trajectory":
+        metrics.update(rho_0=data.meta["rho_0"], rho_1=data.meta["rho_1"])
+    n = min(1500, len(data.z_eval))
+    h = inputs.h[inputs.test_rows[:n]].double()
+    metrics["final_loss"] = result.history[-1]["loss"]
+    return {"metrics": metrics, "device": result.device, "train_seconds": result.seconds,
+            "embedding_sample": {"z": data.z_eval[:n].tolist(), "h": h.tolist()}}
+
+
+def embedding_sample(world, encoder, cfg, n: int = 1500) -> dict[str, list[list[float]]]:
+    """The first ``n`` evaluation latents z and their embeddings h (for the 2D figures)."""
+    import torch
+
+    from .train.loop import embed, make_eval_set
+
+    ev = make_eval_set(world, min(n, cfg.n_eval), cfg.seed)
+    h = embed(encoder, ev.x, torch.device("cpu"))
+    return {"z": ev.z.double().tolist(), "h": h.double().tolist()}
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # no usable CUDA runtime
+        return 0
+
+
+def plan_workers(gpus: int, workers: int | None, n_runs: int) -> tuple[int, list[str]]:
+    """(pool size, worker devices): one run per GPU when there are GPUs (at most one worker
+    per GPU), else one single-threaded CPU run per core (or ``workers``); never more workers
+    than runs."""
+    if gpus:
+        n = min(workers or gpus, gpus)
+        devices = [f"cuda:{i}" for i in range(n)]
+    else:
+        n = workers or os.cpu_count() or 1
+        devices = ["cpu"] * n
+    n = max(1, min(n, n_runs or 1))
+    return n, devices[:n]
 
 
 def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
@@ -154,37 +312,46 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
               ) -> dict[str, int]:
     """Execute the runs whose result file is missing; return counts.
 
-    ``executor`` local: a spawn process pool; ray: Ray tasks (one CPU each, one GPU each when
-    the cluster has GPUs), on the cluster at ``address`` or a local Ray instance.
+    ``executor`` local: a spawn process pool, one single-threaded run per core, or one run per
+    GPU when the machine has GPUs; ray: Ray tasks (one CPU each, one GPU each when the cluster
+    has GPUs), on the cluster at ``address`` or a local Ray instance. Reacher datasets are
+    rendered first, under ``OUT/data``.
     """
     from .progress import ProgressBar
 
-    out = Path(out_dir) / "runs"
-    out.mkdir(parents=True, exist_ok=True)
-    todo = [r for r in runs if not (out / f"{run_id(r)}.json").exists()]
-    counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
-    workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     if executor not in ("local", "ray"):
         raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
+    out = Path(out_dir) / "runs"
+    out.mkdir(parents=True, exist_ok=True)
+    data_root = Path(out_dir) / "data"
+    todo = [r for r in runs if not (out / f"{run_id(r)}.json").exists()]
+    counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
+    prepare_datasets(todo, data_root, progress=progress)
+    workers, devices = plan_workers(_gpu_count() if executor == "local" else 0, workers,
+                                    len(todo))
     with ProgressBar(progress, len(todo), "sweep") as bar:
         if executor == "ray" and todo:
-            for rec in _ray_results(todo, address):
+            for rec in _ray_results(todo, address, str(data_root)):
                 _record(out, rec, counts, bar)
         elif workers == 1:
-            results = (execute(r) for r in todo)
-            for rec in results:
-                _record(out, rec, counts, bar)
+            for r in todo:
+                _record(out, execute(r, str(data_root), devices[0]), counts, bar)
         else:
             import multiprocessing as mp
 
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-                futures = [pool.submit(execute, r) for r in todo]
+            ctx = mp.get_context("spawn")
+            queue = ctx.Queue()
+            for device in devices:
+                queue.put(device)
+            with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(queue,)) as pool:
+                futures = [pool.submit(execute, r, str(data_root)) for r in todo]
                 for fut in as_completed(futures):
                     _record(out, fut.result(), counts, bar)
     return counts
 
 
-def _ray_results(todo: list[dict[str, Any]], address: str | None):
+def _ray_results(todo: list[dict[str, Any]], address: str | None, data_root: str):
     """Yield run records as Ray tasks finish (Ray is the optional ``ray`` extra)."""
     try:
         import ray
@@ -197,7 +364,7 @@ def _ray_results(todo: list[dict[str, Any]], address: str | None):
     try:
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         task = ray.remote(num_cpus=1, num_gpus=gpus)(execute)
-        pending = [task.remote(r) for r in todo]
+        pending = [task.remote(r, data_root, "cuda" if gpus else "cpu") for r in todo]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])
@@ -216,8 +383,16 @@ def _record(out: Path, rec: dict[str, Any], counts: dict[str, int], bar) -> None
 
 # ---- aggregation ------------------------------------------------------------------------
 
-REPORT_METRICS = ("r2_h_to_z", "orthogonality_error", "mixing_r2_x_to_z", "whitening_error",
-                  "procrustes_mse", "bound")
+REPORT_METRICS = ("r2_h_to_z", "r2_z_to_h", "orthogonality_error", "mixing_r2_x_to_z",
+                  "whitening_error", "procrustes_mse", "bound", "r2_h_to_z0", "r2_h_to_z1",
+                  "rho_0", "rho_1")
+
+
+def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The run's metrics plus, for 2D latents, R²(h → z_i) per latent as r2_h_to_z0/1."""
+    per_dim = metrics.get("r2_h_to_z_per_dim") or []
+    extra = {f"r2_h_to_z{i}": v for i, v in enumerate(per_dim)} if len(per_dim) == 2 else {}
+    return {**metrics, **extra}
 
 
 def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -234,10 +409,11 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
     return ok, failed
 
 
-def _label(run: dict[str, Any]) -> str:
+def method_label(run: dict[str, Any]) -> str:
+    """SIGReg / VICReg / InfoNCE (σ=…): the name a run's objective has in the paper."""
     obj = run.get("objective", "lejepa")
     if obj == "infonce":
-        return f"infonce (σ={run.get('sigma', 1.0)})"
+        return f"InfoNCE (σ={run.get('sigma', 1.0)})"
     return {"lejepa": "SIGReg", "whiten": "VICReg"}.get(obj, obj)
 
 
@@ -251,15 +427,38 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault(key, []).append(rec)
     rows = []
     for key, recs in groups.items():
-        row: dict[str, Any] = {**json.loads(key), "method": _label(recs[0]["run"]),
+        row: dict[str, Any] = {**json.loads(key), "method": method_label(recs[0]["run"]),
                                "n_seeds": len(recs)}
+        scalars = [_scalars(r["metrics"]) for r in recs]
         for m in REPORT_METRICS:
-            vals = [r["metrics"][m] for r in recs if r["metrics"].get(m) is not None]
+            vals = [x[m] for x in scalars if x.get(m) is not None]
             if vals:
                 row[f"{m}_mean"] = float(np.mean(vals))
                 row[f"{m}_std"] = float(np.std(vals))
         rows.append(row)
     return rows
+
+
+def _reacher_table(rows: list[dict[str, Any]], pm: Callable[[Any, str], str]) -> list[str]:
+    """The paper's Table 2 layout: OU pairs by ρ, trajectory pairs by stride, per λ."""
+    lines: list[str] = []
+    ou = sorted((r for r in rows if r.get("mode", "ou") == "ou"),
+                key=lambda r: (r.get("lamb", 0), r.get("rho", 0)))
+    traj = sorted((r for r in rows if r.get("mode") == "trajectory"),
+                  key=lambda r: (r.get("lamb", 0), r.get("stride", 0)))
+    if ou:
+        lines += ["| λ | OU ρ | seeds | R²(z→h) | R²(h→z) | orthogonality error |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.get('lamb')} | {r.get('rho')} | {r['n_seeds']} | {pm(r, 'r2_z_to_h')} | "
+                  f"{pm(r, 'r2_h_to_z')} | {pm(r, 'orthogonality_error')} |" for r in ou]
+    if traj:
+        lines += ["", "| λ | stride δ | ρ₀ | ρ₁ | seeds | R²(z→h) | R²(h→z₀) | R²(h→z₁) |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.get('lamb')} | {r.get('stride')} | {r.get('rho_0_mean', float('nan')):.3f} "
+                  f"| {r.get('rho_1_mean', float('nan')):.3f} | {r['n_seeds']} | "
+                  f"{pm(r, 'r2_z_to_h')} | {pm(r, 'r2_h_to_z0')} | {pm(r, 'r2_h_to_z1')} |"
+                  for r in traj]
+    return lines
 
 
 def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
@@ -286,7 +485,9 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
 
     lines = []
     methods = sorted({r["method"] for r in rows})
-    if len({r.get("dim", 2) for r in rows}) > 1:
+    if all(r.get("world") == "reacher" for r in rows):
+        lines += _reacher_table(rows, pm)
+    elif len({r.get("dim", 2) for r in rows}) > 1:
         lines += ["| N | mixing R²(x→z) | " + " | ".join(f"{m} R²(h→z)" for m in methods) + " |",
                   "|---:|---:|" + "---:|" * len(methods)]
         for dim in sorted({r.get("dim", 2) for r in rows}):
