@@ -111,3 +111,99 @@ def test_ray_executor_gives_the_same_numbers(tmp_path):
         a = json.loads((tmp_path / "local" / "runs" / f"{run_id(r)}.json").read_text())
         b = json.loads((tmp_path / "ray" / "runs" / f"{run_id(r)}.json").read_text())
         assert a["metrics"] == b["metrics"]
+
+
+def test_reacher_suite_carries_the_paper_configuration():
+    runs = SUITES["reacher"]()
+    ou = [r for r in runs if r["mode"] == "ou"]
+    traj = [r for r in runs if r["mode"] == "trajectory"]
+    assert len(runs) == 14 * 4 * 3
+    assert sorted({r["rho"] for r in ou}) == [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
+    assert sorted({r["stride"] for r in traj}) == [1, 2, 4, 8, 16, 32, 64]
+    assert sorted({r["lamb"] for r in runs}) == [1e-3, 5e-3, 1e-2, 5e-2]
+    assert {r["epochs"] for r in runs} == {100} and {r["pairs"] for r in runs} == {100_000}
+    # --steps does not touch pixel runs (they count epochs)
+    assert all("steps" not in r for r in shrink(runs, steps=10))
+
+
+def test_only_and_set_filter_and_override():
+    from idaudit.sweep import parse_assignments
+
+    runs = SUITES["reacher"]()
+    only = parse_assignments(["rho=0.9", "stride=8", "lamb=5e-3"], "--only")
+    assert only == {"rho": [0.9], "stride": [8], "lamb": [0.005]}
+    small = shrink(runs, seeds=1, only=only, overrides={"pairs": 300, "epochs": 2})
+    # a run without the option (OU runs have no stride) is kept
+    assert [(r["mode"], r.get("rho"), r.get("stride")) for r in small] == [
+        ("ou", 0.9, None), ("trajectory", None, 8)]
+    assert all(r["pairs"] == 300 and r["epochs"] == 2 and r["seed"] == 0 for r in small)
+    gn = shrink(SUITES["gennorm"](), seeds=1, only={"world": ["spiral"]}, objectives=["lejepa"])
+    assert len(gn) == 9 and {r["world"] for r in gn} == {"spiral"}
+    with pytest.raises(IdauditError, match="unknown train option 'flavour'"):
+        parse_assignments(["flavour=1"], "--only")
+    with pytest.raises(IdauditError, match="KEY=VALUE"):
+        parse_assignments(["lamb"], "--set")
+    for args in (["--set", "lamb=1,2"], ["--only", "lamb=7"], ["--set", "nope=1"]):
+        res = runner.invoke(app, ["sweep", "grid", "--list", *args])
+        assert res.exit_code == 2 and res.output.startswith("error:"), res.output
+
+
+def test_workers_one_per_core_or_one_per_gpu():
+    from idaudit.sweep import plan_workers
+
+    assert plan_workers(0, 2, 10) == (2, ["cpu", "cpu"])
+    assert plan_workers(0, 4, 3) == (3, ["cpu"] * 3)
+    assert plan_workers(2, None, 10) == (2, ["cuda:0", "cuda:1"])
+    assert plan_workers(4, 8, 10) == (4, ["cuda:0", "cuda:1", "cuda:2", "cuda:3"])
+    assert plan_workers(2, None, 1) == (1, ["cuda:0"])
+
+
+def test_killed_sweep_reruns_only_the_missing_runs(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    suite = _write(tmp_path, TINY.replace("steps = 40", "steps = 400").replace(
+        "seed = [0, 1]", "seed = [0, 1, 2]"))
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "idaudit.cli", "sweep", str(suite), "--out", str(out),
+           "--workers", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    runs_dir = out / "runs"
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(runs_dir.glob("*.json"))) < 2:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = {p.name for p in runs_dir.glob("*.json")}
+    assert 2 <= len(done) < 6, done
+    assert not list(runs_dir.glob("*.tmp*"))  # results are written atomically
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert f"{len(done)} already done, {6 - len(done)} ok, 0 failed" in res.stdout
+    assert len(list(runs_dir.glob("*.json"))) == 6
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("dm_control") is None,
+                    reason="needs the reacher extra")
+def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
+    runs = shrink(SUITES["reacher"](), seeds=1,
+                  only={"rho": [0.9], "stride": [8], "lamb": [5e-3, 1e-2]},
+                  overrides={"pairs": 120, "epochs": 1, "n_eval": 60, "batch": 64})
+    assert len(runs) == 4  # 2 conditions × 2 λ, one dataset per condition
+    counts = run_sweep(runs, tmp_path / "r", workers=1)
+    assert counts["ok"] == 4, counts
+    assert sorted(p.name for p in (tmp_path / "r" / "data").iterdir()) == [
+        "reacher-ou-rho0.9-n120-s0", "reacher-traj-stride8-n120-s0"]
+    ok, _ = load_results(tmp_path / "r")
+    rec = ok[0]
+    assert len(rec["embedding_sample"]["z"]) == 60 and len(rec["embedding_sample"]["h"][0]) == 2
+    assert -1.0 <= rec["metrics"]["r2_h_to_z"] <= 1.0
+    res = runner.invoke(app, ["report", str(tmp_path / "r"), "--no-figures"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "| λ | OU ρ |" in md and "| λ | stride δ | ρ₀ | ρ₁ |" in md
+    assert md.count("| 0.005 |") == 2 and md.count("| 0.01 |") == 2
