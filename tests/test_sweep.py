@@ -197,11 +197,12 @@ def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
     counts = run_sweep(runs, tmp_path / "r", workers=1)
     assert counts["ok"] == 4, counts
     assert sorted(p.name for p in (tmp_path / "r" / "data").iterdir()) == [
-        "reacher-ou-rho0.9-n120-s0", "reacher-traj-stride8-n120-s0"]
+        "reacher-ou-rho0.9-n120-s0-e60", "reacher-traj-stride8-n120-s0-e60"]
     ok, _ = load_results(tmp_path / "r")
     rec = ok[0]
     assert len(rec["embedding_sample"]["z"]) == 60 and len(rec["embedding_sample"]["h"][0]) == 2
     assert -1.0 <= rec["metrics"]["r2_h_to_z"] <= 1.0
+    assert rec["config"]["train"]["epochs"] == 1 and rec["config"]["world"]["pairs"] == 120
     res = runner.invoke(app, ["report", str(tmp_path / "r"), "--no-figures"])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r" / "summary.md").read_text()

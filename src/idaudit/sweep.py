@@ -215,7 +215,8 @@ def _execute_latent(run: dict[str, Any], device: str) -> dict[str, Any]:
                       sigma=sigma, device=device)
     world = build_world(spec)
     result = train(world, cfg)
-    rec = {"metrics": result.metrics, "steps_per_second": result.steps_per_second,
+    rec = {"metrics": result.metrics, "config": {"world": spec.to_dict(), "train": cfg.to_dict()},
+           "train_seconds": result.seconds, "steps_per_second": result.steps_per_second,
            "device": result.device}
     if world.latent_dim == 2:
         rec["embedding_sample"] = embedding_sample(world, result.encoder, cfg)
@@ -234,7 +235,9 @@ def reacher_spec(run: dict[str, Any]):
 
 
 def reacher_data_dir(run: dict[str, Any], data_root: Path) -> Path:
-    return Path(data_root) / reacher_spec(run).default_dir().name
+    spec = reacher_spec(run)
+    name = spec.default_dir().name + (f"-e{spec.n_eval}" if spec.n_eval != 10_000 else "")
+    return Path(data_root) / name
 
 
 def prepare_datasets(runs: list[dict[str, Any]], data_root: Path, workers: int | None = None,
@@ -269,7 +272,8 @@ def _execute_reacher(run: dict[str, Any], data_root: Path, device: str) -> dict[
     n = min(1500, len(data.z_eval))
     h = inputs.h[inputs.test_rows[:n]].double()
     metrics["final_loss"] = result.history[-1]["loss"]
-    return {"metrics": metrics, "device": result.device, "train_seconds": result.seconds,
+    return {"metrics": metrics, "config": {"world": data.meta["spec"], "train": cfg.to_dict()},
+            "device": result.device, "train_seconds": result.seconds,
             "embedding_sample": {"z": data.z_eval[:n].tolist(), "h": h.tolist()}}
 
 
