@@ -72,3 +72,31 @@ def test_infonce_matches_manual():
     assert infonce(h, sigma).item() == pytest.approx(0.5 * (la + lb).item(), rel=1e-10)
     far = torch.stack([10 * torch.eye(8), 10 * torch.eye(8)]).double()
     assert infonce(far, 1.0).item() < 1e-6
+
+
+def test_sigma_auto_is_the_ou_channels_density_ratio_width():
+    """For unit-variance views with correlation ρ_v, log p(v′|v)/p(v′) = c·v·v′ + f(v) + g(v′);
+    the Gaussian-kernel critic −‖h − h′‖²/(2σ²) has cross term v·v′/σ², so c must be 1/σ²."""
+    import numpy as np
+
+    from idaudit.losses import sigma_for
+    from idaudit.worlds import build_world, make_spec
+
+    rho_v, n = 0.9025, 4
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((5000, n))
+    vp = rho_v * v + np.sqrt(1 - rho_v**2) * rng.standard_normal((5000, n))
+    log_ratio = (-((vp - rho_v * v) ** 2).sum(1) / (2 * (1 - rho_v**2))
+                 + (vp**2).sum(1) / 2 - n / 2 * np.log(1 - rho_v**2))
+    feats = np.column_stack([(v * vp).sum(1), (v**2).sum(1), (vp**2).sum(1), np.ones(len(v))])
+    coef = np.linalg.lstsq(feats, log_ratio, rcond=None)[0]
+    sigma = sigma_for("auto", n, rho_v)
+    assert coef[0] == pytest.approx(1 / sigma**2, rel=1e-9)
+    assert sigma == pytest.approx(0.4533, abs=1e-4)
+    assert sigma_for("auto", 1024, rho_v) == sigma  # independent of N
+    assert sigma_for("sqrtn", 128) == 8.0 and sigma_for(0.5, 128) == 0.5
+    world = build_world(make_spec("spiral", rho=0.95))
+    assert world.view_correlation("anchor") == pytest.approx(0.9025)
+    assert world.view_correlation("pair") == 0.95
+    with pytest.raises(ValueError, match="ρ_v"):
+        sigma_for("auto", 8, None)

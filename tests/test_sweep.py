@@ -31,7 +31,8 @@ def test_builtin_suites_carry_the_paper_configurations():
     scaling = SUITES["scaling"]()
     assert {r["dim"] for r in scaling} == {2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
     assert all(r["inits"] == (3 if r["dim"] <= 32 else 1) for r in scaling)
-    assert {r.get("sigma") for r in scaling if r["objective"] == "infonce"} == {"1.0", "auto"}
+    assert {r.get("sigma") for r in scaling if r["objective"] == "infonce"} == {
+        "1.0", "auto", "sqrtn"}
     gennorm = SUITES["gennorm"]()
     assert {r["alpha"] for r in gennorm} == {0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0}
     small = shrink(scaling, seeds=1, steps=100, dims=[2, 8], objectives=["lejepa"])

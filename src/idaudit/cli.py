@@ -61,13 +61,15 @@ def _spec(world, dim, source, alpha, rho, layers):
 
 
 def _parse_sigma(sigma: str) -> float | str:
-    if sigma == "auto":
-        return "auto"
+    from .losses import SIGMA_RULES
+
+    if sigma in SIGMA_RULES:
+        return sigma
     try:
         value = float(sigma)
     except ValueError:
-        raise IdauditError(f"--sigma must be a positive number or 'auto', got {sigma!r}") \
-            from None
+        raise IdauditError(f"--sigma must be a positive number, 'auto' or 'sqrtn', "
+                           f"got {sigma!r}") from None
     if not (value > 0 and math.isfinite(value)):
         raise IdauditError(f"--sigma must be > 0, got {sigma}")
     return value
@@ -139,7 +141,9 @@ def train(
                                        "infonce"),
     lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1] "
                                       "(default 1e-3; reacher 5e-3)"),
-    sigma: str = typer.Option("1.0", "--sigma", help="InfoNCE kernel width σ, or 'auto'"),
+    sigma: str = typer.Option("1.0", "--sigma", help="InfoNCE kernel width σ; 'auto' = "
+                              "√((1−ρ_v²)/ρ_v), matched to the views' OU channel; 'sqrtn' = "
+                              "√(N/2)"),
     steps: int = typer.Option(20_000, "--steps"),
     batch: int = typer.Option(256, "--batch", help="pairs per step (two views each)"),
     lr: float = typer.Option(3e-3, "--lr"),

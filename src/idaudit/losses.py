@@ -254,10 +254,22 @@ def objective_needs_directions(name: str) -> bool:
     return name == "lejepa"
 
 
-def sigma_for(sigma: float | str, dim: int) -> float:
-    """InfoNCE kernel width; ``"auto"`` scales with √N (σ = √(N/2)), else the number given."""
-    if isinstance(sigma, str):
-        if sigma == "auto":
-            return math.sqrt(max(dim, 2) / 2.0)
-        return float(sigma)
+SIGMA_RULES = ("auto", "sqrtn")
+
+
+def sigma_for(sigma: float | str, dim: int, pair_rho: float | None = None) -> float:
+    """InfoNCE kernel width σ for latent dimension N and view correlation ρ_v.
+
+    ``"auto"`` — the width that makes the Gaussian-kernel critic the OU channel's density
+    ratio for unit-variance embeddings: log p(v′|v)/p(v′) has cross term ρ_v/(1−ρ_v²)·v·v′,
+    the critic −‖h − h′‖²/(2σ²) has h·h′/σ², so σ² = (1 − ρ_v²)/ρ_v (independent of N).
+    ``"sqrtn"`` — σ = √(N/2), which keeps the logits of independent embeddings near −2 at
+    every N. A number is used as given.
+    """
+    if sigma == "auto":
+        if pair_rho is None or not 0.0 < pair_rho < 1.0:
+            raise ValueError("--sigma auto needs the views' correlation ρ_v in (0, 1)")
+        return math.sqrt((1.0 - pair_rho**2) / pair_rho)
+    if sigma == "sqrtn":
+        return math.sqrt(max(dim, 2) / 2.0)
     return float(sigma)

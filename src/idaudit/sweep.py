@@ -45,7 +45,8 @@ def suite_scaling() -> list[dict[str, Any]]:
     dims = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     runs = []
     for obj, extra in (("lejepa", {"lamb": 1e-6}), ("whiten", {"lamb": 0.5}),
-                       ("infonce", {"sigma": "1.0"}), ("infonce", {"sigma": "auto"})):
+                       ("infonce", {"sigma": "1.0"}), ("infonce", {"sigma": "auto"}),
+                       ("infonce", {"sigma": "sqrtn"})):
         for dim, seed in itertools.product(dims, range(5)):
             runs.append({"world": "coupling", "dim": dim, "objective": obj, "seed": seed,
                          "steps": 20_000, "rho": 0.95, "inits": 3 if dim <= 32 else 1, **extra})
@@ -201,6 +202,7 @@ def execute(run: dict[str, Any], data_root: str | None = None,
 
 
 def _execute_latent(run: dict[str, Any], device: str) -> dict[str, Any]:
+    from .losses import SIGMA_RULES
     from .train import TrainConfig, train
     from .worlds import build_world, make_spec
 
@@ -208,7 +210,7 @@ def _execute_latent(run: dict[str, Any], device: str) -> dict[str, Any]:
                      source=run.get("source", "gaussian"), alpha=run.get("alpha"),
                      rho=run.get("rho", 0.95), layers=run.get("layers"))
     sigma = run.get("sigma", 1.0)
-    sigma = sigma if sigma == "auto" else float(sigma)
+    sigma = sigma if sigma in SIGMA_RULES else float(sigma)
     cfg = TrainConfig(**{k: v for k, v in run.items()
                          if k in {"objective", "lamb", "steps", "batch", "lr", "seed",
                                   "inits", "eval_every", "n_eval", "views"}},

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import require
-from ..losses import OBJECTIVES
+from ..losses import OBJECTIVES, SIGMA_RULES
 
 
 @dataclass
@@ -39,8 +39,8 @@ class TrainConfig:
         require(0.0 <= self.lamb <= 1.0 and math.isfinite(self.lamb),
                 f"--lamb must lie in [0, 1], got {self.lamb}")
         if isinstance(self.sigma, str):
-            require(self.sigma == "auto", f"--sigma must be a positive number or 'auto', "
-                    f"got {self.sigma!r}")
+            require(self.sigma in SIGMA_RULES, f"--sigma must be a positive number, 'auto' or "
+                    f"'sqrtn', got {self.sigma!r}")
         else:
             require(self.sigma > 0 and math.isfinite(self.sigma),
                     f"--sigma must be > 0, got {self.sigma}")

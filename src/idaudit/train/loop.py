@@ -86,7 +86,7 @@ class Stepper:
         self.world, self.encoder, self.cfg, self.device, self.gen = world, encoder, cfg, device, gen
         self.objective = OBJECTIVES.get(cfg.objective)
         self.needs_dirs = objective_needs_directions(cfg.objective)
-        self.sigma = sigma_for(cfg.sigma, world.latent_dim)
+        self.sigma = sigma_for(cfg.sigma, world.latent_dim, world.view_correlation(cfg.views))
         self.opt = make_optimizer(encoder.parameters(), cfg.lr, cfg.weight_decay, device)
 
     def step(self, it: int) -> torch.Tensor:

@@ -131,6 +131,10 @@ class World:
         z = self.sample_latents(n, gen)
         return self.transition(z, gen), self.transition(z, gen)
 
+    def view_correlation(self, scheme: str = "anchor") -> float:
+        """Correlation of the two training views: ρ² for anchor views, ρ for (z, z′) pairs."""
+        return self.rho**2 if scheme == "anchor" else self.rho
+
     def observe(self, z: torch.Tensor) -> torch.Tensor:
         return self._mix(z)
 
