@@ -100,3 +100,33 @@ def test_sigma_auto_is_the_ou_channels_density_ratio_width():
     assert world.view_correlation("pair") == 0.95
     with pytest.raises(ValueError, match="ρ_v"):
         sigma_for("auto", 8, None)
+
+
+def test_serial_and_parallel_numba_kernels_agree():
+    """One torch thread (a sweep worker) runs the serial kernels; they equal the parallel ones."""
+    _numba = pytest.importorskip("idaudit._ep_numba")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    theta = rng.standard_normal((64, 300)) * 0.2
+    c1, s1 = np.cos(theta), np.sin(theta)
+    a, b = rng.standard_normal((16, 64)), rng.standard_normal((16, 64))
+    out_p = np.empty((2, 16, 64))
+    out_s = np.empty((2, 16, 64))
+    _numba.ep_sums(c1, s1, 16, out_p[0], out_p[1])
+    _numba.ep_sums_serial(c1, s1, 16, out_s[0], out_s[1])
+    np.testing.assert_allclose(out_s, out_p, rtol=1e-12, atol=1e-10)
+    k = np.arange(1, 17)[:, None, None]
+    np.testing.assert_allclose(out_s[0], np.cos(k * theta[None]).sum(-1), rtol=1e-9, atol=1e-8)
+    g_p, g_s = np.empty_like(c1), np.empty_like(c1)
+    _numba.ep_grad(c1, s1, a, b, g_p)
+    _numba.ep_grad_serial(c1, s1, a, b, g_s)
+    np.testing.assert_allclose(g_s, g_p, rtol=1e-12, atol=1e-10)
+    want = (a[:, :, None] * np.cos(k * theta[None]) + b[:, :, None] * np.sin(k * theta[None])).sum(0)
+    np.testing.assert_allclose(g_s, want, rtol=1e-9, atol=1e-8)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert _numba._threads() == 1
+    finally:
+        torch.set_num_threads(threads)

@@ -11,8 +11,7 @@ import numba as nb
 import numpy as np
 
 
-@nb.njit(parallel=True, fastmath=True, cache=True)
-def ep_sums(c1, s1, knots_minus_one, out_c, out_s):  # pragma: no cover - compiled
+def _sums_impl(c1, s1, knots_minus_one, out_c, out_s):  # pragma: no cover - compiled
     """out_c[k, j] = Σ_i cos((k+1)θ_ji), out_s likewise, from c1 = cos θ, s1 = sin θ (m, n)."""
     m, n = c1.shape
     for j in nb.prange(m):
@@ -36,8 +35,7 @@ def ep_sums(c1, s1, knots_minus_one, out_c, out_s):  # pragma: no cover - compil
             out_s[k, j] = acc_s
 
 
-@nb.njit(parallel=True, fastmath=True, cache=True)
-def ep_grad(c1, s1, a, b, out):  # pragma: no cover - compiled
+def _grad_impl(c1, s1, a, b, out):  # pragma: no cover - compiled
     """out[j, i] = Σ_k a[k, j] cos((k+1)θ_ji) + b[k, j] sin((k+1)θ_ji)."""
     m, n = c1.shape
     kk = a.shape[0]
@@ -62,23 +60,34 @@ def ep_grad(c1, s1, a, b, out):  # pragma: no cover - compiled
                 g[i] += ak * cn + bk * sn
 
 
-def _threads() -> None:
+_parallel = nb.njit(parallel=True, fastmath=True, cache=True)
+_serial = nb.njit(fastmath=True, cache=True)
+ep_sums, ep_sums_serial = _parallel(_sums_impl), _serial(_sums_impl)
+ep_grad, ep_grad_serial = _parallel(_grad_impl), _serial(_grad_impl)
+
+
+def _threads() -> int:
     """Use no more threads than torch does (e.g. one per run in a process pool)."""
     import torch
 
-    nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))
+    n = max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS))
+    if n > 1:
+        nb.set_num_threads(n)
+    return n
 
 
 def sums(c1: np.ndarray, s1: np.ndarray, knots_minus_one: int) -> np.ndarray:
-    _threads()
+    """With one thread the serial kernel runs: it never wakes the OpenMP pool, whose idle
+    threads would otherwise spin beside every single-threaded run of a sweep."""
+    kernel = ep_sums if _threads() > 1 else ep_sums_serial
     m = c1.shape[0]
     out = np.empty((2, knots_minus_one, m), dtype=c1.dtype)
-    ep_sums(c1, s1, knots_minus_one, out[0], out[1])
+    kernel(c1, s1, knots_minus_one, out[0], out[1])
     return out
 
 
 def grad(c1: np.ndarray, s1: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    _threads()
+    kernel = ep_grad if _threads() > 1 else ep_grad_serial
     out = np.empty(c1.shape, dtype=c1.dtype)
-    ep_grad(c1, s1, a.astype(c1.dtype), b.astype(c1.dtype), out)
+    kernel(c1, s1, a.astype(c1.dtype), b.astype(c1.dtype), out)
     return out
