@@ -445,6 +445,13 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _order(value: Any) -> tuple[int, Any]:
+    """Sort key: numbers by value, then everything else by its text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value)
+    return (1, json.dumps(value))
+
+
 def _reacher_table(rows: list[dict[str, Any]], pm: Callable[[Any, str], str]) -> list[str]:
     """The paper's Table 2 layout: OU pairs by ρ, trajectory pairs by stride, per λ."""
     lines: list[str] = []
@@ -490,7 +497,8 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
         return f"{row[f'{m}_mean']:.6f} ± {row[f'{m}_std']:.1e}"
 
     lines = []
-    methods = sorted({r["method"] for r in rows})
+    methods = sorted({r["method"] for r in rows},
+                     key=lambda m: ({"SIGReg": 0, "VICReg": 1}.get(m, 2), m))
     if all(r.get("world") == "reacher" for r in rows):
         lines += _reacher_table(rows, pm)
     elif len({r.get("dim", 2) for r in rows}) > 1:
@@ -508,7 +516,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
         lines += ["| " + " | ".join(varying + ["seeds", "R²(h→z)", "orthogonality error",
                                                "mixing R²(x→z)"]) + " |",
                   "|" + "---|" * (len(varying) + 4)]
-        for r in sorted(rows, key=lambda r: [json.dumps(r.get(k)) for k in varying]):
+        for r in sorted(rows, key=lambda r: [_order(r.get(k)) for k in varying]):
             lines.append("| " + " | ".join([str(r.get(k)) for k in varying] + [
                 str(r["n_seeds"]), pm(r, "r2_h_to_z"), pm(r, "orthogonality_error"),
                 pm(r, "mixing_r2_x_to_z")]) + " |")
