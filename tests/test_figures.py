@@ -89,3 +89,21 @@ def test_report_without_figures_writes_only_tables(tmp_path):
     res = runner.invoke(app, ["report", str(tmp_path), "--no-figures"])
     assert res.exit_code == 0, res.output
     assert not (tmp_path / "figures").exists() and (tmp_path / "summary.md").exists()
+
+
+def test_rho_trends_are_spearman_per_lambda(tmp_path):
+    from scipy.stats import spearmanr
+
+    from idaudit.sweep import rho_trends
+
+    rhos = [0.3, 0.5, 0.9, 0.99]
+    up, bump = [0.1, 0.5, 0.8, 0.9], [0.2, 0.7, 0.6, 0.1]
+    recs = [_rec({"world": "spiral", "objective": "lejepa", "lamb": lam, "rho": rho}, r2)
+            for lam, vals in ((1e-3, up), (0.5, bump)) for rho, r2 in zip(rhos, vals)]
+    trends = dict(rho_trends(aggregate(recs)))
+    assert trends[1e-3] == pytest.approx(1.0)
+    assert trends[0.5] == pytest.approx(spearmanr(rhos, bump).statistic)
+    _write_runs(tmp_path, recs)
+    assert runner.invoke(app, ["report", str(tmp_path), "--no-figures"]).exit_code == 0
+    md = (tmp_path / "summary.md").read_text()
+    assert "| 0.001 | +1.00 |" in md and f"| 0.5 | {trends[0.5]:+.2f} |" in md

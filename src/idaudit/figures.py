@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import IdauditError
 from .io import atomic_write
-from .sweep import method_label
+from .sweep import grid_cells, method_label
 
 Record = dict[str, Any]
 Row = dict[str, Any]
@@ -170,32 +170,6 @@ def plot_r2_vs_alpha(rows: list[Row], path: Path) -> Path | None:
     axes.flat[0].legend(fontsize=8)
     fig.suptitle("generalised-normal sources: recovery peaks at the Gaussian")
     return _save(fig, path)
-
-
-def grid_cells(rows: list[Row]) -> tuple[str, str, list[float], list[float],
-                                          dict[str, np.ndarray]] | None:
-    """(world, method, λs, ρs, {metric: λ × ρ matrix of means}) of the world and method with
-    the most λ, ρ cells; None when λ and ρ do not both vary."""
-    rows = [r for r in rows if r.get("lamb") is not None and r.get("rho") is not None
-            and "r2_h_to_z_mean" in r]
-    groups: dict[tuple[str, str], list[Row]] = {}
-    for r in rows:
-        groups.setdefault((r.get("world", "spiral"), r["method"]), []).append(r)
-    if not groups:
-        return None
-    (world, method), rows = max(groups.items(), key=lambda kv: len(kv[1]))
-    lambs = sorted({r["lamb"] for r in rows})
-    rhos = sorted({r["rho"] for r in rows})
-    if len(lambs) < 2 or len(rhos) < 2:
-        return None
-    mats = {}
-    for metric in ("r2_h_to_z", "orthogonality_error"):
-        grid = np.full((len(lambs), len(rhos)), np.nan)
-        for r in rows:
-            if f"{metric}_mean" in r:
-                grid[lambs.index(r["lamb"]), rhos.index(r["rho"])] = r[f"{metric}_mean"]
-        mats[metric] = grid
-    return world, method, lambs, rhos, mats
 
 
 def plot_grid_heatmaps(rows: list[Row], path: Path) -> Path | None:

@@ -19,6 +19,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import IdauditError
 from .io import write_json
 
@@ -445,6 +447,48 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def grid_cells(rows: list[dict[str, Any]]) -> tuple[str, str, list[float], list[float],
+                                          dict[str, np.ndarray]] | None:
+    """(world, method, λs, ρs, {metric: λ × ρ matrix of means}) of the world and method with
+    the most λ, ρ cells; None when λ and ρ do not both vary."""
+    rows = [r for r in rows if r.get("lamb") is not None and r.get("rho") is not None
+            and "r2_h_to_z_mean" in r]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r.get("world", "spiral"), r["method"]), []).append(r)
+    if not groups:
+        return None
+    (world, method), rows = max(groups.items(), key=lambda kv: len(kv[1]))
+    lambs = sorted({r["lamb"] for r in rows})
+    rhos = sorted({r["rho"] for r in rows})
+    if len(lambs) < 2 or len(rhos) < 2:
+        return None
+    mats = {}
+    for metric in ("r2_h_to_z", "orthogonality_error"):
+        grid = np.full((len(lambs), len(rhos)), np.nan)
+        for r in rows:
+            if f"{metric}_mean" in r:
+                grid[lambs.index(r["lamb"]), rhos.index(r["rho"])] = r[f"{metric}_mean"]
+        mats[metric] = grid
+    return world, method, lambs, rhos, mats
+
+
+def rho_trends(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(λ, Spearman rank correlation of mean R²(h → z) with ρ) for each λ of a λ × ρ grid."""
+    from scipy.stats import spearmanr
+
+    cells = grid_cells(rows)
+    if cells is None:
+        return []
+    _, _, lambs, rhos, mats = cells
+    out = []
+    for lam, r2 in zip(lambs, mats["r2_h_to_z"]):
+        ok = np.isfinite(r2)
+        if ok.sum() >= 3:
+            out.append((lam, float(spearmanr(np.asarray(rhos)[ok], r2[ok]).statistic)))
+    return out
+
+
 def _order(value: Any) -> tuple[int, Any]:
     """Sort key: numbers by value, then everything else by its text."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -520,6 +564,11 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
             lines.append("| " + " | ".join([str(r.get(k)) for k in varying] + [
                 str(r["n_seeds"]), pm(r, "r2_h_to_z"), pm(r, "orthogonality_error"),
                 pm(r, "mixing_r2_x_to_z")]) + " |")
+    trends = rho_trends(rows)
+    if trends:
+        lines += ["", "R²(h→z) against ρ at each λ (Spearman rank correlation; +1 = rising "
+                  "monotonically):", "", "| λ | Spearman(R², ρ) |", "|---:|---:|"]
+        lines += [f"| {lam:g} | {rs:+.2f} |" for lam, rs in trends]
     text_md = "\n".join(lines) + "\n"
     atomic_write(out_dir / "summary.md", lambda tmp: Path(tmp).write_text(text_md))
     return {"csv": out_dir / "summary.csv", "markdown": out_dir / "summary.md"}
