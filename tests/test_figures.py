@@ -107,3 +107,12 @@ def test_rho_trends_are_spearman_per_lambda(tmp_path):
     assert runner.invoke(app, ["report", str(tmp_path), "--no-figures"]).exit_code == 0
     md = (tmp_path / "summary.md").read_text()
     assert "| 0.001 | +1.00 |" in md and f"| 0.5 | {trends[0.5]:+.2f} |" in md
+
+
+def test_bound_figure_separates_non_gaussian_sources():
+    from idaudit.figures import gaussian_source
+
+    assert gaussian_source({"world": "spiral"})
+    assert gaussian_source({"source": "gennorm", "alpha": 2.0})
+    assert not gaussian_source({"source": "gennorm", "alpha": 1.0})
+    assert not gaussian_source({"source": "laplace"})

@@ -201,14 +201,24 @@ def plot_grid_heatmaps(rows: list[Row], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def gaussian_source(run: dict[str, Any]) -> bool:
+    """Whether a run's latents are Gaussian (Theorem 3's assumption)."""
+    source = run.get("source", "gaussian")
+    return source == "gaussian" or (source == "gennorm" and float(run.get("alpha", 2.0)) == 2.0)
+
+
 def plot_bound(records: list[Record], path: Path) -> Path | None:
-    """Procrustes MSE against D + (ε + D)² per run; points under the diagonal obey Theorem 3."""
+    """Procrustes MSE against D + (ε + D)² per run; points under the diagonal obey Theorem 3.
+
+    Runs with non-Gaussian sources (outside the theorem's assumptions) are drawn hollow and
+    counted separately."""
     pts: dict[str, list[tuple[float, float]]] = {}
     for rec in records:
         m = rec.get("metrics", {})
         if m.get("bound") is not None and m.get("procrustes_mse") is not None:
-            pts.setdefault(method_label(rec["run"]), []).append(
-                (float(m["bound"]), float(m["procrustes_mse"])))
+            name = method_label(rec["run"]) + ("" if gaussian_source(rec["run"])
+                                               else ", non-Gaussian z")
+            pts.setdefault(name, []).append((float(m["bound"]), float(m["procrustes_mse"])))
     if not pts:
         return None
     plt = _pyplot()
@@ -216,11 +226,16 @@ def plot_bound(records: list[Record], path: Path) -> Path | None:
     allv = np.array([v for p in pts.values() for v in p])
     lo = max(np.min(allv[allv > 0]) / 2, 1e-9) if (allv > 0).any() else 1e-6
     hi = np.max(allv) * 2
+    base = sorted({name.split(",")[0] for name in pts})
+    colours = [f"C{i % 10}" for i in range(len(base))]
     for name, p in sorted(pts.items()):
         a = np.array(p)
         held = int((a[:, 1] <= a[:, 0]).sum())
-        ax.scatter(np.clip(a[:, 0], lo, None), np.clip(a[:, 1], lo, None), s=14, alpha=0.75,
-                   label=f"{name} ({held}/{len(a)} under)")
+        style = ({"facecolors": "none", "edgecolors": colours[base.index(name.split(",")[0])]}
+                 if name.endswith("non-Gaussian z")
+                 else {"color": colours[base.index(name)]})
+        ax.scatter(np.clip(a[:, 0], lo, None), np.clip(a[:, 1], lo, None), s=16, alpha=0.8,
+                   label=f"{name} ({held}/{len(a)} under)", **style)
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="bound = MSE")
     ax.set_xscale("log")
     ax.set_yscale("log")
