@@ -316,7 +316,7 @@ def arrays_from_dataset(embed_fn, path: str | Path, source: str) -> AuditInputs:
 
 
 def arrays_from_reacher(encoder: torch.nn.Module, dataset: str | Path, source: str,
-                        n_fit: int = 10_000) -> AuditInputs:
+                        n_fit: int = 10_000, data=None) -> AuditInputs:
     """Pixel world: fit on (up to) ``n_fit`` training images, score on the shared eval images.
 
     Both joints are angles, so the sin/cos diagnostic is on. The alignment gap needs pairs
@@ -325,7 +325,7 @@ def arrays_from_reacher(encoder: torch.nn.Module, dataset: str | Path, source: s
     from .train.pixels import embed_images
     from .worlds.reacher_data import load_dataset
 
-    data = load_dataset(dataset)
+    data = data if data is not None else load_dataset(dataset)  # reuse one already loaded
     k = min(n_fit, len(data.z))
     h_fit = embed_images(encoder, data.x[:k], torch.device("cpu"))
     h_ev = embed_images(encoder, data.x_eval, torch.device("cpu"))

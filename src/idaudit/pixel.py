@@ -62,7 +62,7 @@ def train_reacher(spec: ReacherSpec, cfg: PixelConfig, out: Path, data_dir: Path
     data = load_dataset(root)
     result = train_pixels(data, cfg, progress=progress)
     world = reacher_world_spec(root, data.meta)
-    inputs = arrays_from_reacher(result.encoder, root, source=str(out))
+    inputs = arrays_from_reacher(result.encoder, root, source=str(out), data=data)
     from .audit import audit_inputs
 
     report = audit_inputs(inputs, gauss_sims=0)

@@ -269,7 +269,7 @@ def _execute_reacher(run: dict[str, Any], data_root: Path, device: str) -> dict[
     cfg = PixelConfig(**{k: run[k] for k in ("lamb", "epochs", "batch", "lr", "seed")
                          if k in run}, device=device)
     result = train_pixels(data, cfg)
-    inputs = arrays_from_reacher(result.encoder, root, source=run_id(run))
+    inputs = arrays_from_reacher(result.encoder, root, source=run_id(run), data=data)
     metrics = dict(audit_inputs(inputs, gauss_sims=0).metrics)
     if data.meta["spec"]["mode"] == "trajectory":
         metrics.update(rho_0=data.meta["rho_0"], rho_1=data.meta["rho_1"])
@@ -427,8 +427,6 @@ def method_label(run: dict[str, Any]) -> str:
 
 def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and std over seeds of each configuration (all options but the seed)."""
-    import numpy as np
-
     groups: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         key = json.dumps({k: v for k, v in rec["run"].items() if k != "seed"}, sort_keys=True)
