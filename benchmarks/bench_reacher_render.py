@@ -1,6 +1,6 @@
 """Frames per second rendering the Reacher: the straightforward loop vs ``RenderPool``.
 
-The straightforward loop is :func:`idaudit.worlds.reacher.naive_render`: ``physics.render``
+The straightforward loop is ``naive_render`` in benchmarks/naive_reacher.py: ``physics.render``
 per frame at dm_control's default settings (a new ``Camera`` per call, the default offscreen
 buffer, multisampling and shadow map); its timed call includes its own ``suite.load`` (a
 warm-up call first pays the imports and the GL start). ``RenderPool`` renders in ``workers``
@@ -17,8 +17,9 @@ import argparse
 import time
 
 import numpy as np
+from naive_reacher import naive_render
 
-from idaudit.worlds.reacher import ReacherRenderer, RenderPool, naive_render
+from idaudit.worlds.reacher import ReacherRenderer, RenderPool
 
 
 def main() -> None:

@@ -478,7 +478,8 @@ def test_dataset_from_idaudit_world(tmp_path):
     assert res.exit_code == 0, res.output
     report = read_json(out)
     m = report["metrics"]
-    assert report["world"]["name"] == "coupling" and report["world"]["rho"] == 0.95
+    assert report["world"]["name"] == "pairs" and report["world"]["rho"] == 0.95
+    assert report["world"]["extra"]["world"]["name"] == "coupling"
     assert m["n_samples"] == 2000
     # Independent check: the in-sample least-squares R²(x → z) on the dataset itself.
     t = load_file(str(pairs))

@@ -113,7 +113,7 @@ def test_corrupt_and_foreign_checkpoints(tmp_path, ckpt):
         for cmd in ("audit", "plan"):
             res = run(cmd, path)
             assert res.exit_code == 2, (cmd, path, res.output)
-            expected = "neither an idaudit checkpoint" if (cmd, path) == ("audit", foreign) \
-                else fragment
+            # plan reads every encoder form audit reads, so both say the same
+            expected = "neither an idaudit checkpoint" if path == foreign else fragment
             assert expected in res.output, res.output
             assert "Traceback" not in res.output

@@ -7,10 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from idaudit.cli import app
-from idaudit.sweep import aggregate
+from idaudit.report import aggregate
 
 pytest.importorskip("matplotlib")
-from idaudit.figures import draw_figures, grid_cells  # noqa: E402
+from idaudit.figures import draw_figures
+from idaudit.report import grid_cells  # noqa: E402
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -94,7 +95,7 @@ def test_report_without_figures_writes_only_tables(tmp_path):
 def test_rho_trends_are_spearman_per_lambda(tmp_path):
     from scipy.stats import spearmanr
 
-    from idaudit.sweep import rho_trends
+    from idaudit.report import rho_trends
 
     rhos = [0.3, 0.5, 0.9, 0.99]
     up, bump = [0.1, 0.5, 0.8, 0.9], [0.2, 0.7, 0.6, 0.1]

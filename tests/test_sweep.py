@@ -7,7 +7,9 @@ from typer.testing import CliRunner
 
 from idaudit.cli import app
 from idaudit.errors import IdauditError
-from idaudit.sweep import SUITES, aggregate, load_results, load_suite, run_id, run_sweep, shrink
+from idaudit.report import aggregate, load_results
+from idaudit.suites import SUITES, load_suite, shrink
+from idaudit.sweep import run_id, run_sweep
 
 runner = CliRunner()
 
@@ -75,22 +77,37 @@ def test_pool_gives_the_same_numbers_as_one_process(tmp_path):
         assert a["metrics"] == b["metrics"]
 
 
-def test_failed_runs_are_recorded_and_retried(tmp_path):
+def test_out_of_range_options_are_refused_before_any_run(tmp_path):
     bad = _write(tmp_path, TINY.replace("rho = 0.9", "rho = 1.5").replace("dim = [2, 4]",
                                                                           "dim = [2]"))
     res = runner.invoke(app, ["sweep", str(bad), "--out", str(tmp_path / "o"), "--workers", "1"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2 and "--rho" in res.output
+    assert not list((tmp_path / "o").glob("runs/*.json"))
+
+
+def test_failed_runs_are_recorded_and_retried(tmp_path, monkeypatch):
+    import idaudit.sweep as sweep
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("the GPU fell off")
+
+    runs = load_suite(str(_write(tmp_path, TINY.replace("dim = [2, 4]", "dim = [2]"))))
+    monkeypatch.setattr(sweep, "run_one", boom)
+    counts = run_sweep(runs, tmp_path / "o", workers=1)
+    assert counts == {"total": 2, "skipped": 0, "ok": 0, "failed": 2}
     failed = list((tmp_path / "o" / "runs").glob("*.failed.json"))
     assert len(failed) == 2
-    assert "--rho" in json.loads(failed[0].read_text())["error"]
+    assert "the GPU fell off" in json.loads(failed[0].read_text())["error"]
     res = runner.invoke(app, ["report", str(tmp_path / "o")])
     assert res.exit_code == 2 and "no finished runs" in res.output
+    monkeypatch.undo()  # failures are retried on the next run
+    assert run_sweep(runs, tmp_path / "o", workers=1)["ok"] == 2
 
 
 def test_bad_suites(tmp_path):
     with pytest.raises(IdauditError, match="valid: 2d, scaling, gennorm, grid"):
         load_suite("nope")
-    with pytest.raises(IdauditError, match="unknown train options"):
+    with pytest.raises(IdauditError, match="unknown run options"):
         load_suite(str(_write(tmp_path, "[grid]\nflavour = [1]\n")))
     res = runner.invoke(app, ["sweep", "grid", "--seeds", "1", "--steps", "10", "--list"])
     assert res.exit_code == 0 and "63 runs" in res.output
@@ -128,7 +145,7 @@ def test_reacher_suite_carries_the_paper_configuration():
 
 
 def test_only_and_set_filter_and_override():
-    from idaudit.sweep import parse_assignments
+    from idaudit.suites import parse_assignments
 
     runs = SUITES["reacher"]()
     only = parse_assignments(["rho=0.9", "stride=8", "lamb=5e-3"], "--only")
@@ -140,7 +157,7 @@ def test_only_and_set_filter_and_override():
     assert all(r["pairs"] == 300 and r["epochs"] == 2 and r["seed"] == 0 for r in small)
     gn = shrink(SUITES["gennorm"](), seeds=1, only={"world": ["spiral"]}, objectives=["lejepa"])
     assert len(gn) == 9 and {r["world"] for r in gn} == {"spiral"}
-    with pytest.raises(IdauditError, match="unknown train option 'flavour'"):
+    with pytest.raises(IdauditError, match="unknown run option 'flavour'"):
         parse_assignments(["flavour=1"], "--only")
     with pytest.raises(IdauditError, match="KEY=VALUE"):
         parse_assignments(["lamb"], "--set")
@@ -203,7 +220,8 @@ def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
     rec = ok[0]
     assert len(rec["embedding_sample"]["z"]) == 60 and len(rec["embedding_sample"]["h"][0]) == 2
     assert -1.0 <= rec["metrics"]["r2_h_to_z"] <= 1.0
-    assert rec["config"]["train"]["epochs"] == 1 and rec["config"]["world"]["pairs"] == 120
+    assert rec["config"]["train"]["epochs"] == 1
+    assert rec["config"]["world"]["extra"]["dataset"]["pairs"] == 120
     res = runner.invoke(app, ["report", str(tmp_path / "r"), "--no-figures"])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r" / "summary.md").read_text()

@@ -2,10 +2,13 @@
 
 import pytest
 import torch
+from conftest import assert_contract
 
-from idaudit.audit import audit_checkpoint
+from idaudit.audit import audit
 from idaudit.checkpoint import load_checkpoint, save_checkpoint
 from idaudit.errors import IdauditError
+from idaudit.io import jsonable
+from idaudit.runs import run
 from idaudit.train import TrainConfig, constant_then_cosine, train
 from idaudit.worlds import build_world, make_spec
 
@@ -61,20 +64,30 @@ def test_inits_keep_the_lowest_final_loss():
     assert r.metrics["final_loss"] == min(finals)
 
 
-def test_checkpoint_round_trip_and_audit_matches_train(tmp_path):
+def test_checkpoint_round_trip(tmp_path):
     spec = make_spec("sinusoid")
     cfg = TrainConfig(steps=100, seed=2, eval_every=50, n_eval=1000)
     r = train(build_world(spec), cfg)
     path = save_checkpoint(tmp_path / "c.safetensors", r.encoder, r.encoder_name,
-                           r.encoder_kwargs, spec, cfg.to_dict(), r.metrics)
+                           r.encoder_kwargs, spec, r.config.to_dict(), r.metrics)
     ck = load_checkpoint(path)
-    assert ck.world == spec
+    assert ck.world == spec and ck.train["steps"] == 100 and ck.train["lamb"] == 1e-3
     x = torch.randn(50, 2)
     torch.testing.assert_close(ck.encoder(x), r.encoder.eval()(x))
-    report = audit_checkpoint(path)
-    for key in ("r2_h_to_z", "r2_z_to_h", "orthogonality_error", "procrustes_mse",
-                "whitening_error", "alignment_gap", "D", "bound", "mixing_r2_x_to_z"):
-        assert report["metrics"][key] == pytest.approx(r.metrics[key], rel=1e-9, abs=1e-12), key
+
+
+@pytest.mark.parametrize("objective", ["lejepa", "infonce"])
+def test_train_audit_contract_on_every_shared_key(tmp_path, objective):
+    rec = run({"world": "sinusoid", "objective": objective, "steps": 100, "seed": 2,
+               "eval_every": 50, "n_eval": 1000}, tmp_path / "c.safetensors")
+    report = audit(encoder=rec.checkpoint)  # the checkpoint's own evaluation set and seed
+    shared = assert_contract(rec.metrics, report.metrics)
+    assert len(shared) >= 25  # in-sample, held-out, bound, spectrum, Gaussianity, baseline
+    for key in ("r2_h_to_z", "r2_h_to_z_heldout", "mcc", "procrustes_mse", "alignment_gap",
+                "bound", "bound_holds", "mixing_r2_x_to_z", "gaussianity_statistic"):
+        assert key in shared, key
+    assert report.metrics["gaussianity_p_value"] is not None  # audit adds the simulations
+    assert load_checkpoint(rec.checkpoint).metrics == jsonable(rec.metrics)
 
 
 @pytest.mark.parametrize("kwargs,fragment", [

@@ -2,8 +2,9 @@
 
 Every route ends in :class:`AuditInputs` before a metric is computed: an idaudit checkpoint,
 plain safetensors weights with a ``module:factory`` architecture, TorchScript or torch.export
-programs, or precomputed arrays (``.npz`` / ``.safetensors`` holding ``z``, ``h`` and
-optionally ``h_prime`` and ``rho``).
+programs, an encoder object in Python, or precomputed arrays (``.npz`` / ``.safetensors``
+holding ``z``, ``h`` and optionally ``h_prime`` and ``rho``). Encoders are embedded on their
+world's evaluation set (:meth:`World.eval_set`), the one training used.
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from .encoders import embed
 from .errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, IdauditError
+from .loaders import Arrays, LoadedEncoder, load_target, world_for_encoder
 from .metrics import audit_metrics
+from .worlds import World
+
+Verdict = Literal["pass", "fail", "inconclusive"]
 
 # Every numeric or boolean key audit_metrics can report; a gate may name any of them.
 KNOWN_METRICS = {
@@ -44,6 +50,7 @@ class AuditInputs:
     source: str = "arrays"
     world: dict[str, Any] | None = None
     test_rows: torch.Tensor | None = None  # a fixed held-out split (pixel worlds: eval images)
+    seed: int | None = None  # the evaluation set's seed (a checkpoint's: its training seed)
 
 
 @dataclass
@@ -61,16 +68,38 @@ class Threshold:
 
 @dataclass
 class AuditReport:
+    """Metrics, the gate's thresholds (each with its actual value) and the verdict.
+
+    ``passed`` is True only for a pass; ``exit_code`` is what ``idaudit audit`` exits with;
+    ``to_dict()`` is its ``--json``; in a notebook the report shows as a Markdown table.
+    """
+
     metrics: dict[str, Any]
     thresholds: list[Threshold] = field(default_factory=list)
-    verdict: str = "pass"  # pass | fail | inconclusive
+    verdict: Verdict = "pass"
     reason: str | None = None
     source: str = ""
     world: dict[str, Any] | None = None
 
     @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    @property
+    def failed(self) -> list[Threshold]:
+        return [t for t in self.thresholds if t.passed is False]
+
+    @property
     def exit_code(self) -> int:
         return {"pass": EXIT_OK, "fail": EXIT_GATE_FAILED}.get(self.verdict, EXIT_INCONCLUSIVE)
+
+    def markdown(self) -> str:
+        from .report import audit_markdown
+
+        return audit_markdown(self)
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown()
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "reason": self.reason, "source": self.source,
@@ -208,38 +237,69 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
 
 
 def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,
-          encoder: Any = None, world: Any = None, x: Any = None, circular: tuple[int, ...] = (),
-          n_eval: int = 10_000, seed: int = 0, bootstrap: int = 0, test_fraction: float = 0.5,
-          gate: dict[str, dict[str, float]] | None = None, gauss_sims: int = 50) -> AuditReport:
-    """Audit arrays (``z``, ``h``, optional ``h_prime``, ``rho``) or an ``encoder`` on a ``world``.
+          encoder: Any = None, world: Any = None, data: str | Path | None = None,
+          x: Any = None, circular: tuple[int, ...] = (), n_eval: int | None = None,
+          seed: int | None = None, bootstrap: int = 0, test_fraction: float = 0.5,
+          gauss_sims: int = 50, min_r2: float | None = None,
+          max_orthogonality_error: float | None = None,
+          gate: dict[str, dict[str, float]] | None = None, arch: str | None = None,
+          arch_kwargs: dict[str, Any] | None = None, trust_pickle: bool = False
+          ) -> AuditReport:
+    """Audit embeddings or an encoder for identifiability; return an :class:`AuditReport`.
 
-    ``world`` is a :class:`~idaudit.worlds.World`, a WorldSpec or a world name; ``gate`` is
-    ``{"min": {metric: value}, "max": {...}}``. Returns an :class:`AuditReport` whose
-    ``to_dict()`` is the JSON that ``idaudit audit --json`` writes.
+    Give either arrays — ``z`` (true latents, n × d), ``h`` (embeddings, n × m) and
+    optionally ``h_prime`` (embeddings of the OU successors z′) with their ``rho`` — or an
+    ``encoder``: an ``nn.Module``/callable, or a path to an idaudit checkpoint, TorchScript,
+    ``torch.export`` program or plain weights (with ``arch="module:factory"``). An encoder is
+    embedded on ``world`` (a World, WorldSpec or name), on ``data`` (a pairs file or a Reacher
+    dataset), or on the world its checkpoint was trained on; ``n_eval``/``seed`` choose the
+    evaluation set (a checkpoint's own by default).
+
+    The gate: ``min_r2`` (held-out R²(h → z) ≥), ``max_orthogonality_error`` (≤) and
+    ``gate = {"min": {metric: value}, "max": {...}}``. The verdict is "inconclusive" when
+    the data cannot support one (collapse, NaN/Inf, too few rows). Bad input raises
+    :class:`~idaudit.errors.IdauditError` (a ``ValueError``).
     """
-    thresholds = [make_threshold(k, op, v) for op in ("min", "max")
-                  for k, v in (gate or {}).get(op, {}).items()]
+    thresholds = gate_thresholds(min_r2, max_orthogonality_error, gate)
     if encoder is not None:
-        from .worlds import World, WorldSpec, build_world, make_spec
-
-        if world is None:
-            raise IdauditError("auditing an encoder needs a world")
-        if isinstance(world, str):
-            world = build_world(make_spec(world))
-        elif isinstance(world, WorldSpec):
-            world = build_world(world)
-        elif not isinstance(world, World):
-            raise IdauditError(f"world must be a World, WorldSpec or name, got {type(world)}")
-        inp = arrays_from_world(as_embed_fn(encoder), world, n_eval, seed, source="encoder")
+        if z is not None or h is not None:
+            raise IdauditError("give either arrays (z, h) or an encoder, not both")
+        if isinstance(encoder, (str, Path)):
+            loaded = load_target(encoder, arch=arch, arch_kwargs=arch_kwargs,
+                                 trust_pickle=trust_pickle)
+        else:
+            loaded = LoadedEncoder(encoder, None, {}, Path("encoder"))
+        if isinstance(loaded, Arrays):
+            inp = inputs_from_arrays(loaded)
+        else:
+            inp = inputs_for_encoder(loaded, world=world, data=data, n_eval=n_eval, seed=seed)
+            seed = inp.seed
     else:
         if z is None or h is None:
-            raise IdauditError("audit needs either z and h arrays or an encoder and a world")
+            raise IdauditError("audit needs either z and h arrays or an encoder")
         inp = AuditInputs(z=_tensor(z, "z"), h=_tensor(h, "h"),
                           h_prime=None if h_prime is None else _tensor(h_prime, "h_prime"),
                           rho=None if rho is None else float(rho),
                           x=None if x is None else _tensor(x, "x"), circular=tuple(circular))
+    if circular:
+        inp.circular = tuple(int(i) for i in circular)
     return audit_inputs(inp, thresholds, bootstrap=bootstrap, test_fraction=test_fraction,
-                        seed=seed, gauss_sims=gauss_sims)
+                        seed=seed or 0, gauss_sims=gauss_sims)
+
+
+def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float | None = None,
+                    gate: dict[str, dict[str, float]] | None = None) -> list[Threshold]:
+    out = []
+    if min_r2 is not None:
+        out.append(make_threshold("r2_h_to_z_heldout", "min", min_r2))
+    if max_orthogonality_error is not None:
+        out.append(make_threshold("orthogonality_error", "max", max_orthogonality_error))
+    extra = set(gate or {}) - {"min", "max"}
+    if extra:
+        raise IdauditError(f"gate has unknown tables {sorted(extra)}; use min and max")
+    out += [make_threshold(k, op, v) for op in ("min", "max")
+            for k, v in (gate or {}).get(op, {}).items()]
+    return out
 
 
 def _tensor(a: Any, name: str) -> torch.Tensor:
@@ -252,110 +312,29 @@ def _tensor(a: Any, name: str) -> torch.Tensor:
     return t if t.is_floating_point() else t.double()
 
 
-# ---- encoders and worlds → arrays -------------------------------------------------------
+# ---- encoders and arrays → audit inputs -------------------------------------------------
 
 
-def as_embed_fn(encoder: Any):
-    """Wrap an nn.Module / callable as x ↦ h (eval mode, no grad, chunked, CPU float32)."""
-    def embed_fn(x: torch.Tensor) -> torch.Tensor:
-        if isinstance(encoder, torch.nn.Module):
-            try:
-                encoder.eval()
-            except NotImplementedError:  # torch.export modules keep their exported mode
-                pass
-        outs = []
-        with torch.no_grad():
-            for i in range(0, x.shape[0], 8192):
-                chunk = x[i:i + 8192]
-                try:
-                    y = encoder(chunk)
-                except Exception as exc:  # a user's encoder can raise anything
-                    raise IdauditError(
-                        f"the encoder failed on inputs of shape {tuple(chunk.shape)}: "
-                        f"{_error_line(exc)}") from None
-                if isinstance(y, (tuple, list)):
-                    y = y[0]
-                if not isinstance(y, torch.Tensor) or y.ndim < 1 or y.shape[0] != chunk.shape[0]:
-                    shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-                    raise IdauditError(f"the encoder returned {shape} for a batch of "
-                                       f"{chunk.shape[0]}; expected (batch, embed_dim)")
-                outs.append(y.reshape(y.shape[0], -1).float().cpu())
-        return torch.cat(outs)
-
-    return embed_fn
+def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
+    return AuditInputs(z=arrays.z, h=arrays.h, h_prime=arrays.h_prime, rho=arrays.rho,
+                       x=arrays.x, circular=arrays.circular, source=arrays.source)
 
 
-def _error_line(exc: BaseException) -> str:
-    """The informative line of an exception (TorchScript puts it last, after a preamble)."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    if "TorchScript interpreter" in lines[0] and len(lines) > 1:
-        return lines[-1]
-    return lines[0]
-
-
-def arrays_from_world(embed_fn, world, n_eval: int, seed: int, source: str) -> AuditInputs:
-    """Evaluation pairs of a world (the same set ``train`` uses for that seed) → arrays."""
-    from .train.loop import make_eval_set
-
-    ev = make_eval_set(world, n_eval, seed)
-    return AuditInputs(z=ev.z, h=embed_fn(ev.x), h_prime=embed_fn(ev.x_prime), rho=world.rho,
-                       x=ev.x, source=source, world=world.spec.to_dict(),
-                       circular=tuple(world.spec.extra.get("circular", ())))
-
-
-def arrays_from_dataset(embed_fn, path: str | Path, source: str) -> AuditInputs:
-    """Pairs written by ``idaudit world`` → arrays."""
-    from .worlds.dataset import load_pairs
-
-    spec, t = load_pairs(path)
-    return AuditInputs(z=t["z"], h=embed_fn(t["x"]), h_prime=embed_fn(t["x_prime"]),
-                       rho=spec.rho, x=t["x"], source=source, world=spec.to_dict(),
-                       circular=tuple(spec.extra.get("circular", ())))
-
-
-def arrays_from_reacher(encoder: torch.nn.Module, dataset: str | Path, source: str,
-                        n_fit: int = 10_000, data=None) -> AuditInputs:
-    """Pixel world: fit on (up to) ``n_fit`` training images, score on the shared eval images.
-
-    Both joints are angles, so the sin/cos diagnostic is on. The alignment gap needs pairs
-    whose correlation is one known ρ, which only OU datasets have; it is left out here.
-    """
-    from .train.pixels import embed_images
-    from .worlds.reacher_data import load_dataset
-
-    data = data if data is not None else load_dataset(dataset)  # reuse one already loaded
-    k = min(n_fit, len(data.z))
-    h_fit = embed_images(encoder, data.x[:k], torch.device("cpu"))
-    h_ev = embed_images(encoder, data.x_eval, torch.device("cpu"))
-    z = torch.from_numpy(np.concatenate([data.z[:k], data.z_eval]))
-    return AuditInputs(z=z, h=torch.cat([h_fit, h_ev]), circular=(0, 1), source=source,
-                       world={"name": "reacher", **data.meta["spec"]},
-                       test_rows=torch.arange(k, k + len(data.z_eval)))
-
-
-def audit_checkpoint(path: str | Path, n_eval: int | None = None,
-                     seed: int | None = None) -> dict[str, Any]:
-    """In-sample metrics of an idaudit checkpoint on its own world's evaluation set.
-
-    The evaluation set is the one ``train`` used (same size and seed) unless overridden, so
-    the contract keys equal those it logged.
-    """
-    from .checkpoint import load_checkpoint
-    from .metrics import identifiability_metrics, linear_r2
-    from .train.loop import embed, make_eval_set
-    from .worlds import build_world
-
-    ck = load_checkpoint(path)
-    world = build_world(ck.world)
-    n_eval = int(n_eval or ck.train.get("n_eval", 10_000))
-    seed = int(ck.train.get("seed", 0) if seed is None else seed)
-    ev = make_eval_set(world, n_eval, seed)
-    h = embed(ck.encoder, ev.x, torch.device("cpu"))
-    hp = embed(ck.encoder, ev.x_prime, torch.device("cpu"))
-    metrics = identifiability_metrics(ev.z, h, hp, world.rho)
-    metrics["mixing_r2_x_to_z"] = linear_r2(ev.x, ev.z)
-    return {"checkpoint": str(path), "world": ck.world.to_dict(),
-            "encoder": {"name": ck.encoder_name, "kwargs": ck.encoder_kwargs},
-            "eval": {"n": n_eval, "seed": seed}, "metrics": metrics}
+def inputs_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
+                       n_eval: int | None = None, seed: int | None = None,
+                       options: dict[str, Any] | None = None) -> AuditInputs:
+    """Embed the world's evaluation set (for a checkpoint on its own world: the set its
+    training used, same size and seed)."""
+    w: World = world_for_encoder(loaded, world, data, options)
+    own = world is None and data is None and loaded.world is not None
+    if own:
+        n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
+        seed = seed if seed is not None else int(loaded.train.get("seed", 0))
+    seed = seed or 0
+    ev = w.eval_set(n_eval, seed)
+    h = embed(loaded.module, ev.x)
+    hp = embed(loaded.module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None \
+        else None
+    return AuditInputs(z=ev.z, h=h, h_prime=hp, rho=ev.rho, x=ev.baseline,
+                       circular=ev.circular, source=str(loaded.path),
+                       world=w.spec.to_dict(), test_rows=ev.test_rows, seed=seed)

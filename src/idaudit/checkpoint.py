@@ -4,8 +4,9 @@ A checkpoint holds the encoder's weights and, as JSON strings in the safetensors
 metadata, everything needed to rebuild it and its world:
 
 ``format`` = "idaudit-checkpoint", ``format_version``, ``encoder`` ({name, kwargs}),
-``world`` (a WorldSpec), ``train`` (the TrainConfig), ``metrics`` (at save time).
-Loading never unpickles anything.
+``world`` (a WorldSpec; a dataset-backed world's data path is stored relative to the
+checkpoint's folder), ``train`` (the resolved TrainConfig), ``metrics`` (at save time) and
+``idaudit_version``. Loading never unpickles anything.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 
 from torch import nn
 
+from ._version import __version__
 from .encoders import build_encoder
 from .errors import IdauditError
-from .io import atomic_write, jsonable
+from .io import atomic_write, first_line, jsonable, read_metadata
 from .worlds import WorldSpec
 
 FORMAT = "idaudit-checkpoint"
@@ -51,41 +53,9 @@ def save_checkpoint(path: str | Path, encoder: nn.Module, encoder_name: str,
         "world": json.dumps(jsonable(world.to_dict())),
         "train": json.dumps(jsonable(train or {})),
         "metrics": json.dumps(jsonable(metrics or {})),
+        "idaudit_version": __version__,
     }
     return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
-
-
-def save_run(path: str | Path, spec: WorldSpec, result: Any) -> tuple[Path, Path]:
-    """Write a training result: the checkpoint and, beside it, ``NAME.log.json`` with curves."""
-    from .io import write_json
-
-    path = Path(path)
-    cfg = result.config.to_dict()
-    save_checkpoint(path, result.encoder, result.encoder_name, result.encoder_kwargs, spec, cfg,
-                    result.metrics)
-    log_path = path.with_name(path.name.removesuffix(".safetensors") + ".log.json")
-    write_json(log_path, {"world": spec.to_dict(), "train": cfg, "device": result.device,
-                          "seconds": result.seconds, "steps_per_second": result.steps_per_second,
-                          "best_init": result.best_init, "metrics": result.metrics,
-                          "history": result.history})
-    return path, log_path
-
-
-def read_metadata(path: str | Path) -> dict[str, str]:
-    """The raw metadata dict of a safetensors file (errors are one-line, exit 2)."""
-    from safetensors import safe_open
-
-    path = Path(path)
-    if not path.exists():
-        raise IdauditError(f"checkpoint not found: {path}")
-    if path.is_dir():
-        raise IdauditError(f"checkpoint path is a directory: {path}")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception as exc:  # safetensors raises several types for corrupt headers
-        raise IdauditError(f"not a readable safetensors file: {path} ({_first_line(exc)})") \
-            from None
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -107,24 +77,17 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         train = json.loads(meta.get("train", "{}"))
         metrics = json.loads(meta.get("metrics", "{}"))
     except (KeyError, ValueError, TypeError) as exc:
-        raise IdauditError(f"{path} has malformed idaudit metadata ({_first_line(exc)})") \
+        raise IdauditError(f"{path} has malformed idaudit metadata ({first_line(exc)})") \
             from None
     encoder = build_encoder(enc["name"], enc.get("kwargs") or {})
     try:
         state = load_file(str(path))
     except Exception as exc:
-        raise IdauditError(f"cannot read the weights in {path} ({_first_line(exc)})") from None
+        raise IdauditError(f"cannot read the weights in {path} ({first_line(exc)})") from None
     try:
         encoder.load_state_dict(state)
     except RuntimeError as exc:
         raise IdauditError(f"{path}: weights do not fit encoder {enc['name']!r} "
-                           f"({_first_line(exc)})") from None
+                           f"({first_line(exc)})") from None
     encoder.eval()
     return Checkpoint(encoder, enc["name"], enc.get("kwargs") or {}, world, train, metrics, path)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 import typer
@@ -41,38 +40,39 @@ def cli_errors(fn):
 
 
 # ---- shared options --------------------------------------------------------------------
+# World options default to None ("not given"): each world fills its own defaults and refuses
+# the options it does not take, naming them.
 
-WorldOpt = typer.Option("spiral", "--world", "-w",
+WorldOpt = typer.Option(None, "--world", "-w",
                         help="spiral | banana | sinusoid | nvp (2D RealNVP coupling) | coupling "
-                             "(any even --dim)")
+                             "(any even --dim) | reacher (MuJoCo pixels) (default: spiral, or "
+                             "the world of --data)")
 DimOpt = typer.Option(None, "--dim", "-n", help="latent dimension (coupling: any even N; 2D "
                       "worlds: 2)")
-SourceOpt = typer.Option("gaussian", "--source", help="latent law: gaussian | laplace | gennorm")
+SourceOpt = typer.Option(None, "--source", help="latent law: gaussian (default) | laplace | "
+                         "gennorm")
 AlphaOpt = typer.Option(None, "--alpha", help="shape α of the gennorm source (2 = Gaussian, "
                         "1 = Laplace)")
-RhoOpt = typer.Option(0.95, "--rho", help="OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η")
+RhoOpt = typer.Option(None, "--rho", help="OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η "
+                      "(default 0.95)")
 LayersOpt = typer.Option(None, "--layers", help="coupling layers (default 4; the encoder matches)")
+TrajectoryOpt = typer.Option(None, "--trajectory/--ou", help="reacher: pairs from episodes of "
+                             "a goal-reaching controller instead of OU pairs", show_default=False)
+StrideOpt = typer.Option(None, "--stride", help="reacher --trajectory: steps between views "
+                         "(default 8)")
+DataSeedOpt = typer.Option(None, "--data-seed", help="reacher: the dataset's seed (default 0; "
+                           "separate from the training --seed)")
+WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (default: one "
+                          "per core)")
 
 
-def _spec(world, dim, source, alpha, rho, layers):
-    from .worlds import make_spec
+def _world_options(**kw) -> dict:
+    """The world options the user gave (None = not given)."""
+    return {k: v for k, v in kw.items() if v is not None}
 
-    return make_spec(world, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers)
 
-
-def _parse_sigma(sigma: str) -> float | str:
-    from .losses import SIGMA_RULES
-
-    if sigma in SIGMA_RULES:
-        return sigma
-    try:
-        value = float(sigma)
-    except ValueError:
-        raise IdauditError(f"--sigma must be a positive number, 'auto' or 'sqrtn', "
-                           f"got {sigma!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise IdauditError(f"--sigma must be > 0, got {sigma}")
-    return value
+def say(message: str) -> None:
+    err.print(escape(message), soft_wrap=True, highlight=False)
 
 
 # ---- commands --------------------------------------------------------------------------
@@ -82,198 +82,192 @@ def _parse_sigma(sigma: str) -> float | str:
 @cli_errors
 def world(
     name: str | None = typer.Argument(None, help="world name (same as --world)"),
-    world_: str = WorldOpt,
+    world_: str | None = WorldOpt,
     dim: int | None = DimOpt,
-    source: str = SourceOpt,
+    source: str | None = SourceOpt,
     alpha: float | None = AlphaOpt,
-    rho: float = RhoOpt,
+    rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
     pairs: int = typer.Option(10_000, "--pairs", help="number of (z, z′) pairs"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="the dataset's seed"),
     out_path: Path = typer.Option(..., "--out", "-o", help="output file (.safetensors), or "
                                   "a directory for reacher"),
-    trajectory: bool = typer.Option(False, "--trajectory", help="reacher: pairs from episodes "
-                                    "of a goal-reaching controller instead of OU pairs"),
-    stride: int = typer.Option(8, "--stride", help="reacher --trajectory: steps between views"),
-    n_eval: int = typer.Option(10_000, "--n-eval", help="reacher: shared evaluation images"),
-    workers: int | None = typer.Option(None, "--workers", help="reacher: render processes "
-                                       "(default: one per core)"),
+    trajectory: bool | None = TrajectoryOpt,
+    stride: int | None = StrideOpt,
+    n_eval: int | None = typer.Option(None, "--n-eval", help="reacher: shared evaluation "
+                                      "images (default 10 000)"),
+    workers: int | None = WorkersOpt,
 ) -> None:
     """Write n positive pairs (z, z′, x, x′) of a world, its spec in the file's metadata.
 
     `idaudit world reacher --rho 0.95 --pairs N --out DIR` renders MuJoCo Reacher images
     (resumable: rerun the same command after an interruption).
     """
-    from .worlds import build_world
-    from .worlds.dataset import save_pairs
+    from .worlds import KINDS, make_spec
 
     if pairs < 1:
         raise IdauditError(f"--pairs must be ≥ 1, got {pairs}")
-    if (name or world_) == "reacher":
-        from .worlds.reacher_data import ReacherSpec, build_dataset, read_meta
-
-        rspec = ReacherSpec(mode="trajectory" if trajectory else "ou", rho=rho, stride=stride,
-                            pairs=pairs, n_eval=n_eval, seed=seed)
-        root = build_dataset(out_path, rspec, workers=workers, progress=True)
-        meta = read_meta(root)
-        extra = (f"; per-joint autocorrelation ρ₀ = {meta['rho_0']:.3f}, ρ₁ = {meta['rho_1']:.3f}"
-                 if trajectory else "")
-        out.print(f"Reacher dataset ({rspec.mode}, {pairs} pairs, {n_eval} eval images) in "
-                  f"{root}{extra}")
-        return
-    spec = _spec(name or world_, dim, source, alpha, rho, layers)
-    path = save_pairs(out_path, build_world(spec), pairs, seed)
-    out.print(f"wrote {pairs} pairs of {spec.name} (N={spec.dim}, {spec.source}, ρ={spec.rho}) "
-              f"to {path}")
+    if name and world_ and name != world_:
+        raise IdauditError(f"two worlds given: {name!r} and --world {world_!r}")
+    spec = make_spec(name or world_, **_world_options(
+        dim=dim, source=source, alpha=alpha, rho=rho, layers=layers, trajectory=trajectory,
+        stride=stride, n_eval=n_eval))
+    out.print(KINDS.get(spec.name).write(spec, out_path, pairs, seed, workers, progress=True))
 
 
 @app.command()
 @cli_errors
 def train(
-    world_: str = WorldOpt,
+    world_: str | None = WorldOpt,
     dim: int | None = DimOpt,
-    source: str = SourceOpt,
+    source: str | None = SourceOpt,
     alpha: float | None = AlphaOpt,
-    rho: float = RhoOpt,
+    rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
     objective: str = typer.Option("lejepa", "--objective", "-O",
                                   help="lejepa (SIGReg + alignment) | whiten (VICReg-style) | "
                                        "infonce"),
     lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1] "
                                       "(default 1e-3; reacher 5e-3)"),
-    sigma: str = typer.Option("1.0", "--sigma", help="InfoNCE kernel width σ; 'auto' = "
-                              "√((1−ρ_v²)/ρ_v), matched to the views' OU channel; 'sqrtn' = "
-                              "√(N/2)"),
-    steps: int = typer.Option(20_000, "--steps"),
+    sigma: str | None = typer.Option(None, "--sigma", help="InfoNCE kernel width σ (default 1); "
+                                     "'auto' = √((1−ρ_v²)/ρ_v), matched to the views' OU "
+                                     "channel; 'sqrtn' = √(N/2)"),
+    steps: int | None = typer.Option(None, "--steps", help="training steps on synthetic worlds "
+                                     "(default 20 000)"),
+    epochs: int | None = typer.Option(None, "--epochs", help="epochs over the pairs on dataset "
+                                      "worlds (reacher, --data; default 100)"),
     batch: int = typer.Option(256, "--batch", help="pairs per step (two views each)"),
     lr: float = typer.Option(3e-3, "--lr"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="training seed (initialisation, batches, the "
+                             "evaluation set of synthetic worlds)"),
     inits: int = typer.Option(1, "--inits", help="train K encoders, keep the lowest final loss"),
-    eval_every: int = typer.Option(500, "--eval-every"),
-    n_eval: int = typer.Option(10_000, "--n-eval", help="size of the fixed evaluation set"),
-    views: str = typer.Option("anchor", "--views",
-                              help="anchor: both views one OU step from a shared z (the paper's "
-                                   "code; views correlate ρ²) | pair: views (z, z′)"),
+    eval_every: int | None = typer.Option(None, "--eval-every", help="steps between curve "
+                                          "points (default 500; reacher 0: only at the end)"),
+    n_eval: int | None = typer.Option(None, "--n-eval", help="size of the fixed evaluation set "
+                                      "(reacher: of the rendered evaluation images)"),
+    views: str | None = typer.Option(None, "--views",
+                                     help="anchor: both views one OU step from a shared z (the "
+                                          "paper's code; views correlate ρ²) | pair: views "
+                                          "(z, z′) (dataset worlds: pair only)"),
     encoder: str | None = typer.Option(None, "--encoder",
-                                          help="mlp | coupling | cnn (default: the world's)"),
+                                       help="mlp | coupling | cnn | pixel_cnn (default: the "
+                                            "world's)"),
     encoder_kwargs: str | None = typer.Option(None, "--encoder-kwargs", help="JSON object"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     out_path: Path | None = typer.Option(None, "--out", "-o",
-                                            help="checkpoint path (.safetensors)"),
+                                         help="checkpoint path (.safetensors)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
-    pairs: int = typer.Option(100_000, "--pairs", help="reacher: rendered training pairs"),
-    epochs: int = typer.Option(100, "--epochs", help="reacher: epochs over the pairs"),
-    trajectory: bool = typer.Option(False, "--trajectory", help="reacher: controller "
-                                    "trajectories instead of OU pairs"),
-    stride: int = typer.Option(8, "--stride", help="reacher --trajectory: steps between views"),
-    data: Path | None = typer.Option(None, "--data", help="reacher: dataset directory "
-                                     "(default data/reacher-…; rendered if missing)"),
-    workers: int | None = typer.Option(None, "--workers", help="reacher: render processes"),
+    pairs: int | None = typer.Option(None, "--pairs", help="reacher: rendered training pairs "
+                                     "(default 100 000)"),
+    trajectory: bool | None = TrajectoryOpt,
+    stride: int | None = StrideOpt,
+    data_seed: int | None = DataSeedOpt,
+    data: Path | None = typer.Option(None, "--data", help="train on stored pairs: a file from "
+                                     "`idaudit world`, or a Reacher dataset directory "
+                                     "(rendered there if missing)"),
+    workers: int | None = WorkersOpt,
 ) -> None:
     """Train an encoder on a world; write a self-describing checkpoint and a JSON log.
 
-    `--world reacher` renders (or reuses) a MuJoCo dataset and trains the paper's CNN over
-    epochs (defaults: 100 000 pairs, 100 epochs, λ = 5e-3; shrink with --pairs/--epochs).
+    Every objective trains on every world. `--world reacher` renders (or reuses) a MuJoCo
+    dataset and trains the paper's CNN over epochs (defaults: 100 000 pairs, 100 epochs,
+    λ = 5e-3; shrink with --pairs/--epochs). Options that do not apply to the world are
+    refused.
     """
-    from .checkpoint import save_run
     from .loaders import parse_json_object
     from .report import metrics_table
-    from .train import TrainConfig
-    from .train import train as run_train
-    from .worlds import build_world
+    from .runs import resolve, run
 
-    if world_ == "reacher":
-        from .pixel import train_reacher
-        from .report import audit_table
-        from .train.pixels import PixelConfig
-        from .worlds.reacher_data import ReacherSpec
-
-        rspec = ReacherSpec(mode="trajectory" if trajectory else "ou", rho=rho, stride=stride,
-                            pairs=pairs, n_eval=n_eval, seed=seed).validate()
-        pcfg = PixelConfig(lamb=5e-3 if lamb is None else lamb, epochs=epochs, batch=batch,
-                           lr=lr, seed=seed, device=device).validate()
-        ckpt = out_path or Path("runs") / f"reacher-{rspec.mode}-s{seed}.safetensors"
-        log, metrics = train_reacher(rspec, pcfg, ckpt, data_dir=data, workers=workers,
-                                     progress=not quiet,
-                                     say=lambda m: err.print(escape(m), soft_wrap=True))
-        from .audit import AuditReport
-
-        out.print(audit_table(AuditReport(metrics=metrics, source=str(ckpt))))
-        out.print(f"checkpoint {ckpt}; log {log}")
-        return
-    lamb = 1e-3 if lamb is None else lamb
-    spec = _spec(world_, dim, source, alpha, rho, layers)
-    cfg = TrainConfig(objective=objective, lamb=lamb, sigma=_parse_sigma(sigma), steps=steps,
-                      batch=batch, lr=lr, seed=seed, inits=inits, eval_every=eval_every,
-                      n_eval=n_eval, device=device, encoder=encoder, views=views,
-                      encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs")).validate()
+    if encoder_kwargs is not None and encoder is None:
+        raise IdauditError("--encoder-kwargs needs --encoder")
+    options = dict(world=world_, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
+                   objective=objective, lamb=lamb, sigma=sigma, steps=steps, epochs=epochs,
+                   batch=batch, lr=lr, seed=seed, inits=inits, eval_every=eval_every,
+                   n_eval=n_eval, views=views, encoder=encoder,
+                   encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs"),
+                   device=device, pairs=pairs, trajectory=trajectory, stride=stride,
+                   data_seed=data_seed, data=None if data is None else str(data))
+    resolved = resolve(options)
+    if workers is not None and resolved.world.name not in ("reacher",) and False:
+        pass
     if out_path is None:
-        out_path = Path("runs") / f"{spec.name}-{objective}-s{seed}.safetensors"
-    result = run_train(build_world(spec), cfg, progress=not quiet)
-    out_path, log_path = save_run(out_path, spec, result)
-    out.print(metrics_table(result.metrics, title=f"{spec.name} · {objective} · seed {seed}"))
-    out.print(f"{result.steps_per_second:.0f} steps/s on {result.device}; "
-              f"checkpoint {out_path}; log {log_path}")
+        out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"
+    record = run(resolved, out_path, workers=workers, progress=not quiet)
+    out.print(metrics_table(record.metrics,
+                            title=f"{record.world['name']} · {objective} · seed {seed}"))
+    out.print(f"{record.steps_per_second:.0f} steps/s on {record.device}; "
+              f"checkpoint {record.checkpoint}; log {record.log}")
+
+
+EncoderArg = typer.Argument(..., help="idaudit checkpoint, .safetensors weights (with --arch), "
+                            "TorchScript .pt, torch.export .pt2, or .npz / .safetensors arrays "
+                            "holding z, h [, h_prime, rho]")
+ArchOpt = typer.Option(None, "--arch", help="module.path:factory returning the nn.Module for "
+                       "plain safetensors weights")
+ArchKwargsOpt = typer.Option(None, "--arch-kwargs", help="JSON kwargs for the factory")
+TrustOpt = typer.Option(False, "--trust-pickle", help="allow torch.load of a pickled module "
+                        "(runs arbitrary code)")
+EvalWorldOpt = typer.Option(None, "--world", "-w", help="evaluate on this world (default: the "
+                            "checkpoint's)")
+DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs file from "
+                       "`idaudit world` or a Reacher dataset directory")
 
 
 @app.command()
 @cli_errors
 def audit(
-    target: Path = typer.Argument(..., help="idaudit checkpoint, .safetensors weights (with "
-                                  "--arch), TorchScript .pt, torch.export .pt2, or .npz / "
-                                  ".safetensors arrays holding z, h [, h_prime, rho]"),
+    target: Path = EncoderArg,
     json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
     junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
     markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
-    arch: str | None = typer.Option(None, "--arch", help="module.path:factory returning the "
-                                       "nn.Module for plain safetensors weights"),
-    arch_kwargs: str | None = typer.Option(None, "--arch-kwargs", help="JSON kwargs for "
-                                              "the factory"),
-    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="allow torch.load of a "
-                                      "pickled module (runs arbitrary code)"),
-    world_: str | None = typer.Option(None, "--world", "-w", help="evaluate on this world "
-                                         "(default: the checkpoint's)"),
+    arch: str | None = ArchOpt,
+    arch_kwargs: str | None = ArchKwargsOpt,
+    trust_pickle: bool = TrustOpt,
+    world_: str | None = EvalWorldOpt,
     dim: int | None = DimOpt,
-    source: str = SourceOpt,
+    source: str | None = SourceOpt,
     alpha: float | None = AlphaOpt,
-    rho: float = RhoOpt,
+    rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
-    data: Path | None = typer.Option(None, "--data", help="evaluate on a dataset written by "
-                                        "idaudit world"),
+    data: Path | None = DataOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="evaluation pairs (default: "
-                                         "the training eval set, else 10 000)"),
-    seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed"),
+                                      "the training eval set, else 10 000)"),
+    seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed (default: "
+                                    "a checkpoint's training seed, else 0)"),
     bootstrap: int = typer.Option(0, "--bootstrap", help="bootstrap resamples for CIs"),
     test_fraction: float = typer.Option(0.5, "--test-fraction", help="held-out share of rows"),
     circular: str | None = typer.Option(None, "--circular", help="comma-separated latent "
-                                           "indices that are angles"),
+                                        "indices that are angles"),
     gauss_sims: int = typer.Option(50, "--gauss-sims", help="Gaussian simulations for the "
                                    "Gaussianity p-value (0: statistic only)"),
     min_r2: float | None = typer.Option(None, "--min-r2", help="gate: held-out R²(h → z) ≥"),
     max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
-                                             help="gate: orthogonality error ≤"),
+                                          help="gate: orthogonality error ≤"),
     min_: list[str] = typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
                                    "(repeatable)"),
     max_: list[str] = typer.Option([], "--max", help="gate: METRIC=VALUE, metric ≤ value "
                                    "(repeatable)"),
     gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
-                                        "tables"),
+                                     "tables"),
 ) -> None:
     """Audit any encoder: identifiability metrics, a pass/fail gate and CI-friendly reports.
 
     Exit codes: 0 pass, 1 a threshold failed, 2 bad input or usage, 3 inconclusive
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
-    from .audit import audit_inputs, load_gate_file, make_threshold, parse_threshold
+    from .audit import (
+        audit_inputs,
+        gate_thresholds,
+        inputs_for_encoder,
+        inputs_from_arrays,
+        load_gate_file,
+        parse_threshold,
+    )
     from .io import atomic_write, write_json
-    from .loaders import parse_json_object, resolve
+    from .loaders import Arrays, load_target, parse_json_object
     from .report import audit_junit, audit_markdown, audit_table
 
-    thresholds = []
-    if min_r2 is not None:
-        thresholds.append(make_threshold("r2_h_to_z_heldout", "min", min_r2))
-    if max_orth is not None:
-        thresholds.append(make_threshold("orthogonality_error", "max", max_orth))
+    thresholds = gate_thresholds(min_r2, max_orth)
     thresholds += [parse_threshold(t, "min") for t in min_]
     thresholds += [parse_threshold(t, "max") for t in max_]
     if gate is not None:
@@ -282,16 +276,27 @@ def audit(
         raise IdauditError("--bootstrap and --gauss-sims must be ≥ 0")
     if n_eval is not None and n_eval < 10:
         raise IdauditError(f"--n-eval must be ≥ 10, got {n_eval}")
-    spec = _spec(world_, dim, source, alpha, rho, layers) if world_ else None
-    inputs = resolve(target, arch=arch, arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
-                     world_spec=spec, data=data, trust_pickle=trust_pickle, n_eval=n_eval,
-                     seed=seed)
+    circ: tuple[int, ...] = ()
     if circular:
         try:
-            inputs.circular = tuple(int(c) for c in circular.split(",") if c.strip())
+            circ = tuple(int(c) for c in circular.split(",") if c.strip())
         except ValueError:
             raise IdauditError(f"--circular expects comma-separated integers, got {circular!r}") \
                 from None
+    loaded = load_target(target, arch=arch, trust_pickle=trust_pickle,
+                         arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"))
+    options = _world_options(dim=dim, source=source, alpha=alpha, rho=rho, layers=layers)
+    if isinstance(loaded, Arrays):
+        if world_ or data or options or n_eval is not None:
+            raise IdauditError("arrays are audited as they are: --world, --data, --n-eval and "
+                               "world options do not apply")
+        inputs = inputs_from_arrays(loaded)
+    else:
+        inputs = inputs_for_encoder(loaded, world=world_, data=data, n_eval=n_eval, seed=seed,
+                                    options=options)
+        seed = inputs.seed
+    if circ:
+        inputs.circular = circ
     report = audit_inputs(inputs, thresholds, bootstrap=bootstrap, test_fraction=test_fraction,
                           seed=seed or 0, gauss_sims=gauss_sims)
     out.print(audit_table(report))
@@ -306,7 +311,7 @@ def audit(
     if markdown is not None:
         text_md = audit_markdown(report)
         atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
-    failed = [t.metric for t in report.thresholds if t.passed is False]
+    failed = [t.metric for t in report.failed]
     if failed:
         err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
     raise typer.Exit(report.exit_code)
@@ -315,34 +320,48 @@ def audit(
 @app.command()
 @cli_errors
 def plan(
-    checkpoint: Path = typer.Argument(..., help="an idaudit checkpoint (.safetensors)"),
+    target: Path = EncoderArg,
+    arch: str | None = ArchOpt,
+    arch_kwargs: str | None = ArchKwargsOpt,
+    trust_pickle: bool = TrustOpt,
+    world_: str | None = EvalWorldOpt,
+    dim: int | None = DimOpt,
+    source: str | None = SourceOpt,
+    alpha: float | None = AlphaOpt,
+    rho: float | None = RhoOpt,
+    layers: int | None = LayersOpt,
+    data: Path | None = DataOpt,
     pairs: int = typer.Option(100, "--pairs", "-k", help="random start/goal pairs"),
     waypoints: int = typer.Option(20, "--waypoints", help="segments per plan"),
-    gallery: int = typer.Option(10_000, "--gallery", help="k-NN decoder gallery size"),
+    gallery: int | None = typer.Option(None, "--gallery", help="k-NN decoder gallery size "
+                                       "(synthetic worlds; default 10 000)"),
     seed: int = typer.Option(0, "--seed"),
     json_path: Path | None = typer.Option(None, "--json", help="write the results here"),
     plot: Path | None = typer.Option(None, "--plot", help="PNG of the planned paths next to "
                                      "the oracle's (needs the plot extra)"),
 ) -> None:
-    """Latent straight-line plans against the oracle, and LQR value equivalence."""
+    """Latent straight-line plans against the oracle, and LQR value equivalence.
+
+    Takes every encoder form `audit` takes, on its checkpoint's world, --world or --data; or
+    an array file with a gallery of z and h (starts and goals are drawn from its rows). A
+    median cost ratio near 1 means the embedding plans like the true latents.
+    """
     from .io import write_json
-    from .plan import plan_checkpoint
+    from .loaders import parse_json_object
+    from .plan import plan as run_plan
     from .report import plan_table
 
-    if pairs < 1 or waypoints < 1 or gallery < 5:
-        raise IdauditError("--pairs and --waypoints must be ≥ 1 and --gallery ≥ 5")
-    result = plan_checkpoint(checkpoint, pairs=pairs, waypoints=waypoints, gallery=gallery,
-                             seed=seed)
-    out.print(plan_table(result))
+    report = run_plan(target, world=world_, data=data, pairs=pairs, waypoints=waypoints,
+                      gallery=gallery, seed=seed, arch=arch, trust_pickle=trust_pickle,
+                      arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
+                      options=_world_options(dim=dim, source=source, alpha=alpha, rho=rho,
+                                             layers=layers))
+    out.print(plan_table(report.metrics))
     if plot is not None:
-        from .plan import plot_plans
-
-        reacher = result.get("world", {}).get("name") == "reacher"
-        plot_plans(result, plot, labels=("shoulder (rad)", "wrist (rad)") if reacher
-                   else ("z₁", "z₂"))
+        report.plot(plot)
         out.print(f"wrote {plot}")
     if json_path is not None:
-        write_json(json_path, {k: v for k, v in result.items()})
+        write_json(json_path, report.to_dict())
         out.print(f"wrote {json_path}")
 
 
@@ -354,32 +373,29 @@ def demo(
     seed: int = typer.Option(1337, "--seed"),
 ) -> None:
     """The whole loop on the spiral world: world → train → audit → plan (a few minutes)."""
-    from .audit import audit_checkpoint
-    from .checkpoint import save_run
+    from .audit import audit as run_audit
     from .io import write_json
-    from .plan import plan_checkpoint
-    from .report import metrics_table, plan_table
-    from .train import TrainConfig
-    from .train import train as run_train
-    from .worlds import build_world, make_spec
-    from .worlds.dataset import save_pairs
+    from .plan import plan as run_plan
+    from .report import audit_table, plan_table
+    from .runs import run
+    from .worlds import KINDS, make_spec
 
     spec = make_spec("spiral", rho=0.95)
-    w = build_world(spec)
-    save_pairs(out_dir / "spiral-pairs.safetensors", w, 10_000, seed)
-    out.print(f"1/4 world: 10 000 spiral pairs → {out_dir / 'spiral-pairs.safetensors'}")
-    cfg = TrainConfig(objective="lejepa", lamb=1e-3, steps=steps, seed=seed).validate()
+    pairs_path = out_dir / "spiral-pairs.safetensors"
+    KINDS.get(spec.name).write(spec, pairs_path, 10_000, seed, None, progress=False)
+    out.print(f"1/4 world: 10 000 spiral pairs → {pairs_path}")
     out.print(f"2/4 train: LeJEPA, λ = 1e-3, {steps} steps")
-    result = run_train(w, cfg, progress=True)
-    ckpt, _ = save_run(out_dir / "spiral-lejepa.safetensors", spec, result)
-    report = audit_checkpoint(ckpt)
-    write_json(out_dir / "audit.json", report)
+    record = run({"world": "spiral", "rho": 0.95, "objective": "lejepa", "lamb": 1e-3,
+                  "steps": steps, "seed": seed}, out_dir / "spiral-lejepa.safetensors",
+                 progress=True)
+    report = run_audit(encoder=record.checkpoint, gauss_sims=0)
+    write_json(out_dir / "audit.json", report.to_dict())
     out.print("3/4 audit")
-    out.print(metrics_table(report["metrics"], title="spiral · LeJEPA"))
-    planned = plan_checkpoint(ckpt, pairs=100, seed=seed)
-    write_json(out_dir / "plan.json", planned)
+    out.print(audit_table(report))
+    planned = run_plan(record.checkpoint, pairs=100, seed=seed)
+    write_json(out_dir / "plan.json", planned.to_dict())
     out.print("4/4 plan")
-    out.print(plan_table(planned))
+    out.print(plan_table(planned.metrics))
     out.print(f"outputs in {out_dir}/ (checkpoint, audit.json, plan.json)")
 
 
@@ -412,7 +428,8 @@ def sweep(
     """
     from rich.table import Table
 
-    from .sweep import load_suite, parse_assignments, run_id, run_sweep, shrink
+    from .suites import load_suite, parse_assignments, shrink
+    from .sweep import run_id, run_sweep
 
     try:
         dim_list = [int(d) for d in dims.split(",")] if dims else None
@@ -453,7 +470,7 @@ def report(
 ) -> None:
     """Aggregate a sweep: mean ± std over seeds as summary.csv and summary.md (the paper's
     table layouts), and the figures the runs support as PNGs under DIR/figures."""
-    from .sweep import aggregate, load_results, write_tables
+    from .report import aggregate, load_results, write_tables
 
     ok, failed = load_results(out_dir)
     if not ok:

@@ -13,24 +13,19 @@ import importlib
 import os
 import subprocess
 import sys
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-from .render_mujoco import GL_BACKENDS, INSTALL_HINT  # no torch: the doctor runs without it
+from .render_mujoco import (  # no torch: the doctor runs without it
+    GL_BACKENDS,
+    GL_TIMEOUT_S,
+    INSTALL_HINT,
+    last_line,
+    probe_backend,
+)
 
 MIN_PYTHON = (3, 10)
 MUJOCO_VERSION = "3.17.0"
 DM_CONTROL_VERSION = "1.0.50"
-GL_TIMEOUT_S = 60.0
-
-_PROBE = """\
-import numpy as np
-from idaudit.render_mujoco import ReacherRenderer
-img = ReacherRenderer().render([[0.3, -0.5]])
-assert img.shape == (1, 64, 64, 3) and img.dtype == np.uint8, (img.shape, img.dtype)
-print(f"IDAUDIT_MEAN {float(img.mean()):.4f}")
-"""
 
 
 def _check(name: str, ok: bool, detail: str, fix: str | None = None) -> dict[str, Any]:
@@ -84,41 +79,8 @@ def _import_without_gl(modules: tuple[str, ...]) -> dict[str, tuple[bool, str]]:
             out[name] = (status == "OK", rest)
     for name, (ok, info) in out.items():
         if not ok and info == "not checked":
-            out[name] = (False, f"exit code {proc.returncode}: {_last_line(proc.stderr)}")
+            out[name] = (False, f"exit code {proc.returncode}: {last_line(proc.stderr)}")
     return out
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else "no output"
-
-
-@cache
-def probe_backend(backend: str, timeout: float = GL_TIMEOUT_S) -> tuple[bool, str]:
-    """Render one Reacher frame in a subprocess with ``MUJOCO_GL=backend``: (works, detail).
-
-    The result is cached per process. ``PYOPENGL_PLATFORM`` is removed from the child's
-    environment so that the backend itself is tested (dm_control sets it to match).
-    """
-    env = dict(os.environ)
-    env["MUJOCO_GL"] = backend
-    env.pop("PYOPENGL_PLATFORM", None)
-    src = str(Path(__file__).resolve().parents[1])  # make the child import this very idaudit
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return False, f"timed out after {timeout:.0f} s"
-    except OSError as exc:
-        return False, f"could not start {sys.executable}: {exc}"
-    for line in proc.stdout.splitlines():
-        if line.startswith("IDAUDIT_MEAN "):
-            mean = float(line.split()[1])
-            if mean <= 0.0:
-                return False, "rendered an all-black image"
-            return True, f"image mean {mean:.1f}"
-    return False, f"exit code {proc.returncode}: {_last_line(proc.stderr or proc.stdout)}"
 
 
 def chosen_backend() -> str | None:

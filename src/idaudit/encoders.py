@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -100,3 +102,84 @@ def build_encoder(name: str, kwargs: dict[str, Any] | None = None) -> nn.Module:
         return cls(**(kwargs or {}))
     except TypeError as exc:
         raise IdauditError(f"bad arguments for encoder {name!r}: {exc}") from None
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """``auto`` → CUDA when present, else CPU; ``cuda`` without a GPU is an input error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise IdauditError("--device cuda was asked for but no CUDA device is available")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise IdauditError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+
+
+EMBED_CHUNK = 8192  # rows per forward pass (1024 for images)
+
+
+def _module_device(encoder: Any) -> torch.device | None:
+    if isinstance(encoder, nn.Module):
+        for p in encoder.parameters():
+            return p.device
+        for b in encoder.buffers():
+            return b.device
+    return None
+
+
+@torch.no_grad()
+def embed(encoder: Callable[[torch.Tensor], Any], x: Any, device: torch.device | str | None = None,
+          chunk: int | None = None) -> torch.Tensor:
+    """h = encoder(x): in eval mode (the mode is restored after), without gradients, in chunks,
+    returned as float32 on the CPU.
+
+    ``encoder`` is any nn.Module (TorchScript and ``torch.export`` modules too) or callable;
+    ``x`` a tensor or array (uint8 images stay uint8 until they reach the encoder). Inputs go
+    to ``device``, by default the encoder's own. A failing or ill-shaped encoder is a one-line
+    :class:`IdauditError`.
+    """
+    n = len(x)
+    chunk = chunk or (EMBED_CHUNK if getattr(x, "ndim", 2) <= 2 else 1024)
+    dev = torch.device(device) if device is not None else (_module_device(encoder) or
+                                                            torch.device("cpu"))
+    was_training = getattr(encoder, "training", None)
+    if isinstance(encoder, nn.Module):
+        try:
+            encoder.eval()
+        except NotImplementedError:  # torch.export modules keep their exported mode
+            was_training = None
+    outs = []
+    try:
+        for i in range(0, n, chunk):
+            part = x[i:i + chunk]
+            part = part if isinstance(part, torch.Tensor) else \
+                torch.from_numpy(np.ascontiguousarray(part))
+            try:
+                y = encoder(part.to(dev))
+            except Exception as exc:  # a user's encoder can raise anything
+                raise IdauditError(f"the encoder failed on inputs of shape {tuple(part.shape)}: "
+                                   f"{_error_line(exc)}") from None
+            if isinstance(y, (tuple, list)) and y:
+                y = y[0]
+            if not isinstance(y, torch.Tensor) or y.ndim < 1 or y.shape[0] != part.shape[0]:
+                shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+                raise IdauditError(f"the encoder returned {shape} for a batch of "
+                                   f"{part.shape[0]}; expected (batch, embed_dim)")
+            outs.append(y.reshape(y.shape[0], -1).float().cpu())
+    finally:
+        if was_training:
+            encoder.train(True)
+    if not outs:
+        raise IdauditError("nothing to embed: no inputs")
+    return torch.cat(outs)
+
+
+def _error_line(exc: BaseException) -> str:
+    """The informative line of an exception (TorchScript puts it last, after a preamble)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    if "TorchScript interpreter" in lines[0] and len(lines) > 1:
+        return lines[-1]
+    return lines[0]

@@ -8,10 +8,12 @@ EXIT_USAGE = 2
 EXIT_INCONCLUSIVE = 3
 
 
-class IdauditError(Exception):
+class IdauditError(ValueError):
     """A user-facing problem: bad input, an unknown name, an unreadable file.
 
-    ``exit_code`` is what the CLI exits with (2 for usage or input errors).
+    ``exit_code`` is what the CLI exits with (2 for usage or input errors, 3 for an
+    inconclusive result such as a diverged training run). A ``ValueError``, so library users
+    can catch it as one.
     """
 
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:

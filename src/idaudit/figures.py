@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import IdauditError
 from .io import atomic_write
-from .sweep import grid_cells, method_label
+from .report import grid_cells, method_label
 
 Record = dict[str, Any]
 Row = dict[str, Any]

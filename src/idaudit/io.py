@@ -62,3 +62,27 @@ def load_toml(path: str | Path, kind: str) -> dict[str, Any]:
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise IdauditError(f"{kind} file {path} is not valid TOML ({exc})") from None
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The raw metadata dict of a safetensors file (errors are one-line, exit 2)."""
+    from safetensors import safe_open
+
+    from .errors import IdauditError
+
+    path = Path(path)
+    if not path.exists():
+        raise IdauditError(f"not found: {path}")
+    if path.is_dir():
+        raise IdauditError(f"path is a directory: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # safetensors raises several types for corrupt headers
+        raise IdauditError(f"not a readable safetensors file: {path} ({first_line(exc)})") \
+            from None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

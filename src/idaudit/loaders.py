@@ -1,6 +1,7 @@
 """Bring an encoder (or its embeddings) from wherever a project keeps it.
 
-``resolve`` turns a path plus options into :class:`~idaudit.audit.AuditInputs`:
+``load_target`` turns a path into :class:`Arrays` or a :class:`LoadedEncoder`; audit, plan
+and consistency checks all start here:
 
 * ``.npz`` or ``.safetensors`` arrays with ``z``, ``h`` (optionally ``h_prime``, ``rho``,
   ``circular``) — no world needed;
@@ -16,24 +17,38 @@ import importlib
 import json
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .audit import AuditInputs, arrays_from_dataset, arrays_from_world, as_embed_fn
+from .checkpoint import FORMAT as CHECKPOINT
+from .checkpoint import load_checkpoint
 from .errors import IdauditError
+from .io import first_line as _first_line
+from .io import read_metadata
+from .worlds import World, WorldSpec, as_world, build_world, make_spec
+from .worlds.synthetic import PAIRS_FORMAT
 
 ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+@dataclass
+class Arrays:
+    """Embeddings brought as arrays: z, h and optionally h′, ρ, x, circular latent indices."""
+
+    z: torch.Tensor
+    h: torch.Tensor
+    h_prime: torch.Tensor | None = None
+    rho: float | None = None
+    x: torch.Tensor | None = None
+    circular: tuple[int, ...] = ()
+    source: str = "arrays"
 
 
-def arrays_from_mapping(d: dict[str, Any], source: str) -> AuditInputs:
+def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
     missing = [k for k in ("z", "h") if k not in d]
     if missing:
         raise IdauditError(f"{source} lacks the array(s) {', '.join(missing)} "
@@ -60,11 +75,11 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> AuditInputs:
         rho = float(rho_t.reshape(()))
     circ = t("circular")
     circular = tuple(int(i) for i in circ.reshape(-1).tolist()) if circ is not None else ()
-    return AuditInputs(z=t("z"), h=t("h"), h_prime=t("h_prime"), rho=rho, x=t("x"),
-                       circular=circular, source=source)
+    return Arrays(z=t("z"), h=t("h"), h_prime=t("h_prime"), rho=rho, x=t("x"),
+                  circular=circular, source=source)
 
 
-def load_array_file(path: Path) -> AuditInputs:
+def load_array_file(path: Path) -> Arrays:
     if path.suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as f:
@@ -112,16 +127,26 @@ def build_arch(spec: str, kwargs: dict[str, Any] | None) -> torch.nn.Module:
     return model
 
 
-def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] | None,
-                      trust_pickle: bool) -> tuple[Any, dict[str, Any] | None, dict[str, Any]]:
-    """(encoder, world spec dict or None, training config) for every encoder format."""
-    if path.suffix == ".safetensors":
-        from .checkpoint import FORMAT, load_checkpoint, read_metadata
+@dataclass
+class LoadedEncoder:
+    """An encoder from a file, with the world and training config an idaudit checkpoint
+    carries (None / {} for other formats)."""
 
+    module: Any
+    world: WorldSpec | None
+    train: dict[str, Any]
+    path: Path
+
+
+def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] | None,
+                      trust_pickle: bool) -> LoadedEncoder:
+    """Every encoder format: idaudit checkpoint, plain weights + ``arch``, TorchScript,
+    ``torch.export`` (.pt2), or — only with ``trust_pickle`` — a pickled module."""
+    if path.suffix == ".safetensors":
         meta = read_metadata(path)
-        if meta.get("format") == FORMAT:
+        if meta.get("format") == CHECKPOINT:
             ck = load_checkpoint(path)
-            return ck.encoder, ck.world.to_dict(), ck.train
+            return LoadedEncoder(ck.encoder, ck.world, ck.train, path)
         if arch is None:
             raise IdauditError(f"{path} holds plain weights: pass --arch module.path:factory to "
                                "say which network they belong to")
@@ -138,7 +163,7 @@ def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] 
         except RuntimeError as exc:
             raise IdauditError(f"{path}: the weights do not fit {arch} ({_first_line(exc)})") \
                 from None
-        return model, None, {}
+        return LoadedEncoder(model, None, {}, path)
     if arch is not None:
         raise IdauditError("--arch goes with plain .safetensors weights")
     if path.suffix == ".pt2":
@@ -147,9 +172,9 @@ def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] 
         except Exception as exc:
             raise IdauditError(f"cannot load {path} as a torch.export program "
                                f"({_first_line(exc)})") from None
-        return program.module(), None, {}
+        return LoadedEncoder(program.module(), None, {}, path)
     try:
-        return torch.jit.load(str(path), map_location="cpu"), None, {}
+        return LoadedEncoder(torch.jit.load(str(path), map_location="cpu"), None, {}, path)
     except Exception as jit_exc:
         if not trust_pickle:
             raise IdauditError(
@@ -162,34 +187,28 @@ def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] 
     if not isinstance(obj, torch.nn.Module):
         raise IdauditError(f"{path} unpickles to {type(obj).__name__}, not an nn.Module "
                            "(a state_dict needs --arch and a .safetensors file)")
-    return obj, None, {}
+    return LoadedEncoder(obj, None, {}, path)
 
 
-def resolve(target: str | Path, *, arch: str | None = None,
-            arch_kwargs: dict[str, Any] | None = None, world_spec: Any = None,
-            data: str | Path | None = None, trust_pickle: bool = False,
-            n_eval: int | None = None, seed: int | None = None) -> AuditInputs:
-    """Reduce ``target`` (and the world options) to audit arrays.
-
-    For an idaudit checkpoint on its own world the evaluation set defaults to the one its
-    training used (same size and seed).
-    """
+def load_target(target: str | Path, *, arch: str | None = None,
+                arch_kwargs: dict[str, Any] | None = None,
+                trust_pickle: bool = False) -> Arrays | LoadedEncoder:
+    """What a path on the command line holds: arrays (z, h, …) or an encoder."""
     path = Path(target)
     if not path.exists():
         raise IdauditError(f"not found: {path}")
     if path.is_dir():
         raise IdauditError(f"{path} is a directory, not an encoder or array file")
     if path.suffix == ".npz":
+        if arch is not None:
+            raise IdauditError("--arch goes with plain .safetensors weights, not arrays")
         return load_array_file(path)
     if path.suffix == ".safetensors":
-        from .checkpoint import FORMAT, read_metadata
-        from .worlds.dataset import FORMAT as DATASET
-
         meta = read_metadata(path)
-        if meta.get("format") == DATASET:
-            raise IdauditError(f"{path} is a world dataset; audit an encoder on it with "
+        if meta.get("format") == PAIRS_FORMAT:
+            raise IdauditError(f"{path} is a world dataset; evaluate an encoder on it with "
                                f"--data {path}")
-        if meta.get("format") != FORMAT and arch is None:
+        if meta.get("format") != CHECKPOINT and arch is None:
             from safetensors import safe_open
 
             with safe_open(str(path), framework="pt") as f:
@@ -200,25 +219,26 @@ def resolve(target: str | Path, *, arch: str | None = None,
                     f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights need "
                     "--arch module.path:factory")
             return load_array_file(path)
-    encoder, ck_world, train = load_encoder_file(path, arch, arch_kwargs, trust_pickle)
-    embed_fn = as_embed_fn(encoder)
-    source = str(path)
-    if data is not None:
-        return arrays_from_dataset(embed_fn, data, source)
-    from .worlds import WorldSpec, build_world
+    return load_encoder_file(path, arch, arch_kwargs, trust_pickle)
 
-    if world_spec is None and ck_world is not None and ck_world.get("name") == "reacher":
-        from .audit import arrays_from_reacher
 
-        return arrays_from_reacher(encoder, ck_world["extra"]["dataset"], source)
-    if world_spec is None and ck_world is not None:
-        world_spec = WorldSpec.from_dict(ck_world)
-        n_eval = n_eval or int(train.get("n_eval", 10_000))
-        seed = int(train.get("seed", 0)) if seed is None else seed
-    if world_spec is None:
-        raise IdauditError("no world to evaluate the encoder on: pass --world … (as in train) "
-                           "or --data DATASET (from idaudit world)")
-    return arrays_from_world(embed_fn, build_world(world_spec), n_eval or 10_000, seed or 0, source)
+def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
+                      options: dict[str, Any] | None = None) -> World:
+    """The world to evaluate an encoder on: ``data`` (a pairs file or a Reacher dataset),
+    ``world`` (a World, a WorldSpec or a name, with ``options``), else the world an idaudit
+    checkpoint was trained on (its dataset found relative to the checkpoint)."""
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    if data is not None or (world is not None and not isinstance(world, (World, WorldSpec))):
+        return build_world(make_spec(world, data=data, **options))
+    if options:
+        raise IdauditError(f"{', '.join('--' + k.replace('_', '-') for k in sorted(options))} "
+                           "need --world")
+    if world is not None:
+        return as_world(world)
+    if loaded.world is not None:
+        return build_world(loaded.world, base_dir=loaded.path.parent)
+    raise IdauditError("no world to evaluate the encoder on: pass --world … (as in train) "
+                       "or --data DATASET (from idaudit world)")
 
 
 def parse_json_object(text: str | None, flag: str) -> dict[str, Any] | None:

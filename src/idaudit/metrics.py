@@ -1,4 +1,8 @@
-"""Identifiability metrics: pure functions of arrays (z, h, h′, x, ρ), computed in float64.
+"""Identifiability metrics: pure functions of arrays (z, h, h′, x, ρ).
+
+Moments are accumulated in float64, except for wide float32 inputs (more than 256 columns),
+whose centred second moments are accumulated in float32 and then converted; every solve,
+decomposition and reported number is float64.
 
 Every linear fit comes from one joint covariance matrix Σ of the columns [z | h | x]:
 
@@ -157,40 +161,11 @@ def approximate_bound(epsilon: float, delta: float, rho: float) -> tuple[float, 
 
 
 def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
-                            rho: float | None = None, x: ArrayLike | None = None
-                            ) -> dict[str, Any]:
-    """Every metric train logs and audit reports, from one covariance of [z | h | x]."""
-    z, h = as_f64(z), as_f64(h)
-    blocks = [z, h] + ([as_f64(x)] if x is not None else [])
-    _, s = covariance(*blocks)
-    n, m = z.shape[1], h.shape[1]
-    nz = slice(0, n)
-    nh = slice(n, n + m)
-    s_zz, s_zh, s_hh = s[nz, nz], s[nz, nh], s[nh, nh]
-    rows = z.shape[0]
-    pop = (rows - 1) / rows  # Procrustes uses population covariances
-    q = linear_map_from_cov(s_zz, s_zh)
-    eps = float(torch.linalg.matrix_norm(s_hh - torch.eye(m, dtype=s.dtype)))
-    out: dict[str, Any] = {
-        "r2_h_to_z": float(r2_from_cov(s_hh, s_zh.T, s_zz).mean()),
-        "r2_z_to_h": float(r2_from_cov(s_zz, s_zh, s_hh).mean()),
-        "r2_h_to_z_per_dim": [float(v) for v in r2_from_cov(s_hh, s_zh.T, s_zz)],
-        "orthogonality_error": orthogonality_error(q),
-        "procrustes_mse": procrustes_from_cov(pop * s_zz, pop * s_zh, pop * s_hh),
-        "whitening_error": eps,
-        "n_samples": rows,
-        "latent_dim": n,
-        "embed_dim": m,
-    }
-    if x is not None:
-        dx = slice(n + m, s.shape[0])
-        out["mixing_r2_x_to_z"] = float(r2_from_cov(s[dx, dx], s[dx, nz], s_zz).mean())
-    if h_prime is not None and rho is not None:
-        delta = _gap(h, as_f64(h_prime), torch.trace(s_hh), rho)
-        d, bound = approximate_bound(eps, delta, rho)
-        out.update(alignment_gap=delta, D=d, bound=bound,
-                   bound_holds=bool(out["procrustes_mse"] <= bound), rho=rho)
-    return out
+                            rho: float | None = None, x: ArrayLike | None = None,
+                            **kwargs: Any) -> dict[str, Any]:
+    """The in-sample core of :func:`audit_metrics` (R², orthogonality, Procrustes, ε, δ, D,
+    bound, held-out R²), from the same code: what the training curve logs."""
+    return audit_metrics(z, h, h_prime, rho, x, core=True, **kwargs)
 
 
 # ---- the full audit: held-out fits, MCC, floors, subspaces, circular latents, Gaussianity ----
@@ -358,14 +333,16 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
                   seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
                   gauss_sims: int = 50, gauss_slices: int = 64,
-                  test_rows: ArrayLike | None = None) -> dict[str, Any]:
+                  test_rows: ArrayLike | None = None, core: bool = False) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x].
 
-    In-sample keys are the ones ``identifiability_metrics`` reports (the train → audit
-    contract); ``*_heldout`` keys fit on a random ``1 − test_fraction`` of the rows and score
-    on the rest (or, with ``test_rows``, fit on the other rows and score on those). With
-    ``bootstrap`` B > 0 the held-out R² gets a percentile interval over B resamples of the
-    test rows.
+    This is the one metrics function: ``train`` logs its values on the world's evaluation
+    set and ``audit`` reports them. ``*_heldout`` keys fit on a random ``1 − test_fraction``
+    of the rows and score on the rest (or, with ``test_rows``, fit on the other rows and
+    score on those). With ``bootstrap`` B > 0 the held-out R² gets a percentile interval over
+    B resamples of the test rows. ``core`` skips what the training curve does not need (MCC,
+    spectrum, principal angles, Gaussianity, bootstrap); the keys it keeps have the same
+    values.
     """
     zt = torch.as_tensor(np.asarray(z)) if not isinstance(z, torch.Tensor) else z.detach().cpu()
     ht = torch.as_tensor(np.asarray(h)) if not isinstance(h, torch.Tensor) else h.detach().cpu()
@@ -402,7 +379,6 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     s_zz, s_zh, s_hh = s[iz, iz], s[iz, ih], s[ih, ih]
     pop = (rows - 1) / rows
 
-    evals_h = torch.from_numpy(np.linalg.eigvalsh(s_hh.numpy()))
     q = linear_map_from_cov(s_zz, s_zh)
     eps = float(torch.linalg.matrix_norm(s_hh - torch.eye(m, dtype=s.dtype)))
     floor = whitening_floor(rows, m)
@@ -416,13 +392,11 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         "r2_h_to_z_heldout": float(r2_hz_ho.mean()),
         "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
         "r2_h_to_z_heldout_per_dim": [float(v) for v in r2_hz_ho],
-        "mcc": mcc_from_cov(s_zz, s_zh, s_hh),
         "orthogonality_error": orthogonality_error(q),
         "procrustes_mse": procrustes_from_cov(pop * s_zz, pop * s_zh, pop * s_hh),
         "whitening_error": eps,
         "whitening_floor": floor,
         "whitening_error_corrected": math.sqrt(max(eps**2 - floor**2, 0.0)),
-        "effective_rank": effective_rank_from_eigs(evals_h),
         "total_variance_h": float(torch.trace(s_hh)),
         "n_samples": rows,
         "n_train": int(train_rows.numel()),
@@ -430,7 +404,11 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         "latent_dim": n,
         "embed_dim": m,
     }
-    if m != n:
+    if not core:
+        out["mcc"] = mcc_from_cov(s_zz, s_zh, s_hh)
+        out["effective_rank"] = effective_rank_from_eigs(
+            torch.from_numpy(np.linalg.eigvalsh(s_hh.numpy())))
+    if m != n and not core:
         k = min(m, n)
         top = torch.from_numpy(np.linalg.eigh(s_hh.numpy())[1][:, -k:])  # top-k subspace of h
         out["principal_angles_deg"] = principal_angles_deg(q, top)
@@ -456,9 +434,9 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                    bound_trivial=trivial, bound_vacuous=bool(bound >= trivial),
                    bound_floor=floor**2,
                    bound_floor_dominated=bool(floor**2 >= 0.5 * bound), rho=float(rho))
-    if gauss_slices > 0:
+    if gauss_slices > 0 and not core:
         out.update(sliced_gaussianity(ht, n_slices=gauss_slices, sims=gauss_sims, seed=seed))
-    if bootstrap > 0:
+    if bootstrap > 0 and not core:
         out.update(_bootstrap_r2(data, m_tr, test_rows, ih, iz, bootstrap, confidence, gen))
     return out
 

@@ -13,10 +13,17 @@ gives P and P̂, and V(z₀) = z₀ᵀ P z₀ should equal V̂(M z₀) exactly w
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from .encoders import embed
+from .errors import IdauditError
+from .loaders import Arrays, LoadedEncoder, load_target, world_for_encoder
+from .metrics import fit_linear_map
 
 
 def control_cost(path: np.ndarray) -> np.ndarray:
@@ -80,8 +87,6 @@ def plot_plans(result: dict[str, Any], path, max_pairs: int = 12,
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from .errors import IdauditError
-
         raise IdauditError('--plot needs matplotlib: pip install "idaudit[plot]"') from None
     from .io import atomic_write
 
@@ -134,31 +139,102 @@ def lqr_value_equivalence(m_map: np.ndarray, seed: int = 0, n_states: int = 256,
     }
 
 
-def plan_checkpoint(path, pairs: int = 100, waypoints: int = 20, gallery: int = 10_000,
-                    seed: int = 0, k: int = 5) -> dict[str, Any]:
-    """Straight-line plans and LQR value equivalence for an idaudit checkpoint."""
-    from .checkpoint import load_checkpoint
-    from .metrics import fit_linear_map
-    from .train.loop import embed
-    from .worlds import build_world
+@dataclass
+class PlanReport:
+    """Straight-line planning against the oracle, and LQR value equivalence.
 
-    ck = load_checkpoint(path)
-    if ck.world.name == "reacher":
-        from .pixel import plan_reacher
+    ``metrics`` holds the cost-ratio summary (``cost_ratio_median`` ≈ 1 means the embedding
+    plans like the true latents) and the LQR errors; ``paths``/``oracle_paths`` the decoded
+    and the oracle latent paths (pairs × (waypoints + 1) × d).
+    """
 
-        return plan_reacher(ck, pairs=pairs, waypoints=waypoints, seed=seed, k=k)
-    world = build_world(ck.world)
-    gen = torch.Generator().manual_seed(seed)
-    gallery_z = world.sample_latents(gallery, gen)
-    starts = world.sample_latents(pairs, gen)
-    goals = world.sample_latents(pairs, gen)
+    metrics: dict[str, Any]
+    paths: np.ndarray
+    oracle_paths: np.ndarray
+    source: str = ""
+    world: dict[str, Any] | None = None
+    labels: tuple[str, ...] = ("z₁", "z₂")
+    cost_ratios: list[float] = field(default_factory=list)
 
-    def embed_fn(z: torch.Tensor) -> torch.Tensor:
-        return embed(ck.encoder, world.observe(z), torch.device("cpu"))
+    @property
+    def cost_ratio_median(self) -> float:
+        return float(self.metrics["cost_ratio_median"])
 
-    result = straight_line_plans(embed_fn, gallery_z, starts, goals, waypoints, k)
-    q_hat, _ = fit_linear_map(gallery_z, embed_fn(gallery_z))
-    result.update(lqr_value_equivalence(q_hat.numpy(), seed=seed))
-    result["checkpoint"] = str(path)
-    result["world"] = ck.world.to_dict()
-    return result
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.metrics, "cost_ratios": self.cost_ratios, "paths": self.paths,
+                "oracle_paths": self.oracle_paths, "source": self.source, "world": self.world}
+
+    def plot(self, path: str | Path, max_pairs: int = 12) -> None:
+        plot_plans(self.to_dict(), path, max_pairs=max_pairs, labels=self.labels[:2])
+
+    def _repr_markdown_(self) -> str:
+        rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in self.metrics.items()
+                         if isinstance(v, float))
+        return f"**plan** · {self.source}\n\n| quantity | value |\n|---|---:|\n{rows}\n"
+
+
+def _report(res: dict[str, Any], gallery_z: Any, gallery_h: Any, seed: int, source: str,
+            world: dict[str, Any] | None, labels: tuple[str, ...]) -> PlanReport:
+    q_hat, _ = fit_linear_map(gallery_z, gallery_h)
+    res.update(lqr_value_equivalence(q_hat.numpy(), seed=seed))
+    paths, oracle, ratios = res.pop("paths"), res.pop("oracle_paths"), res.pop("cost_ratios")
+    return PlanReport(metrics=res, paths=paths, oracle_paths=oracle, source=source,
+                      world=world, labels=labels, cost_ratios=ratios)
+
+
+def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None,
+         data: str | Path | None = None, pairs: int = 100, waypoints: int = 20,
+         gallery: int | None = None, seed: int = 0, k: int = 5, arch: str | None = None,
+         arch_kwargs: dict[str, Any] | None = None, trust_pickle: bool = False,
+         options: dict[str, Any] | None = None) -> PlanReport:
+    """Plan straight lines in embedding space and score them against the oracle.
+
+    Give an ``encoder`` — an ``nn.Module``/callable, or a path to anything ``audit`` reads
+    (an idaudit checkpoint, TorchScript, ``torch.export``, plain weights with ``arch``) —
+    with its ``world`` (a World, WorldSpec or name) or ``data``, or the checkpoint's own
+    world; or a gallery of arrays ``z``, ``h`` (a path to an ``.npz``/``.safetensors`` with
+    them works as ``encoder`` too), whose rows are then the starts and goals.
+    """
+    if pairs < 1 or waypoints < 1 or (gallery is not None and gallery < 5):
+        raise IdauditError("--pairs and --waypoints must be ≥ 1 and --gallery ≥ 5")
+    if isinstance(encoder, (str, Path)):
+        loaded: Arrays | LoadedEncoder = load_target(encoder, arch=arch, arch_kwargs=arch_kwargs,
+                                                     trust_pickle=trust_pickle)
+    elif encoder is not None:
+        loaded = LoadedEncoder(encoder, None, {}, Path("encoder"))
+    elif z is not None and h is not None:
+        loaded = Arrays(z=torch.as_tensor(np.asarray(z)), h=torch.as_tensor(np.asarray(h)))
+    else:
+        raise IdauditError("plan needs an encoder (with a world) or a gallery of z and h arrays")
+    if isinstance(loaded, Arrays):
+        if world is not None or data is not None or options:
+            raise IdauditError("a gallery of arrays is planned on as it is: --world and --data "
+                               "do not apply")
+        return plan_gallery(loaded.z, loaded.h, pairs, waypoints, seed, k, loaded.source)
+    w = world_for_encoder(loaded, world, data, options)
+    ps = w.plan_set(pairs, gallery, seed)
+    hg = embed(loaded.module, ps.gallery_x).numpy()
+    res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(loaded.module, ps.start_x).numpy(),
+                               embed(loaded.module, ps.goal_x).numpy(), ps.start_z.numpy(),
+                               ps.goal_z.numpy(), waypoints, k)
+    return _report(res, ps.gallery_z, hg, seed, str(loaded.path), w.spec.to_dict(),
+                   w.latent_labels)
+
+
+def plan_gallery(z: Any, h: Any, pairs: int = 100, waypoints: int = 20, seed: int = 0,
+                 k: int = 5, source: str = "arrays") -> PlanReport:
+    """Plans between rows of a gallery of latents z and their embeddings h."""
+    z = np.asarray(z, dtype=np.float64).reshape(len(z), -1)
+    h = np.asarray(h, dtype=np.float64).reshape(len(h), -1)
+    if len(z) != len(h):
+        raise IdauditError(f"z has {len(z)} rows but h has {len(h)}")
+    if len(z) < 2 * k:
+        raise IdauditError(f"a gallery of {len(z)} rows is too small to plan on (need ≥ {2 * k})")
+    if not (np.isfinite(z).all() and np.isfinite(h).all()):
+        raise IdauditError("the gallery contains NaN or Inf values")
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(len(z), size=(pairs, 2), replace=len(z) < 2 * pairs)
+    res = plan_from_embeddings(h, z, h[idx[:, 0]], h[idx[:, 1]], z[idx[:, 0]], z[idx[:, 1]],
+                               waypoints, k)
+    labels = tuple(f"z{i + 1}" for i in range(z.shape[1]))
+    return _report(res, z, h, seed, source, None, labels)

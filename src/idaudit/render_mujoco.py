@@ -12,7 +12,11 @@ idaudit, so spawned render workers and the GL probe start quickly.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 
@@ -35,14 +39,55 @@ def fingertip(angles: np.ndarray) -> np.ndarray:
     return ARM_LENGTH * np.stack([np.cos(a) + np.cos(a + b), np.sin(a) + np.sin(a + b)], -1)
 
 
+GL_TIMEOUT_S = 60.0
+
+_PROBE = """\
+import numpy as np
+from idaudit.render_mujoco import ReacherRenderer
+img = ReacherRenderer().render([[0.3, -0.5]])
+assert img.shape == (1, 64, 64, 3) and img.dtype == np.uint8, (img.shape, img.dtype)
+print(f"IDAUDIT_MEAN {float(img.mean()):.4f}")
+"""
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "no output"
+
+
+@cache
+def probe_backend(backend: str, timeout: float = GL_TIMEOUT_S) -> tuple[bool, str]:
+    """Render one Reacher frame in a subprocess with ``MUJOCO_GL=backend``: (works, detail).
+
+    The result is cached per process. ``PYOPENGL_PLATFORM`` is removed from the child's
+    environment so that the backend itself is tested (dm_control sets it to match).
+    """
+    env = dict(os.environ)
+    env["MUJOCO_GL"] = backend
+    env.pop("PYOPENGL_PLATFORM", None)
+    src = str(Path(__file__).resolve().parents[1])  # make the child import this very idaudit
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout:.0f} s"
+    except OSError as exc:
+        return False, f"could not start {sys.executable}: {exc}"
+    for line in proc.stdout.splitlines():
+        if line.startswith("IDAUDIT_MEAN "):
+            mean = float(line.split()[1])
+            if mean <= 0.0:
+                return False, "rendered an all-black image"
+            return True, f"image mean {mean:.1f}"
+    return False, f"exit code {proc.returncode}: {last_line(proc.stderr or proc.stdout)}"
+
+
 def _ensure_gl() -> str:
     """Pick a headless GL backend unless MUJOCO_GL is set: the first of EGL, OSMesa that
     renders a frame in a probe subprocess (dm_control fixes the backend at import time)."""
     chosen = os.environ.get("MUJOCO_GL")
     if chosen:
         return chosen
-    from .doctor import probe_backend
-
     for backend in GL_BACKENDS:
         if probe_backend(backend)[0]:
             os.environ["MUJOCO_GL"] = backend
@@ -182,23 +227,3 @@ class RenderPool:
         if len(angles) == 0:
             return np.empty((0, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
         return np.concatenate(list(self.imap(np.asarray(angles))))
-
-
-def naive_render(angles: np.ndarray) -> np.ndarray:
-    """The straightforward loop: ``physics.render`` per frame at the default settings."""
-    _ensure_gl()
-    from dm_control import suite
-
-    physics = suite.load("reacher", "hard", task_kwargs={"random": 0}).physics
-    physics.named.model.geom_size["target", 0] = TARGET_SIZE
-    physics.named.model.geom_pos["target", "x"] = TARGET_POS[0]
-    physics.named.model.geom_pos["target", "y"] = TARGET_POS[1]
-    out = []
-    for a, b in np.asarray(angles).reshape(-1, 2):
-        with physics.reset_context():
-            physics.data.qpos[:] = (a, b)
-            physics.data.qvel[:] = 0.0
-        out.append(physics.render(IMAGE_SIZE, IMAGE_SIZE, camera_id=0))
-    return np.stack(out)
-
-

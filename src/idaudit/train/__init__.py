@@ -1,7 +1,8 @@
-"""Training: configuration, schedule and the loop."""
+"""Training: configuration, schedules and the one loop every world trains through."""
 
 from .config import TrainConfig
-from .loop import TrainResult, train
-from .schedule import constant_then_cosine
+from .loop import TrainResult, estimate_seconds, resolve_config, train
+from .schedule import SCHEDULES, constant_then_cosine
 
-__all__ = ["TrainConfig", "TrainResult", "constant_then_cosine", "train"]
+__all__ = ["SCHEDULES", "TrainConfig", "TrainResult", "constant_then_cosine", "estimate_seconds",
+           "resolve_config", "train"]

@@ -1,4 +1,9 @@
-"""Training configuration (everything a run needs besides the world)."""
+"""Training configuration (everything a run needs besides the world).
+
+Fields left ``None`` take the world's default (:meth:`World.train_defaults`), then the
+defaults below; :meth:`TrainConfig.resolved` fills them and refuses options that do not apply
+to the world or the objective, naming the option.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +12,45 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import require
+from ..errors import IdauditError, require
 from ..losses import OBJECTIVES, SIGMA_RULES
+from .schedule import SCHEDULES
+
+DEFAULTS: dict[str, Any] = {
+    "lamb": 1e-3, "sigma": 1.0, "steps": 20_000, "epochs": None, "weight_decay": 1e-2,
+    "clip": None, "schedule": "constant_cosine", "eval_every": 500, "n_eval": 10_000,
+    "views": "anchor",
+}
 
 
 @dataclass
 class TrainConfig:
     objective: str = "lejepa"
-    lamb: float = 1e-3
-    sigma: float | str = 1.0
-    steps: int = 20_000
+    lamb: float | None = None
+    sigma: float | str | None = None
+    steps: int | None = None
+    epochs: int | None = None
     batch: int = 256
     lr: float = 3e-3
-    weight_decay: float = 1e-2
+    weight_decay: float | None = None
+    clip: float | None = None
+    schedule: str | None = None
     seed: int = 0
     inits: int = 1
-    eval_every: int = 500
-    n_eval: int = 10_000
+    eval_every: int | None = None
+    n_eval: int | None = None
     n_slices: int = 256
-    views: str = "anchor"
+    views: str | None = None
     device: str = "auto"
     encoder: str | None = None
     encoder_kwargs: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sigma, str) and self.sigma not in SIGMA_RULES:
+            try:  # "1.0" from a command line or a TOML grid
+                self.sigma = float(self.sigma)
+            except ValueError:
+                pass  # validate() names the problem
 
     def validate(self) -> TrainConfig:
         OBJECTIVES.get(self.objective)
@@ -36,24 +58,61 @@ class TrainConfig:
             from ..encoders import ENCODERS
 
             ENCODERS.get(self.encoder)
-        require(0.0 <= self.lamb <= 1.0 and math.isfinite(self.lamb),
-                f"--lamb must lie in [0, 1], got {self.lamb}")
+        if self.lamb is not None:
+            require(math.isfinite(self.lamb) and 0.0 <= self.lamb <= 1.0,
+                    f"--lamb must lie in [0, 1], got {self.lamb}")
         if isinstance(self.sigma, str):
             require(self.sigma in SIGMA_RULES, f"--sigma must be a positive number, 'auto' or "
                     f"'sqrtn', got {self.sigma!r}")
-        else:
+        elif self.sigma is not None:
             require(self.sigma > 0 and math.isfinite(self.sigma),
                     f"--sigma must be > 0, got {self.sigma}")
-        require(self.steps >= 1, f"--steps must be ≥ 1, got {self.steps}")
+        for name in ("steps", "epochs", "inits", "n_slices"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, f"--{name} must be ≥ 1, got {value}")
         require(self.batch >= 2, f"--batch must be ≥ 2, got {self.batch}")
-        require(self.lr > 0, f"--lr must be > 0, got {self.lr}")
-        require(self.inits >= 1, f"--inits must be ≥ 1, got {self.inits}")
-        require(self.eval_every >= 1, f"--eval-every must be ≥ 1, got {self.eval_every}")
-        require(self.n_eval >= 10, f"--n-eval must be ≥ 10, got {self.n_eval}")
-        require(self.views in ("anchor", "pair"),
+        require(self.lr > 0 and math.isfinite(self.lr), f"--lr must be > 0, got {self.lr}")
+        require(self.eval_every is None or self.eval_every >= 0,
+                f"--eval-every must be ≥ 0 (0: only at the end), got {self.eval_every}")
+        require(self.n_eval is None or self.n_eval >= 10,
+                f"--n-eval must be ≥ 10, got {self.n_eval}")
+        require(self.views in (None, "anchor", "pair"),
                 f"--views must be anchor or pair, got {self.views!r}")
-        require(self.n_slices >= 1, f"--slices must be ≥ 1, got {self.n_slices}")
+        require(self.schedule is None or self.schedule in SCHEDULES,
+                f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        require(self.clip is None or self.clip > 0, f"clip must be > 0, got {self.clip}")
         return self
+
+    def resolved(self, refuses: frozenset[str] = frozenset(),
+                 world_defaults: dict[str, Any] | None = None, world: str = "") -> TrainConfig:
+        """Defaults filled in (the world's first); options that do not apply refused."""
+        self.validate()
+        for name in sorted(refuses):
+            if getattr(self, name, None) is not None:
+                raise IdauditError(f"--{name.replace('_', '-')} does not apply to world "
+                                   f"{world!r}" + (" (it counts --epochs over its pairs)"
+                                                   if name == "steps" else "")
+                                   + (" (it counts --steps; use --steps)"
+                                      if name == "epochs" else ""))
+        if self.objective != "infonce" and self.sigma is not None:
+            raise IdauditError("--sigma only applies to --objective infonce")
+        if self.objective == "infonce" and self.lamb not in (None, 0.0):
+            raise IdauditError("--lamb does not apply to --objective infonce (it has no "
+                               "regulariser weight)")
+        out = dataclasses.replace(self)
+        defaults = {**DEFAULTS, **(world_defaults or {})}
+        for name, value in defaults.items():
+            if name in refuses:
+                value = None
+            if getattr(out, name) is None:
+                setattr(out, name, value)
+        if out.objective == "infonce":
+            out.lamb = 0.0
+        else:
+            out.sigma = None
+        if out.epochs is not None:
+            out.steps = None  # counted from the data: epochs × batches per epoch
+        return out.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,4 +1,10 @@
-"""The online training loop: sample pairs, encode both views, step the objective."""
+"""The one training loop, for every world: draw views, encode both, step the objective.
+
+Synthetic worlds draw fresh views every step; dataset-backed worlds go over their stored
+pairs epoch by epoch. The objective comes from the registry (LeJEPA, whitening, InfoNCE) on
+every world; the numbers logged at the end are :func:`idaudit.metrics.audit_metrics` on the
+world's evaluation set, the same function and set ``idaudit audit`` uses.
+"""
 
 from __future__ import annotations
 
@@ -11,63 +17,31 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..encoders import build_encoder
+from ..encoders import build_encoder, embed, pick_device
 from ..errors import IdauditError
 from ..losses import OBJECTIVES, objective_needs_directions, random_directions, sigma_for
-from ..metrics import identifiability_metrics, linear_r2
+from ..metrics import audit_metrics, identifiability_metrics
 from ..progress import ProgressBar
-from ..worlds import World
+from ..worlds import EvalSet, World
+from ..worlds.base import PairSource
 from .config import TrainConfig
-from .schedule import constant_then_cosine
+from .schedule import SCHEDULES
 
 
-def pick_device(name: str = "auto") -> torch.device:
-    """``auto`` → CUDA when present, else CPU; ``cuda`` without a GPU is an input error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise IdauditError("--device cuda was asked for but no CUDA device is available")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise IdauditError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+def eval_metrics(encoder: nn.Module, ev: EvalSet, seed: int, full: bool = True
+                 ) -> dict[str, Any]:
+    """Metrics of ``encoder`` on an evaluation set: the audit's (``full``, Gaussianity without
+    simulations) or its in-sample core (the training curve)."""
+    h = embed(encoder, ev.x)
+    hp = embed(encoder, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None
+    if not full:
+        return identifiability_metrics(ev.z, h, hp, ev.rho, circular=ev.circular,
+                                       test_rows=ev.test_rows, seed=seed)
+    return audit_metrics(ev.z, h, hp, ev.rho, ev.baseline, circular=ev.circular,
+                         test_rows=ev.test_rows, seed=seed, gauss_sims=0)
 
 
-@dataclass
-class EvalSet:
-    """Fixed evaluation pairs: z, z′ = OU(z), and their observations."""
-
-    z: torch.Tensor
-    z_prime: torch.Tensor
-    x: torch.Tensor
-    x_prime: torch.Tensor
-
-
-def make_eval_set(world: World, n: int, seed: int) -> EvalSet:
-    gen = torch.Generator().manual_seed(10_007 * seed + 99_991)
-    z, zp = world.sample_pairs(n, gen)
-    return EvalSet(z, zp, world.observe(z), world.observe(zp))
-
-
-@torch.no_grad()
-def embed(encoder: nn.Module, x: torch.Tensor, device: torch.device,
-          chunk: int = 8192) -> torch.Tensor:
-    """h = encoder(x) in eval mode, in chunks, returned on the CPU."""
-    was_training = encoder.training
-    encoder.eval()
-    out = [encoder(x[i:i + chunk].to(device)).float().cpu() for i in range(0, x.shape[0], chunk)]
-    encoder.train(was_training)
-    return torch.cat(out)
-
-
-def evaluate(encoder: nn.Module, ev: EvalSet, rho: float, device: torch.device
-             ) -> dict[str, Any]:
-    h = embed(encoder, ev.x, device)
-    hp = embed(encoder, ev.x_prime, device)
-    return identifiability_metrics(ev.z, h, hp, rho)
-
-
-def make_optimizer(params, lr: float, weight_decay: float, device: torch.device):
+def make_optimizer(params, lr: float, weight_decay: float):
     try:
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
     except (RuntimeError, TypeError):  # fused not available for this device/dtype
@@ -75,33 +49,33 @@ def make_optimizer(params, lr: float, weight_decay: float, device: torch.device)
 
 
 class Stepper:
-    """One training step of an objective on a world (the fast path train uses).
+    """One training step: a batch of both views from ``source``, the objective, one AdamW
+    step (gradients clipped when ``cfg.clip`` is set); returns the loss as a 0-d tensor
+    (no host sync). ``cfg`` must be resolved."""
 
-    ``step(it)`` samples a batch of pairs, encodes both views, and takes one AdamW step;
-    it returns the loss as a 0-d tensor (no host sync).
-    """
-
-    def __init__(self, world: World, encoder: nn.Module, cfg: TrainConfig,
-                 device: torch.device, gen: torch.Generator) -> None:
-        self.world, self.encoder, self.cfg, self.device, self.gen = world, encoder, cfg, device, gen
+    def __init__(self, source: PairSource, encoder: nn.Module, cfg: TrainConfig, total: int,
+                 sigma: float, gen: torch.Generator, device: torch.device) -> None:
+        self.source, self.encoder, self.cfg, self.total = source, encoder, cfg, total
+        self.sigma, self.gen, self.device = sigma, gen, device
         self.objective = OBJECTIVES.get(cfg.objective)
         self.needs_dirs = objective_needs_directions(cfg.objective)
-        self.sigma = sigma_for(cfg.sigma, world.latent_dim, world.view_correlation(cfg.views))
-        self.opt = make_optimizer(encoder.parameters(), cfg.lr, cfg.weight_decay, device)
+        self.schedule = SCHEDULES[cfg.schedule]
+        self.opt = make_optimizer(encoder.parameters(), cfg.lr, cfg.weight_decay)
 
     def step(self, it: int) -> torch.Tensor:
-        cfg, b = self.cfg, self.cfg.batch
-        lr = constant_then_cosine(it, cfg.steps, cfg.lr)
+        cfg = self.cfg
+        lr = self.schedule(it, self.total, cfg.lr, self.source.steps_per_epoch)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        z, zp = self.world.sample_views(b, self.gen, cfg.views)
-        x = self.world.observe(torch.cat([z, zp])).to(self.device, non_blocking=True)
-        h = self.encoder(x).reshape(2, b, -1)
+        x = self.source.batch()
+        h = self.encoder(x).reshape(2, x.shape[0] // 2, -1)
         dirs = (random_directions(h.shape[-1], cfg.n_slices, self.gen, self.device)
                 if self.needs_dirs else None)
         loss, _ = self.objective(h, cfg.lamb, self.sigma, dirs)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        if cfg.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), cfg.clip)
         self.opt.step()
         return loss.detach()
 
@@ -118,63 +92,114 @@ class TrainResult:
     seconds: float = 0.0
     steps_per_second: float = 0.0
     device: str = "cpu"
+    steps: int = 0
 
 
 def _init_seed(seed: int, init: int) -> int:
     return 1_000_003 * seed + 7919 * init + 17
 
 
+def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
+    if cfg.encoder:
+        return cfg.encoder, dict(cfg.encoder_kwargs or {})
+    return world.default_encoder()
+
+
+def resolve_config(world: World, cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the world's defaults filled in and inapplicable options refused."""
+    return cfg.resolved(world.refuses, world.train_defaults(), world.name)
+
+
+def _sigma(world: World, cfg: TrainConfig) -> float:
+    if cfg.objective != "infonce":
+        return 1.0
+    try:
+        return sigma_for(cfg.sigma, world.latent_dim, world.view_correlation(cfg.views))
+    except ValueError as exc:
+        raise IdauditError(str(exc)) from None
+
+
+def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 3) -> float:
+    """Seconds the whole run would take here, from timed steps of a throwaway encoder
+    (the first step, which pays for warm-up, is not counted)."""
+    cfg = resolve_config(world, cfg)
+    device = pick_device(cfg.device)
+    name, kwargs = _encoder_for(world, cfg)
+    gen = torch.Generator().manual_seed(0)
+    source = world.pair_source(cfg.views, cfg.batch, gen, device)
+    total = cfg.steps or cfg.epochs * source.steps_per_epoch
+    stepper = Stepper(source, build_encoder(name, kwargs).to(device).train(), cfg, total,
+                      _sigma(world, cfg), gen, device)
+    stepper.step(0)
+    t0 = time.perf_counter()
+    for it in range(probe_steps):
+        float(stepper.step(it))
+    return (time.perf_counter() - t0) / probe_steps * total * cfg.inits
+
+
 def train(world: World, cfg: TrainConfig, progress: bool = False) -> TrainResult:
     """Train ``cfg.inits`` encoders on ``world``; keep the one with the lowest final loss."""
-    cfg.validate()
+    cfg = resolve_config(world, cfg)
     device = pick_device(cfg.device)
-    enc_name, enc_kwargs = (cfg.encoder, dict(cfg.encoder_kwargs or {})) if cfg.encoder \
-        else world.default_encoder()
-    ev = make_eval_set(world, cfg.n_eval, cfg.seed)
-    mixing_r2 = linear_r2(ev.x, ev.z)
-    bar = ProgressBar(progress, cfg.steps * cfg.inits, "train")
+    enc_name, enc_kwargs = _encoder_for(world, cfg)
+    sigma = _sigma(world, cfg)
+    ev = world.eval_set(cfg.n_eval, cfg.seed)
+    sources = [world.pair_source(cfg.views, cfg.batch,
+                                 torch.Generator().manual_seed(_init_seed(cfg.seed, i) + 1),
+                                 device) for i in range(cfg.inits)]
+    per_epoch = sources[0].steps_per_epoch
+    total = cfg.steps or cfg.epochs * per_epoch
+    bar = ProgressBar(progress, total * cfg.inits, "train")
     best: tuple[float, int, dict, list] | None = None
     history: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with bar:
-        for init in range(cfg.inits):
+        for init, source in enumerate(sources):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(_init_seed(cfg.seed, init))
                 encoder = build_encoder(enc_name, enc_kwargs)
             encoder.to(device).train()
-            gen = torch.Generator().manual_seed(_init_seed(cfg.seed, init) + 1)
-            stepper = Stepper(world, encoder, cfg, device, gen)
-            losses = torch.empty(cfg.steps, device=device)
+            stepper = Stepper(source, encoder, cfg, total, sigma, source.gen, device)
+            losses = torch.empty(total, device=device)
             curve: list[dict[str, Any]] = []
-            for it in range(cfg.steps):
+            for it in range(total):
                 losses[it] = stepper.step(it)
-                last = it + 1 == cfg.steps
-                if (it + 1) % cfg.eval_every == 0 or last:
-                    m = evaluate(encoder, ev, world.rho, device)
+                last = it + 1 == total
+                at_eval = cfg.eval_every and (it + 1) % cfg.eval_every == 0
+                at_epoch = per_epoch is not None and (it + 1) % per_epoch == 0
+                if at_eval or last or at_epoch:
                     loss_now = float(losses[it])
                     if not math.isfinite(loss_now):
                         raise IdauditError(f"training diverged at step {it + 1} (loss {loss_now})",
                                            exit_code=3)
+                    if at_epoch and not (at_eval or last):
+                        bar.show(f"init {init}  epoch {(it + 1) // per_epoch}  "
+                                 f"loss {loss_now:.4g}")
+                if at_eval or last:
+                    m = eval_metrics(encoder, ev, cfg.seed, full=False)
                     curve.append({"step": it + 1, "loss": loss_now,
                                   "r2_h_to_z": m["r2_h_to_z"],
                                   "orthogonality_error": m["orthogonality_error"]})
                     bar.show(f"init {init}  loss {loss_now:.4g}  R² {m['r2_h_to_z']:.4f}")
                 if (it + 1) % 50 == 0 or last:
                     bar.advance(50 if not last else (it + 1) - 50 * (it // 50))
-            tail = max(1, min(cfg.steps, max(50, cfg.steps // 20)))
+            tail = max(1, min(total, max(50, total // 20)))
             final = float(losses[-tail:].mean())
-            history.append({"init": init, "final_loss": final, "curve": curve,
-                            "loss_every_10": losses[::10].cpu().tolist()})
+            record: dict[str, Any] = {"init": init, "final_loss": final, "curve": curve,
+                                      "loss_every_10": losses[::10].cpu().tolist()}
+            if per_epoch is not None:
+                record["epoch_loss"] = losses.view(-1, per_epoch).mean(1).cpu().tolist()
+            history.append(record)
             if best is None or final < best[0] or not math.isfinite(best[0]):
                 best = (final, init, copy.deepcopy(encoder.state_dict()), curve)
     seconds = time.perf_counter() - t0
     assert best is not None
     encoder = build_encoder(enc_name, enc_kwargs).to(device)
     encoder.load_state_dict(best[2])
-    metrics = evaluate(encoder, ev, world.rho, device)
-    metrics["mixing_r2_x_to_z"] = mixing_r2
+    metrics = eval_metrics(encoder, ev, cfg.seed)
     metrics["final_loss"] = best[0]
-    return TrainResult(encoder=encoder.cpu(), encoder_name=enc_name, encoder_kwargs=enc_kwargs,
-                       config=cfg, metrics=metrics, history=history, best_init=best[1],
-                       seconds=seconds, steps_per_second=cfg.steps * cfg.inits / seconds,
-                       device=str(device))
+    return TrainResult(encoder=encoder.cpu().eval(), encoder_name=enc_name,
+                       encoder_kwargs=enc_kwargs, config=cfg, metrics=metrics, history=history,
+                       best_init=best[1], seconds=seconds,
+                       steps_per_second=total * cfg.inits / seconds, device=str(device),
+                       steps=total)

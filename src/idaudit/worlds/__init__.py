@@ -1,10 +1,105 @@
-"""Worlds with known latents: sources, the OU channel, mixings, specs."""
+"""Worlds with known latents behind one interface (:class:`World`) and one registry.
 
+Synthetic worlds (sources × OU channel × mixing) and dataset-backed worlds (a pairs file
+written by ``idaudit world``, a rendered Reacher dataset) answer the same questions, so
+train, audit, plan and sweep never ask which world they hold.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import IdauditError
+from .base import KINDS, EvalSet, PlanSet, World
+from .dataset import NAME as PAIRS
+from .dataset import PairsFileWorld, is_pairs_file, load_pairs
 from .mixings import MIXINGS, CouplingMixing
+from .reacher_world import NAME as REACHER
+from .reacher_world import ReacherWorld
 from .sources import SOURCES, gennorm_scale, ou_step, sample_source
-from .spec import SYNTHETIC_WORLDS, World, WorldSpec, build_world, make_spec
+from .spec import WorldSpec
+from .synthetic import SYNTHETIC_WORLDS, SyntheticWorld, save_pairs
 
 __all__ = [
-    "MIXINGS", "SOURCES", "SYNTHETIC_WORLDS", "CouplingMixing", "World", "WorldSpec",
-    "build_world", "gennorm_scale", "make_spec", "ou_step", "sample_source",
+    "KINDS", "MIXINGS", "SOURCES", "SYNTHETIC_WORLDS", "CouplingMixing", "EvalSet",
+    "PairsFileWorld", "PlanSet", "ReacherWorld", "SyntheticWorld", "World", "WorldSpec",
+    "as_world", "build_world", "data_world", "gennorm_scale", "load_pairs", "make_spec", "ou_step",
+    "sample_source", "save_pairs", "world_name", "world_names",
 ]
+
+
+def world_names() -> list[str]:
+    """Every registered world name (synthetic first, as the paper lists them)."""
+    return [*SYNTHETIC_WORLDS, *(n for n in KINDS.names() if n not in SYNTHETIC_WORLDS)]
+
+
+def flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def data_world(path: str | Path) -> str:
+    """The world that reads the data at ``path``: a pairs file or a Reacher dataset."""
+    path = Path(path)
+    if is_pairs_file(path):
+        return PAIRS
+    if path.is_dir() and (path / "meta.json").exists():
+        return REACHER
+    if not path.exists():
+        raise IdauditError(f"--data: not found: {path}")
+    raise IdauditError(f"--data {path} is neither a pairs file from `idaudit world` nor a "
+                       "rendered Reacher dataset")
+
+
+def world_name(name: str | None, options: dict[str, Any]) -> str:
+    """The registered world that ``name`` and the options (``data``) select."""
+    if "data" in options:
+        found = data_world(options["data"]) if Path(options["data"]).exists() else None
+        if found is not None and name in (None, found):
+            name = found
+        elif found == PAIRS and name is not None:
+            inner = load_pairs(options["data"])[0].name
+            if inner != name:
+                raise IdauditError(f"--data {options['data']} holds pairs of world {inner!r}, "
+                                   f"not {name!r}")
+            name = found
+        elif name is None:
+            raise IdauditError(f"--data: not found: {options['data']}")
+    name = name or "spiral"
+    if name not in KINDS:
+        raise IdauditError(f"unknown world {name!r}; valid: {', '.join(world_names())}")
+    return name
+
+
+def make_spec(name: str | None = None, **options: Any) -> WorldSpec:
+    """Validate world options (None means "not given") and fill the named world's defaults.
+
+    Options a world does not take are refused with a one-line error naming the option. With
+    ``data`` and no name, the world is the one that reads the data.
+    """
+    options = {k: v for k, v in options.items() if v is not None}
+    name = world_name(name, options)
+    kind = KINDS.get(name)
+    extra = sorted(set(options) - kind.options)
+    if extra:
+        raise IdauditError(f"{', '.join(flag(o) for o in extra)} does not apply to world "
+                           f"{name!r}")
+    return kind.make_spec(name, options)
+
+
+def as_world(world: World | WorldSpec | str, base_dir: Path | None = None) -> World:
+    """A World from a World, a WorldSpec or a world name (with its defaults)."""
+    if isinstance(world, World):
+        return world
+    if isinstance(world, str):
+        world = make_spec(world)
+    if not isinstance(world, WorldSpec):
+        raise IdauditError(f"world must be a World, WorldSpec or name, got {type(world).__name__}")
+    return build_world(world, base_dir)
+
+
+def build_world(spec: WorldSpec, base_dir: Path | None = None) -> World:
+    """The world a spec describes (``base_dir``: where relative dataset paths are resolved)."""
+    if spec.name not in KINDS:
+        raise IdauditError(f"unknown world {spec.name!r}; valid: {', '.join(world_names())}")
+    return KINDS.get(spec.name).from_spec(spec, base_dir)

@@ -1,43 +1,137 @@
-"""Datasets of positive pairs written by ``idaudit world`` (safetensors + JSON metadata)."""
+"""A dataset-backed world from a pairs file written by ``idaudit world`` (safetensors + spec).
+
+Training draws views from the stored pairs (x, x′), epoch by epoch; the evaluation set is
+the file's own rows; planning and the observation map come from the synthetic world that
+wrote the file (its spec is in the file's metadata).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
-from ..errors import IdauditError
-from ..io import atomic_write
-from .spec import World, WorldSpec
+from ..errors import IdauditError, require
+from ..io import read_metadata
+from .base import KINDS, EpochPairs, EvalSet, PlanSet, World
+from .spec import WorldSpec
+from .synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SyntheticWorld
 
-FORMAT = "idaudit-world"
-FORMAT_VERSION = 1
+NAME = "pairs"
 
 
-def save_pairs(path: str | Path, world: World, n: int, seed: int) -> Path:
-    """Sample n pairs (z, z′ = OU(z)) and their observations; write them atomically."""
-    from safetensors.torch import save_file
-
-    gen = torch.Generator().manual_seed(seed)
-    z, zp = world.sample_pairs(n, gen)
-    tensors = {"z": z, "z_prime": zp, "x": world.observe(z), "x_prime": world.observe(zp)}
-    meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION),
-            "world": json.dumps(world.spec.to_dict()), "seed": str(seed), "pairs": str(n)}
-    tensors = {k: v.contiguous() for k, v in tensors.items()}
-    return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
+def is_pairs_file(path: str | Path) -> bool:
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        return read_metadata(path).get("format") == PAIRS_FORMAT
+    except IdauditError:
+        return False
 
 
 def load_pairs(path: str | Path) -> tuple[WorldSpec, dict[str, torch.Tensor]]:
+    """The spec of the world that wrote ``path`` and its tensors z, z′, x, x′."""
     from safetensors.torch import load_file
 
-    from ..checkpoint import read_metadata
-
     meta = read_metadata(path)
-    if meta.get("format") != FORMAT:
+    if meta.get("format") != PAIRS_FORMAT:
         raise IdauditError(f"{path} is not an idaudit world dataset")
-    if meta.get("format_version") != str(FORMAT_VERSION):
+    if meta.get("format_version") != str(PAIRS_FORMAT_VERSION):
         raise IdauditError(f"{path} has dataset format version {meta.get('format_version')}; "
-                           f"this idaudit reads version {FORMAT_VERSION}")
-    spec = WorldSpec.from_dict(json.loads(meta["world"]))
+                           f"this idaudit reads version {PAIRS_FORMAT_VERSION}")
+    try:
+        spec = WorldSpec.from_dict(json.loads(meta["world"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise IdauditError(f"{path} has a malformed world spec ({exc})") from None
     return spec, load_file(str(path))
+
+
+def relative_path(path: str | Path, base_dir: Path | None) -> str:
+    """``path`` relative to ``base_dir`` where possible (checkpoints move with their data)."""
+    path = Path(path).resolve()
+    if base_dir is None:
+        return str(path)
+    try:
+        return os.path.relpath(path, Path(base_dir).resolve())
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
+def locate(stored: str, base_dir: Path | None, what: str) -> Path:
+    """A dataset path from a spec: relative to ``base_dir`` (the checkpoint's folder), as
+    given, or an error that says to pass ``--data``."""
+    candidates = [Path(stored)] if Path(stored).is_absolute() else \
+        ([Path(base_dir) / stored] if base_dir is not None else []) + [Path(stored)]
+    for c in candidates:
+        if c.exists():
+            return c
+    raise IdauditError(f"the {what} this encoder was trained on is not at {stored} (looked in "
+                       f"{', '.join(str(c) for c in candidates)}); pass --data PATH")
+
+
+class PairsFileWorld(World):
+    """The pairs in a file written by ``idaudit world`` (a synthetic world, stored)."""
+
+    kind = "dataset"
+    options: ClassVar[frozenset[str]] = frozenset({"data"})
+    refuses: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def __init__(self, spec: WorldSpec, path: Path) -> None:
+        self.spec = spec
+        self.path = Path(path)
+        inner, t = load_pairs(self.path)
+        self.inner = SyntheticWorld(inner)
+        self.tensors = t
+
+    @classmethod
+    def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
+        require("data" in options, "the pairs world reads a file: pass --data PAIRS.safetensors")
+        path = Path(options["data"])
+        inner, t = load_pairs(path)
+        return WorldSpec(name=NAME, dim=inner.dim, source=inner.source, alpha=inner.alpha,
+                         rho=inner.rho, layers=inner.layers, mixing_seed=inner.mixing_seed,
+                         extra={"data": str(path), "world": inner.to_dict(),
+                                "pairs": int(t["z"].shape[0])})
+
+    @classmethod
+    def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> PairsFileWorld:
+        return cls(spec, locate(spec.extra["data"], base_dir, "pairs file"))
+
+    def spec_for(self, base_dir: Path | None) -> WorldSpec:
+        from dataclasses import replace
+
+        return replace(self.spec, extra={**self.spec.extra,
+                                         "data": relative_path(self.path, base_dir)})
+
+    def observe(self, z: torch.Tensor) -> torch.Tensor:
+        return self.inner.observe(z)
+
+    def eval_set(self, n: int | None, seed: int) -> EvalSet:
+        t = self.tensors
+        k = len(t["z"]) if n is None else min(n, len(t["z"]))
+        return EvalSet(z=t["z"][:k], x=t["x"][:k], x_prime=t["x_prime"][:k],
+                       z_prime=t["z_prime"][:k], rho=self.rho, circular=self.circular,
+                       baseline=t["x"][:k])
+
+    def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
+        return self.inner.plan_set(pairs, gallery, seed)
+
+    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device
+                    ) -> EpochPairs:
+        require(views == "pair", "--views anchor needs fresh latents; a pairs file has only "
+                "its (x, x′) pairs (use --views pair)")
+        return EpochPairs(self.tensors["x"], self.tensors["x_prime"], batch, gen, device)
+
+    def default_encoder(self) -> tuple[str, dict[str, Any]]:
+        return self.inner.default_encoder()
+
+    @classmethod
+    def train_defaults(cls) -> dict[str, Any]:
+        return {"views": "pair", "epochs": 100}
+
+
+KINDS.add(NAME, PairsFileWorld)

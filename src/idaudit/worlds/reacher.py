@@ -14,5 +14,4 @@ from ..render_mujoco import (  # noqa: F401
     _ensure_gl,
     fingertip,
     load_physics,
-    naive_render,
 )

@@ -1,0 +1,171 @@
+"""Synthetic worlds: a unit-variance source law, the OU channel and a mixing x = g(z).
+
+Pairs are generated online; ``idaudit world NAME`` writes them to a safetensors file
+(z, z′, x, x′ and the spec in its metadata) that :mod:`idaudit.worlds.dataset` reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from ..errors import IdauditError, require
+from ..io import atomic_write
+from .base import KINDS, EvalSet, PlanSet, World
+from .mixings import MIXINGS, CouplingMixing
+from .sources import SOURCES, ou_step, sample_source
+from .spec import WorldSpec
+
+SYNTHETIC_WORLDS = ("spiral", "banana", "sinusoid", "nvp", "coupling")
+TWO_D = ("spiral", "banana", "sinusoid", "nvp")
+COUPLING = ("nvp", "coupling")
+PAIRS_FORMAT = "idaudit-world"
+PAIRS_FORMAT_VERSION = 1
+
+
+class SyntheticWorld(World):
+    """A synthetic world: latent law + OU channel + observation map g."""
+
+    kind = "synthetic"
+    options: ClassVar[frozenset[str]] = frozenset(
+        {"dim", "source", "alpha", "rho", "layers", "mixing_seed"})
+    refuses: ClassVar[frozenset[str]] = frozenset({"epochs"})
+
+    def __init__(self, spec: WorldSpec) -> None:
+        self.spec = spec
+        if spec.name in COUPLING:
+            self._mix = CouplingMixing(spec.dim, spec.layers or 4, seed=spec.mixing_seed)
+        else:
+            self._mix = MIXINGS.get(spec.name)
+
+    @classmethod
+    def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
+        dim, source = options.get("dim"), options.get("source", "gaussian")
+        alpha, rho, layers = options.get("alpha"), options.get("rho", 0.95), options.get("layers")
+        SOURCES.get(source)  # raises with the valid names
+        require(isinstance(rho, (int, float)) and math.isfinite(rho) and 0.0 < rho < 1.0,
+                f"--rho must lie strictly between 0 and 1, got {rho}")
+        if source == "gennorm":
+            require(alpha is not None, "--alpha is required with --source gennorm")
+        if alpha is not None:
+            require(math.isfinite(alpha) and alpha > 0, f"--alpha must be > 0, got {alpha}")
+            require(source == "gennorm", "--alpha only applies to --source gennorm")
+        if name in TWO_D:
+            require(dim in (None, 2), f"world {name!r} is two-dimensional; got --dim {dim}")
+            dim = 2
+        else:
+            dim = 2 if dim is None else dim
+            require(dim >= 2 and dim % 2 == 0,
+                    f"--dim must be an even number ≥ 2 for coupling, got {dim}")
+        if name in COUPLING:
+            layers = 4 if layers is None else layers
+            require(layers >= 1, f"--layers must be ≥ 1, got {layers}")
+        else:
+            require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
+        return WorldSpec(name=name, dim=dim, source=source, alpha=alpha, rho=float(rho),
+                         layers=layers, mixing_seed=int(options.get("mixing_seed", 0)))
+
+    @classmethod
+    def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> SyntheticWorld:
+        return cls(spec)
+
+    @classmethod
+    def write(cls, spec: WorldSpec, out: Path, pairs: int, seed: int, workers: int | None,
+              progress: bool) -> str:
+        require(workers is None, f"--workers does not apply to world {spec.name!r}")
+        path = save_pairs(out, cls(spec), pairs, seed)
+        return (f"wrote {pairs} pairs of {spec.name} (N={spec.dim}, {spec.source}, "
+                f"ρ={spec.rho}) to {path}")
+
+    # ---- sampling --------------------------------------------------------------------
+
+    def sample_latents(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        return sample_source(self.spec.source, (n, self.spec.dim), gen, self.spec.alpha)
+
+    def transition(self, z: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """z′ from the OU channel, the noise drawn from the source law."""
+        return ou_step(z, self.spec.rho, self.sample_latents(z.shape[0], gen))
+
+    def sample_pairs(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.sample_latents(n, gen)
+        return z, self.transition(z, gen)
+
+    def sample_views(self, n: int, gen: torch.Generator, scheme: str = "anchor"
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two views of a batch for training.
+
+        ``anchor`` (the paper's code): both views are one OU step from a shared anchor z, so
+        the two views form an OU pair with correlation ρ². ``pair``: the views are (z, z′).
+        """
+        if scheme == "pair":
+            return self.sample_pairs(n, gen)
+        if scheme != "anchor":
+            raise IdauditError(f"unknown view scheme {scheme!r}; valid: anchor, pair")
+        z = self.sample_latents(n, gen)
+        return self.transition(z, gen), self.transition(z, gen)
+
+    def observe(self, z: torch.Tensor) -> torch.Tensor:
+        return self._mix(z)
+
+    # ---- the interface ---------------------------------------------------------------
+
+    @property
+    def obs_dim(self) -> int:
+        return self.spec.dim
+
+    def eval_set(self, n: int | None, seed: int) -> EvalSet:
+        gen = torch.Generator().manual_seed(10_007 * seed + 99_991)
+        z, zp = self.sample_pairs(10_000 if n is None else n, gen)
+        x = self.observe(z)
+        return EvalSet(z=z, x=x, x_prime=self.observe(zp), z_prime=zp, rho=self.rho,
+                       circular=self.circular, baseline=x)
+
+    def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
+        gen = torch.Generator().manual_seed(seed)
+        gz = self.sample_latents(10_000 if gallery is None else gallery, gen)
+        sz, ez = self.sample_latents(pairs, gen), self.sample_latents(pairs, gen)
+        return PlanSet(gz, self.observe(gz), sz, self.observe(sz), ez, self.observe(ez))
+
+    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device
+                    ) -> OnlinePairs:
+        return OnlinePairs(self, views, batch, gen, device)
+
+    def default_encoder(self) -> tuple[str, dict[str, Any]]:
+        if self.spec.name in COUPLING:
+            return "coupling", {"dim": self.spec.dim, "layers": self.spec.layers}
+        return "mlp", {"in_dim": self.obs_dim, "out_dim": self.latent_dim}
+
+
+class OnlinePairs:
+    """Fresh views every step: sample, then observe both views in one call."""
+
+    steps_per_epoch = None
+
+    def __init__(self, world: SyntheticWorld, views: str, b: int, gen: torch.Generator,
+                 device: torch.device) -> None:
+        self.world, self.views, self.b, self.gen, self.device = world, views, b, gen, device
+
+    def batch(self) -> torch.Tensor:
+        z, zp = self.world.sample_views(self.b, self.gen, self.views)
+        return self.world.observe(torch.cat([z, zp])).to(self.device, non_blocking=True)
+
+
+for _name in SYNTHETIC_WORLDS:
+    KINDS.add(_name, SyntheticWorld)
+
+
+def save_pairs(path: str | Path, world: SyntheticWorld, n: int, seed: int) -> Path:
+    """Sample n pairs (z, z′ = OU(z)) and their observations; write them atomically."""
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(seed)
+    z, zp = world.sample_pairs(n, gen)
+    tensors = {"z": z, "z_prime": zp, "x": world.observe(z), "x_prime": world.observe(zp)}
+    meta = {"format": PAIRS_FORMAT, "format_version": str(PAIRS_FORMAT_VERSION),
+            "world": json.dumps(world.spec.to_dict()), "seed": str(seed), "pairs": str(n)}
+    tensors = {k: v.contiguous() for k, v in tensors.items()}
+    return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
