@@ -11,7 +11,7 @@ from scipy.stats import ortho_group
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
-from idaudit.audit import audit
+from idaudit.auditing import audit
 from idaudit.metrics import audit_metrics, split_rows, whitening_floor
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import assert_contract
 
-from idaudit.audit import audit
+from idaudit.auditing import audit
 from idaudit.checkpoint import load_checkpoint, save_checkpoint
 from idaudit.errors import IdauditError
 from idaudit.io import jsonable

@@ -10,57 +10,41 @@ The Python API::
     record = idaudit.run({"world": "spiral", "steps": 2000})  # train, like `idaudit train`
 
 and, in another project's tests, ``idaudit.testing.assert_identifiable(z, h, min_r2=0.9)``.
-Heavy modules (torch) load on first use.
+The names below load on first use (``import idaudit`` alone does not import torch, so
+render workers and ``idaudit doctor`` start quickly); each is the real function or class.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import IdauditError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .audit import AuditReport
-    from .plan import PlanReport
-    from .runs import RunRecord
+    from .auditing import AuditReport, audit
+    from .planning import PlanReport, plan
+    from .runs import RunRecord, run
+    from .worlds import World, WorldSpec, build_world, make_spec
 
-__all__ = ["AuditReport", "IdauditError", "PlanReport", "RunRecord", "__version__", "audit",
-           "plan", "run"]
+_LAZY = {
+    "audit": "auditing", "AuditReport": "auditing", "plan": "planning",
+    "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds",
+    "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds",
+}
 
-
-def audit(*args: Any, **kwargs: Any) -> AuditReport:
-    """Audit arrays or an encoder; see :func:`idaudit.audit.audit`."""
-    from .audit import audit as _audit
-
-    return _audit(*args, **kwargs)
-
-
-def plan(*args: Any, **kwargs: Any) -> PlanReport:
-    """Plan with an encoder or a gallery of arrays; see :func:`idaudit.plan.plan`."""
-    from .plan import plan as _plan
-
-    return _plan(*args, **kwargs)
-
-
-def run(*args: Any, **kwargs: Any) -> RunRecord:
-    """Train one run from options; see :func:`idaudit.runs.run`."""
-    from .runs import run as _run
-
-    return _run(*args, **kwargs)
+__all__ = ["AuditReport", "IdauditError", "PlanReport", "RunRecord", "World", "WorldSpec",
+           "__version__", "audit", "build_world", "make_spec", "plan", "run"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("AuditReport",):
-        from .audit import AuditReport
-
-        return AuditReport
-    if name == "PlanReport":
-        from .plan import PlanReport
-
-        return PlanReport
-    if name == "RunRecord":
-        from .runs import RunRecord
-
-        return RunRecord
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'idaudit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -188,8 +188,6 @@ def train(
                    device=device, pairs=pairs, trajectory=trajectory, stride=stride,
                    data_seed=data_seed, data=None if data is None else str(data))
     resolved = resolve(options)
-    if workers is not None and resolved.world.name not in ("reacher",) and False:
-        pass
     if out_path is None:
         out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"
     record = run(resolved, out_path, workers=workers, progress=not quiet)
@@ -255,7 +253,7 @@ def audit(
     Exit codes: 0 pass, 1 a threshold failed, 2 bad input or usage, 3 inconclusive
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
-    from .audit import (
+    from .auditing import (
         audit_inputs,
         gate_thresholds,
         inputs_for_encoder,
@@ -348,7 +346,7 @@ def plan(
     """
     from .io import write_json
     from .loaders import parse_json_object
-    from .plan import plan as run_plan
+    from .planning import plan as run_plan
     from .report import plan_table
 
     report = run_plan(target, world=world_, data=data, pairs=pairs, waypoints=waypoints,
@@ -373,9 +371,9 @@ def demo(
     seed: int = typer.Option(1337, "--seed"),
 ) -> None:
     """The whole loop on the spiral world: world → train → audit → plan (a few minutes)."""
-    from .audit import audit as run_audit
+    from .auditing import audit as run_audit
     from .io import write_json
-    from .plan import plan as run_plan
+    from .planning import plan as run_plan
     from .report import audit_table, plan_table
     from .runs import run
     from .worlds import KINDS, make_spec

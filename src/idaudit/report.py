@@ -301,7 +301,7 @@ def _order(value: Any) -> tuple[int, Any]:
     return (1, json.dumps(value))
 
 
-def _reacher_table(rows: list[dict[str, Any]], pm: Callable[[Any, str], str]) -> list[str]:
+def _ou_trajectory_table(rows: list[dict[str, Any]], pm: Callable[[Any, str], str]) -> list[str]:
     """The paper's Table 2 layout: OU pairs by ρ, trajectory pairs by stride, per λ."""
     lines: list[str] = []
     ou = sorted((r for r in rows if r.get("mode", "ou") == "ou" and not r.get("trajectory")),
@@ -349,7 +349,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
     methods = sorted({r["method"] for r in rows},
                      key=lambda m: ({"SIGReg": 0, "VICReg": 1}.get(m, 2), m))
     if all(("mode" in r or "trajectory" in r) for r in rows):  # OU vs trajectory pairs
-        lines += _reacher_table(rows, pm)
+        lines += _ou_trajectory_table(rows, pm)
     elif len({r.get("dim", 2) for r in rows}) > 1:
         lines += ["| N | mixing R²(x→z) | " + " | ".join(f"{m} R²(h→z)" for m in methods) + " |",
                   "|---:|---:|" + "---:|" * len(methods)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .audit import AuditReport, audit
+from .auditing import AuditReport, audit
 
 __all__ = ["assert_identifiable"]
 

@@ -1,0 +1,41 @@
+"""House rules checked on the source: no import cycles, audit/plan/loaders free of train/,
+no world-name branches outside worlds/ (scripts/check_imports.py), and a lint-clean tree."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_hygiene():
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_imports.py")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().endswith("OK")
+
+
+def test_api_surface():
+    import idaudit
+    from idaudit.errors import IdauditError
+
+    assert issubclass(IdauditError, ValueError)
+    for name in idaudit.__all__:
+        assert getattr(idaudit, name) is not None, name
+    import typing
+
+    from idaudit.auditing import AuditReport
+
+    hints = typing.get_type_hints(AuditReport)
+    assert typing.get_args(hints["verdict"]) == ("pass", "fail", "inconclusive")
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None and not (ROOT / ".venv/bin/ruff").exists(),
+                    reason="ruff not installed")
+def test_ruff_is_clean():
+    ruff = shutil.which("ruff") or str(ROOT / ".venv/bin/ruff")
+    res = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
