@@ -80,6 +80,16 @@ def test_world_writes_pairs(tmp_path):
     (["train", "--encoder-kwargs", "{bad"], "--encoder-kwargs"),
     (["world", "moon", "--out", "x.safetensors"], "valid:"),
     (["audit", "does-not-exist.safetensors"], "not found"),
+    (["train", "--epochs", "5"], "--epochs does not apply to world 'spiral'"),
+    (["train", "--stride", "4"], "--stride does not apply to world 'spiral'"),
+    (["train", "--pairs", "40"], "--pairs does not apply to world 'spiral'"),
+    (["train", "--workers", "2", "--steps", "1"], "--workers does not apply to world 'spiral'"),
+    (["train", "--sigma", "2"], "--sigma only applies to --objective infonce"),
+    (["train", "--objective", "infonce", "--lamb", "0.5"], "--lamb does not apply"),
+    (["train", "--encoder-kwargs", "{}"], "--encoder-kwargs needs --encoder"),
+    (["train", "--world", "banana", "--layers", "3"], "--layers only applies to coupling"),
+    (["world", "spiral", "--trajectory", "--out", "x.safetensors"], "--trajectory does not "
+                                                                     "apply"),
 ])
 def test_bad_input_is_one_line_exit_2(args, fragment):
     res = run(*args)
