@@ -24,7 +24,7 @@ import torch
 from idaudit.encoders import MLP
 from idaudit.losses import alignment, random_directions, sigreg_reference, whitening
 from idaudit.train import TrainConfig
-from idaudit.train.loop import Stepper
+from idaudit.train.loop import Stepper, resolve_config
 from idaudit.train.schedule import constant_then_cosine
 from idaudit.worlds import build_world, make_spec
 
@@ -63,11 +63,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     world = build_world(make_spec("spiral", rho=0.95))
-    cfg = TrainConfig(steps=20_000, lamb=1e-3, seed=0)
+    cfg = resolve_config(world, TrainConfig(steps=20_000, lamb=1e-3, seed=0))
     torch.manual_seed(0)
     enc_fast = MLP()
     enc_ref = copy.deepcopy(enc_fast)
-    fast = Stepper(world, enc_fast, cfg, torch.device("cpu"), torch.Generator().manual_seed(1))
+    cpu = torch.device("cpu")
+    source = world.pair_source(cfg.views, cfg.batch, torch.Generator().manual_seed(1), cpu)
+    fast = Stepper(source, enc_fast, cfg, cfg.steps, 1.0, source.gen, cpu)
     ref = StraightforwardStep(world, enc_ref, cfg, torch.Generator().manual_seed(1))
 
     # same weights, same batches, same directions → same loss values
