@@ -38,16 +38,9 @@ KNOWN_METRICS = {
 
 
 @dataclass
-class AuditInputs:
-    """What every route reduces to."""
+class AuditInputs(Arrays):
+    """What every route reduces to: the arrays, and where they came from."""
 
-    z: torch.Tensor
-    h: torch.Tensor
-    h_prime: torch.Tensor | None = None
-    rho: float | None = None
-    x: torch.Tensor | None = None
-    circular: tuple[int, ...] = ()
-    source: str = "arrays"
     world: dict[str, Any] | None = None
     test_rows: torch.Tensor | None = None  # a fixed held-out split (pixel worlds: eval images)
     seed: int | None = None  # the evaluation set's seed (a checkpoint's: its training seed)
@@ -316,8 +309,7 @@ def _tensor(a: Any, name: str) -> torch.Tensor:
 
 
 def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
-    return AuditInputs(z=arrays.z, h=arrays.h, h_prime=arrays.h_prime, rho=arrays.rho,
-                       x=arrays.x, circular=arrays.circular, source=arrays.source)
+    return AuditInputs(**vars(arrays))
 
 
 def inputs_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,

@@ -190,7 +190,8 @@ def train(
     resolved = resolve(options)
     if out_path is None:
         out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"
-    record = run(resolved, out_path, workers=workers, progress=not quiet)
+    record = run(resolved, out_path, workers=workers, progress=not quiet,
+                 say=None if quiet else say)
     out.print(metrics_table(record.metrics,
                             title=f"{record.world['name']} · {objective} · seed {seed}"))
     out.print(f"{record.steps_per_second:.0f} steps/s on {record.device}; "

@@ -76,11 +76,6 @@ def _work_buffers(shape: tuple[int, ...], count: int, device, dtype) -> list[tor
     return _WORK[key]
 
 
-def _sign(k: int) -> float:
-    """σ_k = +1, +1, −1, −1, … makes the Chebyshev step a single in-place addcmul."""
-    return 1.0 if k % 4 in (0, 1) else -1.0
-
-
 def _chebyshev_sweep(first: torch.Tensor, u: torch.Tensor, v: torch.Tensor, knots: int,
                      visit) -> None:
     """Visit σ_k·(cos kθ, sin kθ) for k = 1 … knots−1, given first = (cos θ, sin θ).

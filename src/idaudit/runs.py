@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from .checkpoint import save_checkpoint
 from .encoders import embed
 from .errors import IdauditError
 from .io import write_json
-from .train import TrainConfig, train
+from .train import TrainConfig, estimate_seconds, train
 from .worlds import KINDS, World, WorldSpec, build_world, make_spec, world_name
 
 TRAIN_OPTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
@@ -114,14 +115,20 @@ def log_path_for(checkpoint: Path) -> Path:
 
 def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
         data_root: str | Path = "data", workers: int | None = None, progress: bool = False,
-        sample: bool = False) -> RunRecord:
+        sample: bool = False, say: Callable[[str], None] | None = None) -> RunRecord:
     """Resolve ``options``, prepare the world's data (Reacher datasets are rendered under
     ``data_root`` unless ``data`` names the place), train, and — with ``out`` — write the
-    checkpoint and ``NAME.log.json`` beside it."""
+    checkpoint and ``NAME.log.json`` beside it. ``say`` gets a line with the expected
+    training time when the run will take more than two minutes."""
     resolved = options if isinstance(options, ResolvedRun) else resolve(options)
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,
                                                   progress)
     world = build_world(spec)
+    if say is not None:
+        est = estimate_seconds(world, resolved.train)
+        if est > 120:
+            took = f"{est / 60:.0f} min" if est < 5400 else f"{est / 3600:.1f} h"
+            say(f"training takes about {took} here (timed on its first steps)")
     t0 = time.perf_counter()
     result = train(world, resolved.train, progress=progress)
     metrics = dict(result.metrics)
