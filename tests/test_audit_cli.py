@@ -441,6 +441,11 @@ def test_torch_export_with_dynamic_batch(tmp_path):
     assert res.exit_code == 0, res.output
     m = report["metrics"]
     assert m["r2_h_to_z"] == pytest.approx(m["mixing_r2_x_to_z"], abs=1e-6)
+    # plan reads the same program on the same world
+    res = run("plan", path, "--world", "coupling", "--dim", "4", "--pairs", "5",
+              "--json", tmp_path / "p.json")
+    assert res.exit_code == 0, res.output
+    assert read_json(tmp_path / "p.json")["pairs"] == 5
 
 
 def test_torch_export_with_static_batch_is_a_clean_error(tmp_path):
@@ -465,6 +470,16 @@ def test_safetensors_weights_with_arch(arch_dir):
     res2, report2 = audit_world(ts, arch_dir)
     assert res2.exit_code == 0, res2.output
     assert report2["metrics"]["r2_h_to_z_heldout"] == m["r2_h_to_z_heldout"]
+    # plan takes the --arch weights too, and gives the TorchScript copy's numbers
+    plans = []
+    for target, extra in ((weights, ("--arch", "myarch:make", "--arch-kwargs", '{"dim": 4}')),
+                          (ts, ())):
+        out = arch_dir / "plan.json"
+        res = run("plan", target, "--world", "coupling", "--dim", "4", "--pairs", "8",
+                  "--gallery", "3000", "--json", out, *extra)
+        assert res.exit_code == 0, res.output
+        plans.append(read_json(out)["cost_ratios"])
+    assert plans[0] == plans[1]
 
 
 def test_dataset_from_idaudit_world(tmp_path):
