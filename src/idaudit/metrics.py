@@ -423,7 +423,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     if h_prime is not None and rho is not None:
         hp = torch.as_tensor(np.asarray(h_prime)) if not isinstance(h_prime, torch.Tensor) \
             else h_prime.detach().cpu()
-        delta = _gap(ht.to(dtype), hp.reshape(rows, -1).to(dtype), torch.trace(s_hh), float(rho))
+        delta = _gap(ht.double(), hp.reshape(rows, -1).double(), torch.trace(s_hh), float(rho))
         d, bound = approximate_bound(eps, delta, float(rho))
         _, bound_c = approximate_bound(out["whitening_error_corrected"], delta, float(rho))
         trivial = float(torch.trace(pop * s_zz))  # E‖z − z̄‖²: what a constant h achieves
