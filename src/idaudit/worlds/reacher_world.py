@@ -61,9 +61,12 @@ class ReacherWorld(World):
         data = options.get("data")
         if data is not None and (Path(data) / "meta.json").exists():
             stored = read_meta(data)["spec"]
-            differ = {k: (v, stored.get(k)) for k, v in given.items() if stored.get(k) != v}
+            differ = {opt: (options[opt], stored.get(field))
+                      for opt, field in DATASET_OPTIONS.items()
+                      if opt in options and stored.get(field) != given[field]}
             if differ:
-                said = ", ".join(f"{k} {v[0]} (the data: {v[1]})" for k, v in differ.items())
+                said = ", ".join(f"--{k.replace('_', '-')} {v[0]} (the data: {v[1]})"
+                                 for k, v in differ.items())
                 raise IdauditError(f"{data} holds a different Reacher dataset: {said}; drop "
                                    "the option or choose another --data")
             rspec = ReacherSpec(**stored)
