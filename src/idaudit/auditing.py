@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .encoders import embed
-from .errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, IdauditError
+from .errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, IdauditError, check_seed
 from .loaders import Arrays, LoadedEncoder, load_target, world_for_encoder
 from .metrics import audit_metrics
 from .worlds import World
@@ -176,6 +176,20 @@ def inconclusive_reason(inp: AuditInputs) -> str | None:
     return None
 
 
+def split_reason(inp: AuditInputs, test_fraction: float) -> str | None:
+    """Why the held-out split cannot support the fits (too few rows on one side), or None."""
+    if inp.test_rows is not None:
+        return None
+    rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
+    n_test = max(1, min(rows - 1, int(round(rows * test_fraction))))
+    need = max(n, m) + 2
+    if rows - n_test < need or n_test < 2:
+        return (f"--test-fraction {test_fraction:g} leaves {rows - n_test} rows to fit and "
+                f"{n_test} to test; the fits need at least {need} and 2 (choose a fraction "
+                "nearer 0.5)")
+    return None
+
+
 def check_shapes(inp: AuditInputs) -> AuditInputs:
     """Shape and type checks that are input errors (exit 2), not inconclusive audits."""
     z, h = inp.z, inp.h
@@ -188,6 +202,9 @@ def check_shapes(inp: AuditInputs) -> AuditInputs:
                            f" and {tuple(inp.h.shape)}")
     if z.shape[0] != h.shape[0]:
         raise IdauditError(f"z has {z.shape[0]} rows but h has {h.shape[0]}")
+    if z.shape[1] == 0 or h.shape[1] == 0:
+        raise IdauditError(f"z and h need at least one column, got shapes {tuple(z.shape)} and "
+                           f"{tuple(h.shape)}")
     hp = inp.h_prime
     if hp is not None:
         hp = hp[:, None] if hp.ndim == 1 else hp
@@ -210,16 +227,17 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                  gauss_sims: int = 50) -> AuditReport:
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ)."""
     inp = check_shapes(inp)
+    if not 0.0 < test_fraction < 1.0:
+        raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
     thresholds = list(thresholds or [])
-    reason = inconclusive_reason(inp)
+    reason = inconclusive_reason(inp) or split_reason(inp, test_fraction)
     if reason is not None:
         return AuditReport(metrics={"n_samples": int(inp.h.shape[0]),
                                     "latent_dim": int(inp.z.shape[1]),
                                     "embed_dim": int(inp.h.shape[1])},
                            thresholds=thresholds, verdict="inconclusive", reason=reason,
                            source=inp.source, world=inp.world)
-    if not 0.0 < test_fraction < 1.0:
-        raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
+
     metrics = audit_metrics(inp.z, inp.h, inp.h_prime, inp.rho, inp.x, circular=inp.circular,
                             test_fraction=test_fraction, seed=seed, bootstrap=bootstrap,
                             gauss_sims=gauss_sims, test_rows=inp.test_rows)
@@ -253,6 +271,7 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
     the data cannot support one (collapse, NaN/Inf, too few rows). Bad input raises
     :class:`~idaudit.errors.IdauditError` (a ``ValueError``).
     """
+    check_seed(seed)
     thresholds = gate_thresholds(min_r2, max_orthogonality_error, gate)
     if encoder is not None:
         if z is not None or h is not None:

@@ -20,9 +20,9 @@ from torch import nn
 
 from ._version import __version__
 from .encoders import build_encoder
-from .errors import IdauditError
+from .errors import MAX_SEED, IdauditError
 from .io import atomic_write, first_line, jsonable, read_metadata
-from .worlds import WorldSpec
+from .worlds import WorldSpec, validate_spec
 
 FORMAT = "idaudit-checkpoint"
 FORMAT_VERSION = 1
@@ -58,6 +58,21 @@ def save_checkpoint(path: str | Path, encoder: nn.Module, encoder_name: str,
     return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
+def _check_metadata(enc: Any, train: Any, metrics: Any) -> None:
+    """Types and ranges of the fields audit and plan use (a ValueError names the field)."""
+    if not isinstance(enc, dict) or not isinstance(enc.get("name"), str):
+        raise ValueError("encoder.name must be a string")
+    if not isinstance(enc.get("kwargs") or {}, dict):
+        raise ValueError("encoder.kwargs must be an object")
+    if not isinstance(train, dict) or not isinstance(metrics, dict):
+        raise ValueError("train and metrics must be objects")
+    n_eval, seed = train.get("n_eval"), train.get("seed", 0)
+    if n_eval is not None and not (isinstance(n_eval, int) and n_eval >= 10):
+        raise ValueError(f"train.n_eval must be an integer ≥ 10, got {n_eval!r}")
+    if not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+        raise ValueError(f"train.seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Rebuild the encoder and world spec from an idaudit checkpoint."""
     from safetensors.torch import load_file
@@ -73,9 +88,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                            f"reads version {FORMAT_VERSION}")
     try:
         enc = json.loads(meta["encoder"])
-        world = WorldSpec.from_dict(json.loads(meta["world"]))
+        world = validate_spec(WorldSpec.from_dict(json.loads(meta["world"])))
         train = json.loads(meta.get("train", "{}"))
         metrics = json.loads(meta.get("metrics", "{}"))
+        _check_metadata(enc, train, metrics)
     except (KeyError, ValueError, TypeError) as exc:
         raise IdauditError(f"{path} has malformed idaudit metadata ({first_line(exc)})") \
             from None

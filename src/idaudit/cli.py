@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .errors import IdauditError
+from .errors import IdauditError, check_seed
+from .io import check_writable
 
 app = typer.Typer(
     help="Did your self-supervised encoder learn the world? Worlds with known latents, "
@@ -109,10 +110,13 @@ def world(
         raise IdauditError(f"--pairs must be ≥ 1, got {pairs}")
     if name and world_ and name != world_:
         raise IdauditError(f"two worlds given: {name!r} and --world {world_!r}")
+    check_seed(seed, "--seed")
     spec = make_spec(name or world_, **_world_options(
         dim=dim, source=source, alpha=alpha, rho=rho, layers=layers, trajectory=trajectory,
         stride=stride, n_eval=n_eval))
-    out.print(KINDS.get(spec.name).write(spec, out_path, pairs, seed, workers, progress=True))
+    kind = KINDS.get(spec.name)
+    check_writable(out_path, "--out", directory=kind.writes_directory)
+    out.print(kind.write(spec, out_path, pairs, seed, workers, progress=True))
 
 
 @app.command()
@@ -176,7 +180,7 @@ def train(
     """
     from .loaders import parse_json_object
     from .report import metrics_table
-    from .runs import resolve, run
+    from .runs import log_path_for, resolve, run
 
     if encoder_kwargs is not None and encoder is None:
         raise IdauditError("--encoder-kwargs needs --encoder")
@@ -190,6 +194,8 @@ def train(
     resolved = resolve(options)
     if out_path is None:
         out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"
+    check_writable(out_path, "--out")
+    check_writable(log_path_for(out_path), "--out (its log)")
     record = run(resolved, out_path, workers=workers, progress=not quiet,
                  say=None if quiet else say)
     out.print(metrics_table(record.metrics,
@@ -266,6 +272,9 @@ def audit(
     from .loaders import Arrays, load_target, parse_json_object
     from .report import audit_junit, audit_markdown, audit_table
 
+    check_seed(seed)
+    for path, flag in ((json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")):
+        check_writable(path, flag, remove_stale=True)
     thresholds = gate_thresholds(min_r2, max_orth)
     thresholds += [parse_threshold(t, "min") for t in min_]
     thresholds += [parse_threshold(t, "max") for t in max_]
@@ -350,6 +359,9 @@ def plan(
     from .planning import plan as run_plan
     from .report import plan_table
 
+    check_seed(seed, "--seed")
+    check_writable(json_path, "--json", remove_stale=True)
+    check_writable(plot, "--plot", remove_stale=True)
     report = run_plan(target, world=world_, data=data, pairs=pairs, waypoints=waypoints,
                       gallery=gallery, seed=seed, arch=arch, trust_pickle=trust_pickle,
                       arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
@@ -379,6 +391,7 @@ def demo(
     from .runs import run
     from .worlds import KINDS, make_spec
 
+    check_writable(out_dir, "--out", directory=True)
     spec = make_spec("spiral", rho=0.95)
     pairs_path = out_dir / "spiral-pairs.safetensors"
     KINDS.get(spec.name).write(spec, pairs_path, 10_000, seed, None, progress=False)
@@ -437,6 +450,10 @@ def sweep(
     overrides = parse_assignments(set_, "--set")
     if any(len(v) > 1 for v in overrides.values()):
         raise IdauditError("--set takes one value per option (use --only or a TOML grid to vary)")
+    for value, flag in ((seeds, "--seeds"), (steps, "--steps"), (workers, "--workers")):
+        if value is not None and value < 1:
+            raise IdauditError(f"{flag} must be ≥ 1, got {value}")
+    check_writable(out_dir, "--out", directory=True)
     runs = shrink(load_suite(suite), seeds=seeds, steps=steps, dims=dim_list,
                   objectives=objectives.split(",") if objectives else None,
                   only=parse_assignments(only, "--only"),

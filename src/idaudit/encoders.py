@@ -16,12 +16,22 @@ from .worlds.mixings import coupling_parity, coupling_step
 ENCODERS: Registry = Registry("encoder")
 
 
+def _sizes(minimum: int = 1, **sizes: Any) -> None:
+    """Encoder sizes are integers ≥ ``minimum`` (a one-line error names the argument)."""
+    for name, value in sizes.items():
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+            raise IdauditError(f"encoder argument {name} must be an integer ≥ {minimum}, "
+                               f"got {value!r}")
+
+
 @ENCODERS.register("mlp")
 class MLP(nn.Module):
     """x → Linear(in, w) → GELU → … (``depth`` hidden layers of width ``width``) → Linear(w, out)."""
 
     def __init__(self, in_dim: int = 2, out_dim: int = 2, width: int = 256, depth: int = 4) -> None:
         super().__init__()
+        _sizes(in_dim=in_dim, out_dim=out_dim, width=width)
+        _sizes(minimum=0, depth=depth)
         layers: list[nn.Module] = []
         d = in_dim
         for _ in range(depth):
@@ -45,6 +55,7 @@ class InverseCoupling(nn.Module):
 
     def __init__(self, dim: int = 2, layers: int = 4) -> None:
         super().__init__()
+        _sizes(dim=dim, layers=layers)
         if dim % 2:
             raise IdauditError(f"the coupling encoder needs an even dimension, got {dim}")
         half = dim // 2
@@ -64,6 +75,7 @@ class CNN(nn.Module):
 
     def __init__(self, out_dim: int = 2, in_channels: int = 3, image_size: int = 64) -> None:
         super().__init__()
+        _sizes(out_dim=out_dim, in_channels=in_channels, image_size=image_size)
         chans = [in_channels, 32, 64, 128, 256]
         blocks: list[nn.Module] = []
         for cin, cout in zip(chans[:-1], chans[1:]):
@@ -98,10 +110,15 @@ class PixelEncoder(nn.Module):
 def build_encoder(name: str, kwargs: dict[str, Any] | None = None) -> nn.Module:
     """Instantiate a registered encoder; bad arguments become a one-line error."""
     cls = ENCODERS.get(name)
+    if not isinstance(kwargs or {}, dict):
+        raise IdauditError(f"encoder arguments must be an object, got {kwargs!r}")
     try:
         return cls(**(kwargs or {}))
-    except TypeError as exc:
-        raise IdauditError(f"bad arguments for encoder {name!r}: {exc}") from None
+    except IdauditError:
+        raise
+    except Exception as exc:  # TypeError for unknown names, RuntimeError for negative sizes …
+        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise IdauditError(f"bad arguments for encoder {name!r}: {line}") from None
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -166,6 +183,10 @@ def embed(encoder: Callable[[torch.Tensor], Any], x: Any, device: torch.device |
                 shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
                 raise IdauditError(f"the encoder returned {shape} for a batch of "
                                    f"{part.shape[0]}; expected (batch, embed_dim)")
+            if y.is_complex() or not (y.is_floating_point() or y.dtype in (torch.int32,
+                                                                              torch.int64)):
+                raise IdauditError(f"the encoder returned {y.dtype} values; expected real "
+                                   "numbers")
             outs.append(y.reshape(y.shape[0], -1).float().cpu())
     finally:
         if was_training:

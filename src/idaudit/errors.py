@@ -25,3 +25,12 @@ def require(condition: bool, message: str) -> None:
     """Raise :class:`IdauditError` (exit 2) with ``message`` unless ``condition`` holds."""
     if not condition:
         raise IdauditError(message)
+
+
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed: int | None, flag: str = "--seed") -> None:
+    """Seeds are integers in [0, 2³² − 1] (every generator idaudit seeds takes them)."""
+    if seed is not None and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+        raise IdauditError(f"{flag} must be an integer in [0, {MAX_SEED}], got {seed}")

@@ -1,4 +1,5 @@
-"""Atomic file writing: write to a temporary file beside the target, then rename."""
+"""File I/O: atomic writes (a temporary file beside the target, then a rename), output checks
+made before long work, JSON/TOML helpers and safetensors metadata."""
 
 from __future__ import annotations
 
@@ -10,20 +11,95 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+MAX_TEXT_INPUT = 1 << 20  # gate and suite files larger than 1 MiB are refused
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temporaries(path: Path) -> None:
+    """Remove ``.NAME.PID.*.tmp`` files a killed writer of ``path`` left behind (only those
+    whose process is gone, so a concurrent writer is never disturbed)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        parts = tmp.name[len(path.name) + 2:].split(".")
+        if parts and parts[0].isdigit() and not _alive(int(parts[0])):
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Call ``write(tmp_path)`` then rename onto ``path``; nothing half-written is left."""
+    """Call ``write(tmp_path)`` then rename onto ``path``; nothing half-written is left.
+
+    The file gets the user's usual mode (0666 minus the umask), and temporaries that a killed
+    earlier writer left beside ``path`` are removed first.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_stale_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                               dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
+
+
+def check_writable(path: str | Path | None, flag: str, *, directory: bool = False,
+                   remove_stale: bool = False) -> Path | None:
+    """Make sure ``path`` can be written before any long work starts (one-line error naming
+    ``flag`` otherwise). ``directory``: the path is an output folder. ``remove_stale``: delete
+    an existing file there, so a run that ends in an error leaves no report of an earlier
+    run behind."""
+    from .errors import IdauditError
+
+    if path is None:
+        return None
+    if str(path).strip() == "" or (not directory and str(path).strip() == "."):
+        raise IdauditError(f"{flag}: the path is empty (give a file name)")
+    path = Path(path)
+    if directory:
+        if path.exists() and not path.is_dir():
+            raise IdauditError(f"{flag} {path}: exists and is not a directory")
+        target_dir = path
+    else:
+        if path.is_dir():
+            raise IdauditError(f"{flag} {path}: is a directory, not a file")
+        if path.exists() and not path.is_file():
+            raise IdauditError(f"{flag} {path}: is not a regular file")
+        target_dir = path.parent
+    for parent in [target_dir, *target_dir.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise IdauditError(f"{flag} {path}: {parent} is a file, not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise IdauditError(f"{flag} {path}: {parent} is not writable")
+            break
+    if remove_stale and not directory and path.is_file():
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise IdauditError(f"{flag} {path}: cannot replace it ({exc.strerror})") from None
     return path
 
 
@@ -58,6 +134,10 @@ def load_toml(path: str | Path, kind: str) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise IdauditError(f"{kind} file not found: {path}")
+    if not path.is_file():
+        raise IdauditError(f"{kind} file {path} is not a regular file")
+    if path.stat().st_size > MAX_TEXT_INPUT:
+        raise IdauditError(f"{kind} file {path} is larger than 1 MiB; not a {kind} file")
     try:
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -79,8 +80,42 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
                   circular=circular, source=source)
 
 
-def load_array_file(path: Path) -> Arrays:
-    if path.suffix == ".npz":
+def sniff(path: Path) -> str:
+    """What a file holds, from its bytes (never its name): ``npz``, ``npy``, ``safetensors``,
+    ``torchscript``, ``export`` (torch.export), ``pickle`` (torch.save), or ``unknown``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return "unknown"
+        if names and all(n.endswith(".npy") for n in names):
+            return "npz"
+        if any("/code/" in n or n.startswith("code/") for n in names):
+            return "torchscript"
+        if any(n.endswith("archive_format") for n in names):
+            return "export"
+        if any(n.endswith("data.pkl") for n in names):
+            return "pickle"
+        return "unknown"
+    if len(head) >= 9:
+        n = int.from_bytes(head[:8], "little")
+        if 0 < n < 100_000_000 and head[8:9] == b"{":  # truncated files too: read_metadata
+            return "safetensors"                       # says what is wrong with them
+    if head[:1] == b"\x80":
+        return "pickle"
+    return "unknown"
+
+
+def load_array_file(path: Path, kind: str | None = None) -> Arrays:
+    if (kind or sniff(path)) == "npz":
         try:
             with np.load(path, allow_pickle=False) as f:
                 d = {k: f[k] for k in f.files}
@@ -101,10 +136,14 @@ def import_factory(spec: str):
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
         raise IdauditError(f"--arch must look like module.path:factory, got {spec!r}")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")
+    cwd = os.getcwd()
+    if not any(p in ("", ".", cwd) for p in sys.path):
+        sys.path.append(cwd)  # searched after site-packages: a stray scipy.py never shadows
     try:
         module = importlib.import_module(mod_name)
+    except SystemExit as exc:
+        raise IdauditError(f"--arch: importing {mod_name!r} exited (SystemExit {exc.code}); "
+                           "the encoder factory exited instead of building a model") from None
     except Exception as exc:
         raise IdauditError(f"--arch: cannot import {mod_name!r} ({_first_line(exc)})") from None
     try:
@@ -120,6 +159,9 @@ def build_arch(spec: str, kwargs: dict[str, Any] | None) -> torch.nn.Module:
     fn = import_factory(spec)
     try:
         model = fn(**(kwargs or {}))
+    except SystemExit as exc:
+        raise IdauditError(f"--arch: the encoder factory exited (SystemExit {exc.code}) "
+                           "instead of returning a model") from None
     except Exception as exc:
         raise IdauditError(f"--arch: {spec}(**kwargs) raised {_first_line(exc)}") from None
     if not isinstance(model, torch.nn.Module):
@@ -139,10 +181,12 @@ class LoadedEncoder:
 
 
 def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] | None,
-                      trust_pickle: bool) -> LoadedEncoder:
+                      trust_pickle: bool, kind: str | None = None) -> LoadedEncoder:
     """Every encoder format: idaudit checkpoint, plain weights + ``arch``, TorchScript,
-    ``torch.export`` (.pt2), or — only with ``trust_pickle`` — a pickled module."""
-    if path.suffix == ".safetensors":
+    ``torch.export`` (.pt2), or — only with ``trust_pickle`` — a pickled module. The format
+    is read from the file's bytes, whatever its name."""
+    kind = kind or sniff(path)
+    if kind == "safetensors":
         meta = read_metadata(path)
         if meta.get("format") == CHECKPOINT:
             ck = load_checkpoint(path)
@@ -166,20 +210,25 @@ def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] 
         return LoadedEncoder(model, None, {}, path)
     if arch is not None:
         raise IdauditError("--arch goes with plain .safetensors weights")
-    if path.suffix == ".pt2":
+    if kind == "export":
         try:
             program = torch.export.load(str(path))
         except Exception as exc:
             raise IdauditError(f"cannot load {path} as a torch.export program "
                                f"({_first_line(exc)})") from None
         return LoadedEncoder(program.module(), None, {}, path)
-    try:
-        return LoadedEncoder(torch.jit.load(str(path), map_location="cpu"), None, {}, path)
-    except Exception as jit_exc:
-        if not trust_pickle:
-            raise IdauditError(
-                f"{path} is not TorchScript ({_first_line(jit_exc)}); if it is a pickled "
-                "module you trust, pass --trust-pickle (unpickling runs arbitrary code)") from None
+    if kind == "torchscript":
+        try:
+            return LoadedEncoder(torch.jit.load(str(path), map_location="cpu"), None, {}, path)
+        except Exception as exc:
+            raise IdauditError(f"cannot load {path} as TorchScript ({_first_line(exc)})") \
+                from None
+    if kind != "pickle":
+        raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, "
+                           "safetensors weights or arrays, .npz arrays, TorchScript, torch.export)")
+    if not trust_pickle:
+        raise IdauditError(f"{path} is a pickled file (torch.save); if it holds a module you "
+                           "trust, pass --trust-pickle (unpickling runs arbitrary code)")
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=False)
     except Exception as exc:
@@ -199,11 +248,19 @@ def load_target(target: str | Path, *, arch: str | None = None,
         raise IdauditError(f"not found: {path}")
     if path.is_dir():
         raise IdauditError(f"{path} is a directory, not an encoder or array file")
-    if path.suffix == ".npz":
+    if not path.is_file():
+        raise IdauditError(f"{path} is not a regular file")
+    kind = sniff(path)
+    if kind == "unknown":  # unreadable content: let the named format's reader say what is wrong
+        kind = {".safetensors": "safetensors", ".npz": "npz"}.get(path.suffix.lower(), kind)
+    if kind == "npy":
+        raise IdauditError(f"{path} is a single .npy array; audit needs z and h together: "
+                           "numpy.savez(PATH.npz, z=z, h=h)")
+    if kind == "npz":
         if arch is not None:
             raise IdauditError("--arch goes with plain .safetensors weights, not arrays")
-        return load_array_file(path)
-    if path.suffix == ".safetensors":
+        return load_array_file(path, kind)
+    if kind == "safetensors":
         meta = read_metadata(path)
         if meta.get("format") == PAIRS_FORMAT:
             raise IdauditError(f"{path} is a world dataset; evaluate an encoder on it with "
@@ -218,8 +275,8 @@ def load_target(target: str | Path, *, arch: str | None = None,
                     f"{path} is neither an idaudit checkpoint nor an array file with z and h "
                     f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights need "
                     "--arch module.path:factory")
-            return load_array_file(path)
-    return load_encoder_file(path, arch, arch_kwargs, trust_pickle)
+            return load_array_file(path, kind)
+    return load_encoder_file(path, arch, arch_kwargs, trust_pickle, kind)
 
 
 def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .encoders import embed
-from .errors import IdauditError
+from .errors import IdauditError, check_seed
 from .loaders import Arrays, LoadedEncoder, load_target, world_for_encoder
 from .metrics import fit_linear_map
 
@@ -195,6 +195,7 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None
     world; or a gallery of arrays ``z``, ``h`` (a path to an ``.npz``/``.safetensors`` with
     them works as ``encoder`` too), whose rows are then the starts and goals.
     """
+    check_seed(seed)
     if pairs < 1 or waypoints < 1 or (gallery is not None and gallery < 5):
         raise IdauditError("--pairs and --waypoints must be ≥ 1 and --gallery ≥ 5")
     if isinstance(encoder, (str, Path)):

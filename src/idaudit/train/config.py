@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import IdauditError, require
+from ..errors import IdauditError, check_seed, require
 from ..losses import OBJECTIVES, SIGMA_RULES
 from .schedule import SCHEDULES
 
@@ -70,6 +70,7 @@ class TrainConfig:
         for name in ("steps", "epochs", "inits", "n_slices"):
             value = getattr(self, name)
             require(value is None or value >= 1, f"--{name} must be ≥ 1, got {value}")
+        check_seed(self.seed)
         require(self.batch >= 2, f"--batch must be ≥ 2, got {self.batch}")
         require(self.lr > 0 and math.isfinite(self.lr), f"--lr must be > 0, got {self.lr}")
         require(self.eval_every is None or self.eval_every >= 0,

@@ -119,6 +119,15 @@ def _sigma(world: World, cfg: TrainConfig) -> float:
         raise IdauditError(str(exc)) from None
 
 
+def check_fits(encoder: nn.Module, name: str, world: World, ev: EvalSet) -> None:
+    """Refuse an encoder that cannot take this world's observations (before any training)."""
+    try:
+        embed(encoder, ev.x[:4])
+    except IdauditError as exc:
+        raise IdauditError(f"encoder {name!r} does not fit world {world.name!r}: {exc}") \
+            from None
+
+
 def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 3) -> float:
     """Seconds the whole run would take here, from timed steps of a throwaway encoder
     (the first step, which pays for warm-up, is not counted)."""
@@ -130,7 +139,10 @@ def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 3) -> fl
     total = cfg.steps or cfg.epochs * source.steps_per_epoch
     stepper = Stepper(source, build_encoder(name, kwargs).to(device).train(), cfg, total,
                       _sigma(world, cfg), gen, device)
-    stepper.step(0)
+    try:
+        stepper.step(0)
+    except Exception:  # an encoder that does not fit: train() says so in one line
+        return 0.0
     t0 = time.perf_counter()
     for it in range(probe_steps):
         float(stepper.step(it))
@@ -147,6 +159,8 @@ def train(world: World, cfg: TrainConfig, progress: bool = False) -> TrainResult
     sources = [world.pair_source(cfg.views, cfg.batch,
                                  torch.Generator().manual_seed(_init_seed(cfg.seed, i) + 1),
                                  device) for i in range(cfg.inits)]
+    with torch.random.fork_rng(devices=[]):
+        check_fits(build_encoder(enc_name, enc_kwargs).to(device), enc_name, world, ev)
     per_epoch = sources[0].steps_per_epoch
     total = cfg.steps or cfg.epochs * per_epoch
     bar = ProgressBar(progress, total * cfg.inits, "train")

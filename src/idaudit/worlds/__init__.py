@@ -25,7 +25,7 @@ __all__ = [
     "KINDS", "MIXINGS", "SOURCES", "SYNTHETIC_WORLDS", "CouplingMixing", "EvalSet",
     "PairsFileWorld", "PlanSet", "ReacherWorld", "SyntheticWorld", "World", "WorldSpec",
     "as_world", "build_world", "data_world", "gennorm_scale", "load_pairs", "make_spec", "ou_step",
-    "sample_source", "save_pairs", "world_name", "world_names",
+    "sample_source", "save_pairs", "validate_spec", "world_name", "world_names",
 ]
 
 
@@ -96,6 +96,16 @@ def as_world(world: World | WorldSpec | str, base_dir: Path | None = None) -> Wo
     if not isinstance(world, WorldSpec):
         raise IdauditError(f"world must be a World, WorldSpec or name, got {type(world).__name__}")
     return build_world(world, base_dir)
+
+
+def validate_spec(spec: WorldSpec) -> WorldSpec:
+    """Check a spec read from a file: a known world, fields of the right types and ranges."""
+    if not isinstance(spec.name, str) or spec.name not in KINDS:
+        raise IdauditError(f"unknown world {spec.name!r}; valid: {', '.join(world_names())}")
+    try:
+        return KINDS.get(spec.name).check_spec(spec)
+    except TypeError as exc:
+        raise IdauditError(f"world spec: {exc}") from None
 
 
 def build_world(spec: WorldSpec, base_dir: Path | None = None) -> World:

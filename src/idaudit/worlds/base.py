@@ -99,6 +99,8 @@ class World(ABC):
     options: ClassVar[frozenset[str]]
     #: train options that do not apply to worlds of this kind
     refuses: ClassVar[frozenset[str]] = frozenset()
+    #: whether ``write`` makes a directory (else one file)
+    writes_directory: ClassVar[bool] = False
 
     spec: WorldSpec
 
@@ -106,6 +108,20 @@ class World(ABC):
     @abstractmethod
     def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
         """Validate the given world options (only those the user set) and fill defaults."""
+
+    @classmethod
+    def check_spec(cls, spec: WorldSpec) -> WorldSpec:
+        """Validate a spec read from a file (types and ranges); return it."""
+        import math
+
+        if not (isinstance(spec.dim, int) and spec.dim >= 1):
+            raise IdauditError(f"dim must be a positive integer, got {spec.dim!r}")
+        if not (isinstance(spec.rho, (int, float)) and math.isfinite(spec.rho)
+                and 0.0 < spec.rho < 1.0):
+            raise IdauditError(f"rho must lie strictly between 0 and 1, got {spec.rho!r}")
+        if not isinstance(spec.extra, dict):
+            raise IdauditError(f"extra must be an object, got {spec.extra!r}")
+        return spec
 
     @classmethod
     @abstractmethod

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IdauditError
+from ..errors import IdauditError, check_seed
 from ..io import atomic_write, write_json
 from ..progress import ProgressBar
 from .reacher import WRIST_LIMIT
@@ -43,6 +43,7 @@ class ReacherSpec:
     seed: int = 0
 
     def validate(self) -> ReacherSpec:
+        check_seed(self.seed, "--data-seed")
         if self.mode not in ("ou", "trajectory"):
             raise IdauditError(f"unknown Reacher mode {self.mode!r}; valid: ou, trajectory")
         if self.mode == "ou" and not 0.0 < self.rho < 1.0:

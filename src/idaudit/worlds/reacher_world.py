@@ -48,6 +48,7 @@ class ReacherWorld(World):
     kind = "dataset"
     options: ClassVar[frozenset[str]] = frozenset({*DATASET_OPTIONS, "data"})
     refuses: ClassVar[frozenset[str]] = frozenset({"steps", "n_eval"})
+    writes_directory = True
 
     def __init__(self, spec: WorldSpec, root: Path) -> None:
         self.spec = spec

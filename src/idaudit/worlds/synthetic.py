@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,6 +26,24 @@ TWO_D = ("spiral", "banana", "sinusoid", "nvp")
 COUPLING = ("nvp", "coupling")
 PAIRS_FORMAT = "idaudit-world"
 PAIRS_FORMAT_VERSION = 1
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(name: str, dim: int) -> None:
+    """Refuse a coupling dimension whose mixing weights cannot be made here: each layer's
+    (N/2)² orthogonal matrix is drawn by a float64 QR that holds about three such matrices."""
+    need = 3 * 8 * (dim // 2) ** 2
+    have = physical_memory()
+    if have is not None and need > have // 2:
+        raise IdauditError(f"--dim {dim} is too large for world {name!r}: its mixing needs about "
+                           f"{need / 2**30:.1f} GiB of memory at once, this machine has "
+                           f"{have / 2**30:.1f} GiB")
 
 
 class SyntheticWorld(World):
@@ -64,10 +83,26 @@ class SyntheticWorld(World):
         if name in COUPLING:
             layers = 4 if layers is None else layers
             require(layers >= 1, f"--layers must be ≥ 1, got {layers}")
+            check_memory(name, dim)
         else:
             require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
         return WorldSpec(name=name, dim=dim, source=source, alpha=alpha, rho=float(rho),
                          layers=layers, mixing_seed=int(options.get("mixing_seed", 0)))
+
+    @classmethod
+    def check_spec(cls, spec: WorldSpec) -> WorldSpec:
+        super().check_spec(spec)
+        fields = {"dim": spec.dim, "source": spec.source, "alpha": spec.alpha, "rho": spec.rho,
+                  "layers": spec.layers, "mixing_seed": spec.mixing_seed}
+        if not isinstance(spec.source, str):
+            raise IdauditError(f"source must be a name, got {spec.source!r}")
+        for key in ("layers", "mixing_seed"):
+            if fields[key] is not None and not isinstance(fields[key], int):
+                raise IdauditError(f"{key} must be an integer, got {fields[key]!r}")
+        remade = cls.make_spec(spec.name, {k: v for k, v in fields.items() if v is not None})
+        if remade != spec:
+            raise IdauditError(f"the spec does not describe a valid {spec.name!r} world")
+        return spec
 
     @classmethod
     def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> SyntheticWorld:

@@ -1,0 +1,297 @@
+"""Bad input and faults: one line, the right exit code (2 bad input, 3 inconclusive), nothing
+lost, no stale report, no hidden temporaries, the user's file mode."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from idaudit.cli import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line(res, code, fragment):
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert any(fragment in ln for ln in lines), res.output
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    if code == 2:
+        assert len(errors) == 1 and len(lines) == 1, res.output
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("robust")
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((1000, 4))
+    np.savez(d / "good.npz", z=z, h=z)
+    ck = d / "c.safetensors"
+    res = run("train", "--world", "coupling", "--dim", "4", "--steps", "20", "--eval-every",
+              "20", "--n-eval", "500", "--out", ck, "--quiet")
+    assert res.exit_code == 0, res.output
+    (d / "a_file").write_text("x")
+    (d / "a_dir").mkdir()
+    return d
+
+
+def edited(files, tmp_path, section, change):
+    """A copy of the checkpoint with one metadata section edited."""
+    src = files / "c.safetensors"
+    with safe_open(str(src), framework="pt") as f:
+        meta = dict(f.metadata())
+    value = json.loads(meta[section])
+    change(value)
+    meta[section] = json.dumps(value)
+    out = tmp_path / f"edited-{section}.safetensors"
+    save_file(load_file(str(src)), str(out), metadata=meta)
+    return out
+
+
+def set_key(key, value):
+    def change(d):
+        d[key] = value
+    return change
+
+
+# ---- outputs that cannot be written: refused before any work --------------------------
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown"])
+def test_audit_report_paths(files, flag):
+    one_line(run("audit", files / "good.npz", flag, files / "a_dir"), 2, "is a directory")
+    one_line(run("audit", files / "good.npz", flag, files / "a_file" / "r.json"), 2,
+             "is a file, not a directory")
+    one_line(run("audit", files / "good.npz", flag, ""), 2, "the path is empty")
+    one_line(run("audit", files / "good.npz", flag, files / "a_dir" / "sub" / "r.json",
+                 "--gate", files / "missing.toml"), 2, "not found")  # parents may be made
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_directory(files, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    one_line(run("audit", files / "good.npz", "--json", ro / "a.json"), 2, "not writable")
+
+
+def test_train_out_is_checked_before_training(files):
+    one_line(run("train", "--steps", "100000", "--out", files / "a_dir"), 2, "is a directory")
+    one_line(run("train", "--steps", "100000", "--out", files / "a_file" / "c.safetensors"), 2,
+             "is a file, not a directory")
+
+
+def test_other_commands_check_their_outputs(files):
+    one_line(run("plan", files / "c.safetensors", "--plot", files / "a_dir"), 2, "is a directory")
+    one_line(run("plan", files / "c.safetensors", "--json", ""), 2, "empty")
+    one_line(run("world", "spiral", "--out", files / "a_dir"), 2, "is a directory")
+    one_line(run("demo", "--out", files / "a_file"), 2, "not a directory")
+    one_line(run("sweep", "2d", "--out", files / "a_file"), 2, "not a directory")
+
+
+def test_no_stale_report_survives_a_bad_input(files, tmp_path):
+    report = tmp_path / "a.json"
+    report.write_text('{"verdict": "pass"}')
+    one_line(run("audit", files / "good.npz", "--json", report, "--gate", tmp_path / "none.toml"),
+             2, "not found")
+    assert not report.exists()
+
+
+# ---- inputs that are not what they claim ------------------------------------------------
+
+
+def test_gate_that_is_not_a_regular_file(files):
+    one_line(run("audit", files / "good.npz", "--gate", files / "a_dir"), 2, "not a regular file")
+    one_line(run("audit", files / "good.npz", "--gate", "/dev/zero"), 2, "not a regular file")
+
+
+@pytest.mark.parametrize("section,change,fragment", [
+    ("encoder", set_key("name", ["mlp"]), "encoder.name must be a string"),
+    ("encoder", set_key("kwargs", {"dim": -4, "layers": 4}), "dim must be an integer ≥ 1"),
+    ("train", set_key("n_eval", "abc"), "train.n_eval"),
+    ("train", set_key("seed", -1), "train.seed"),
+    ("world", set_key("rho", 1.5), "rho must lie strictly between 0 and 1"),
+    ("world", set_key("dim", 0), "dim must be a positive integer"),
+    ("world", set_key("dim", 5), "even number"),
+    ("world", set_key("layers", "four"), "layers must be an integer"),
+    ("world", set_key("name", "moon"), "unknown world"),
+    ("world", lambda d: d.update(name="reacher", extra={}), "dataset"),
+])
+def test_edited_checkpoint_metadata(files, tmp_path, section, change, fragment):
+    path = edited(files, tmp_path, section, change)
+    one_line(run("audit", path, "--gauss-sims", "0"), 2, fragment)
+
+
+def test_array_files_by_content_not_name(files, tmp_path):
+    z = np.random.default_rng(0).standard_normal((300, 2))
+    np.savez(tmp_path / "zero.npz", z=np.zeros((300, 0)), h=z)
+    one_line(run("audit", tmp_path / "zero.npz"), 2, "at least one column")
+    np.save(tmp_path / "one.npy", z)
+    shutil.copy(tmp_path / "one.npy", tmp_path / "renamed.npz")
+    one_line(run("audit", tmp_path / "renamed.npz"), 2, "single .npy array")
+    for name in ("UPPER.NPZ", "noextension"):
+        shutil.copy(files / "good.npz", tmp_path / name)
+        res = run("audit", tmp_path / name, "--min-r2", "0.99", "--gauss-sims", "0")
+        assert res.exit_code == 0, res.output
+    save_file({"z": torch.from_numpy(z), "h": torch.from_numpy(z.copy())},
+              str(tmp_path / "arrays"))
+    res = run("audit", tmp_path / "arrays", "--gauss-sims", "0")
+    assert res.exit_code == 0 and "--trust-pickle" not in res.output, res.output
+    (tmp_path / "text.pt").write_text("hello")
+    res = run("audit", tmp_path / "text.pt", "--world", "spiral")
+    one_line(res, 2, "is not a file idaudit reads")
+    assert "--trust-pickle" not in res.output
+
+
+class EmptyList(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return []
+
+
+class Complex(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.complex(x, x)
+
+
+@pytest.mark.parametrize("module,fragment", [(EmptyList, "returned list"),
+                                             (Complex, "complex")])
+def test_torchscript_encoders_with_odd_outputs(tmp_path, module, fragment):
+    path = tmp_path / "m.pt"
+    torch.jit.script(module()).save(str(path))
+    one_line(run("audit", path, "--world", "spiral", "--n-eval", "500", "--min-r2", "0.1"), 2,
+             fragment)
+
+
+def test_extreme_test_fraction_is_inconclusive(files):
+    res = run("audit", files / "good.npz", "--test-fraction", "0.999", "--min-r2", "0.9")
+    one_line(res, 3, "--test-fraction 0.999 leaves 1 rows to fit")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["train", "--seed", str(2**70)], "--seed must be an integer in"),
+    (["audit", "GOOD", "--seed", str(2**64)], "--seed must be an integer in"),
+    (["world", "spiral", "--seed", "-1", "--out", "x.safetensors"], "--seed must be an integer"),
+    (["train", "--world", "coupling", "--dim", "2000000"], "GiB"),
+    (["train", "--encoder", "cnn", "--steps", "5"], "encoder 'cnn' does not fit world 'spiral'"),
+    (["train", "--encoder", "mlp", "--encoder-kwargs", '{"width": -3}'], "width must be"),
+    (["train", "--encoder", "mlp", "--encoder-kwargs", '{"width": 0}'], "width must be"),
+    (["train", "--world", "coupling", "--encoder", "coupling", "--encoder-kwargs",
+      '{"dim": 2, "layers": 0}'], "layers must be"),
+    (["sweep", "2d", "--steps", "0"], "--steps must be ≥ 1"),
+    (["sweep", "2d", "--seeds", "0"], "--seeds must be ≥ 1"),
+])
+def test_out_of_range_values(files, tmp_path, args, fragment):
+    args = [str(files / "good.npz") if a == "GOOD" else a for a in args]
+    one_line(run(*args, *(["--out", tmp_path / "o"] if args[0] in ("train", "sweep") else [])),
+             2, fragment)
+
+
+def test_divergence_is_exit_3(tmp_path):
+    res = run("train", "--lr", "1000", "--steps", "200", "--eval-every", "10",
+              "--out", tmp_path / "d.safetensors", "--quiet")
+    one_line(res, 3, "training diverged at step")
+    assert not (tmp_path / "d.safetensors").exists()
+
+
+# ---- user code loaded by --arch ----------------------------------------------------------
+
+ARCH = """
+import torch
+{prelude}
+def make():
+    {body}
+    return torch.nn.Linear(4, 4)
+"""
+
+
+def _idaudit_exe():
+    exe = Path(sys.executable).with_name("idaudit")
+    return str(exe) if exe.exists() else shutil.which("idaudit")
+
+
+@pytest.mark.parametrize("prelude,body,fragment", [
+    ("import sys\nsys.exit(0)", "pass", "exited"),
+    ("", "import sys; sys.exit(0)", "the encoder factory exited"),
+])
+def test_arch_that_exits_is_not_a_pass(tmp_path, prelude, body, fragment):
+    (tmp_path / "exiting.py").write_text(ARCH.format(prelude=prelude, body=body))
+    save_file(torch.nn.Linear(4, 4).state_dict(), str(tmp_path / "w.safetensors"))
+    res = subprocess.run([_idaudit_exe(), "audit", "w.safetensors", "--arch", "exiting:make",
+                          "--world", "coupling", "--dim", "4", "--n-eval", "500"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert fragment in res.stderr and "Traceback" not in res.stderr
+
+
+def test_arch_does_not_let_the_working_directory_shadow_packages(tmp_path):
+    marker = tmp_path / "shadowed"
+    (tmp_path / "scipy.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                       "raise ImportError('stray scipy')\n")
+    (tmp_path / "mine.py").write_text(ARCH.format(prelude="import scipy", body="pass"))
+    save_file(torch.nn.Linear(4, 4).state_dict(), str(tmp_path / "w.safetensors"))
+    res = subprocess.run([_idaudit_exe(), "audit", "w.safetensors", "--arch", "mine:make",
+                          "--world", "coupling", "--dim", "4", "--n-eval", "500",
+                          "--gauss-sims", "0"], cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not marker.exists()
+
+
+# ---- files: no hidden temporaries, the user's mode ----------------------------------------
+
+
+def test_stale_temporaries_are_cleaned_and_modes_follow_the_umask(tmp_path):
+    out = tmp_path / "w.safetensors"
+    dead = tmp_path / ".w.safetensors.999999999.abcd.tmp"  # a killed writer's leftover
+    dead.write_bytes(b"x" * 1000)
+    alive = tmp_path / f".w.safetensors.{os.getpid()}.live.tmp"  # a writer still running
+    alive.write_bytes(b"x")
+    old = os.umask(0o022)
+    try:
+        res = run("world", "spiral", "--pairs", "50", "--out", out)
+    finally:
+        os.umask(old)
+    assert res.exit_code == 0, res.output
+    assert not dead.exists() and alive.exists()
+    assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_killed_world_leaves_nothing_after_the_next_run(tmp_path):
+    code = textwrap.dedent(f"""
+        import os, signal
+        import idaudit.io as io
+        real = io.atomic_write
+        def killed(path, write):
+            def write_then_die(tmp):
+                write(tmp)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(path, write_then_die)
+        io.atomic_write = killed
+        import idaudit.worlds.synthetic as s
+        s.atomic_write = killed
+        from idaudit.cli import main
+        import sys
+        sys.argv = ["idaudit", "world", "spiral", "--pairs", "2000", "--out",
+                    {str(tmp_path / "p.safetensors")!r}]
+        main()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    assert list(tmp_path.glob(".p.safetensors.*.tmp"))  # the kill left a temporary
+    assert run("world", "spiral", "--pairs", "50", "--out", tmp_path / "p.safetensors"
+               ).exit_code == 0
+    assert not list(tmp_path.glob(".*.tmp"))
