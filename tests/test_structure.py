@@ -39,3 +39,19 @@ def test_ruff_is_clean():
     ruff = shutil.which("ruff") or str(ROOT / ".venv/bin/ruff")
     res = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, ("2000", None)),
+    ({"OMP_WAIT_POLICY": "ACTIVE"}, (None, "ACTIVE")),
+    ({"GOMP_SPINCOUNT": "7"}, ("7", None)),
+])
+def test_openmp_waits_briefly_unless_the_user_says_otherwise(env, expected):
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = ("import os, idaudit; print(os.environ.get('GOMP_SPINCOUNT'), "
+            "os.environ.get('OMP_WAIT_POLICY'))")
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert tuple(None if v == "None" else v for v in out) == expected
