@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._version import __version__
 from .checkpoint import save_checkpoint
 from .encoders import embed
@@ -103,8 +105,8 @@ def embedding_sample(world: World, encoder: Any, cfg: TrainConfig,
                      n: int = EMBEDDING_SAMPLE) -> dict[str, list[list[float]]]:
     """The first ``n`` held-out evaluation latents z and their embeddings h (2D figures)."""
     ev = world.eval_set(cfg.n_eval, cfg.seed)
-    rows = (ev.test_rows if ev.test_rows is not None else range(len(ev.z)))[:n]
-    rows = list(rows) if not hasattr(rows, "numpy") else rows.numpy()
+    rows = (ev.test_rows[:n].numpy() if ev.test_rows is not None
+            else np.arange(min(n, len(ev.z))))
     h = embed(encoder, ev.x[rows])
     return {"z": ev.z[rows].double().tolist(), "h": h.double().tolist()}
 

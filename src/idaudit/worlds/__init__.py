@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import IdauditError
 from .base import KINDS, EvalSet, PlanSet, World
 from .dataset import NAME as PAIRS
-from .dataset import PairsFileWorld, is_pairs_file, load_pairs
+from .dataset import PairsFileWorld, is_pairs_file, load_pairs, read_pairs_spec
 from .mixings import MIXINGS, CouplingMixing
 from .reacher_world import NAME as REACHER
 from .reacher_world import ReacherWorld
@@ -58,11 +58,14 @@ def world_name(name: str | None, options: dict[str, Any]) -> str:
         if found is not None and name in (None, found):
             name = found
         elif found == PAIRS and name is not None:
-            inner = load_pairs(options["data"])[0].name
+            inner = read_pairs_spec(options["data"]).name
             if inner != name:
                 raise IdauditError(f"--data {options['data']} holds pairs of world {inner!r}, "
                                    f"not {name!r}")
             name = found
+        elif found is not None:
+            raise IdauditError(f"--data {options['data']} holds {found!r} data, not world "
+                               f"{name!r}")
         elif name is None:
             raise IdauditError(f"--data: not found: {options['data']}")
     name = name or "spiral"

@@ -33,10 +33,8 @@ def is_pairs_file(path: str | Path) -> bool:
         return False
 
 
-def load_pairs(path: str | Path) -> tuple[WorldSpec, dict[str, torch.Tensor]]:
-    """The spec of the world that wrote ``path`` and its tensors z, z′, x, x′."""
-    from safetensors.torch import load_file
-
+def read_pairs_spec(path: str | Path) -> WorldSpec:
+    """The spec of the world that wrote the pairs file ``path`` (its metadata only)."""
     meta = read_metadata(path)
     if meta.get("format") != PAIRS_FORMAT:
         raise IdauditError(f"{path} is not an idaudit world dataset")
@@ -44,10 +42,16 @@ def load_pairs(path: str | Path) -> tuple[WorldSpec, dict[str, torch.Tensor]]:
         raise IdauditError(f"{path} has dataset format version {meta.get('format_version')}; "
                            f"this idaudit reads version {PAIRS_FORMAT_VERSION}")
     try:
-        spec = WorldSpec.from_dict(json.loads(meta["world"]))
+        return WorldSpec.from_dict(json.loads(meta["world"]))
     except (KeyError, ValueError, TypeError) as exc:
         raise IdauditError(f"{path} has a malformed world spec ({exc})") from None
-    return spec, load_file(str(path))
+
+
+def load_pairs(path: str | Path) -> tuple[WorldSpec, dict[str, torch.Tensor]]:
+    """The spec of the world that wrote ``path`` and its tensors z, z′, x, x′."""
+    from safetensors.torch import load_file
+
+    return read_pairs_spec(path), load_file(str(path))
 
 
 def relative_path(path: str | Path, base_dir: Path | None) -> str:
@@ -91,11 +95,11 @@ class PairsFileWorld(World):
     def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
         require("data" in options, "the pairs world reads a file: pass --data PAIRS.safetensors")
         path = Path(options["data"])
-        inner, t = load_pairs(path)
+        inner = read_pairs_spec(path)
+        pairs = int(read_metadata(path).get("pairs", 0))
         return WorldSpec(name=NAME, dim=inner.dim, source=inner.source, alpha=inner.alpha,
                          rho=inner.rho, layers=inner.layers, mixing_seed=inner.mixing_seed,
-                         extra={"data": str(path), "world": inner.to_dict(),
-                                "pairs": int(t["z"].shape[0])})
+                         extra={"data": str(path), "world": inner.to_dict(), "pairs": pairs})
 
     @classmethod
     def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> PairsFileWorld:
