@@ -76,10 +76,19 @@ def _threads() -> int:
     return n
 
 
+PARALLEL_MIN = 1 << 20  # samples × slices below which one thread is faster than waking more
+
+
+def _parallel_ok(c1: np.ndarray) -> bool:
+    """The parallel kernel only for large problems and more than one thread: a small sweep
+    takes about a millisecond, less than waking (and afterwards idling) a second pool."""
+    return c1.size >= PARALLEL_MIN and _threads() > 1
+
+
 def sums(c1: np.ndarray, s1: np.ndarray, knots_minus_one: int) -> np.ndarray:
-    """With one thread the serial kernel runs: it never wakes the OpenMP pool, whose idle
-    threads would otherwise spin beside every single-threaded run of a sweep."""
-    kernel = ep_sums if _threads() > 1 else ep_sums_serial
+    """With one thread, or a small problem, the serial kernel runs: it never wakes the
+    OpenMP pool, whose idle threads would otherwise spin beside other processes."""
+    kernel = ep_sums if _parallel_ok(c1) else ep_sums_serial
     m = c1.shape[0]
     out = np.empty((2, knots_minus_one, m), dtype=c1.dtype)
     kernel(c1, s1, knots_minus_one, out[0], out[1])
@@ -87,7 +96,7 @@ def sums(c1: np.ndarray, s1: np.ndarray, knots_minus_one: int) -> np.ndarray:
 
 
 def grad(c1: np.ndarray, s1: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    kernel = ep_grad if _threads() > 1 else ep_grad_serial
+    kernel = ep_grad if _parallel_ok(c1) else ep_grad_serial
     out = np.empty(c1.shape, dtype=c1.dtype)
     kernel(c1, s1, a.astype(c1.dtype), b.astype(c1.dtype), out)
     return out
