@@ -5,17 +5,27 @@ R² both ways and the map Q̂ by least squares on the (intercept-augmented) data
 R² both ways by least squares on the train rows (five ``torch.linalg.lstsq`` fits), Procrustes
 by an SVD of the centred cross-product, ε from ``torch.cov``. idaudit reads every fit off one
 pass of moments (``idaudit.metrics.audit_metrics``, bootstrap off; its Gaussianity test with
-50 simulations is included). Both run in this process on the same float32 arrays; medians.
+50 simulations is included). Both run in this process on the same arrays; medians.
 
-    python benchmarks/bench_audit_metrics.py [--n 10000] [--dim 1024] [--repeats 3]
+Whole process: the same arrays saved as one .npz (z, h, h_prime, rho); ``idaudit audit FILE``
+against a fresh Python process that loads the file and runs the straightforward fits (imports
+and loading included in both), medians.
+
+    python benchmarks/bench_audit_metrics.py [--n 10000] [--dim 1024] [--dtype float32]
+                                             [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from idaudit.metrics import audit_metrics, split_rows
@@ -59,6 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--dim", type=int, default=1024)
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -67,6 +78,8 @@ def main() -> None:
     q, _ = torch.linalg.qr(torch.randn(args.dim, args.dim, generator=g))
     h = torch.tanh(0.3 * z @ q.T) / 0.3 + 0.05 * torch.randn(args.n, args.dim, generator=g)
     hp = h + 0.3 * torch.randn(args.n, args.dim, generator=g)
+    dtype = getattr(torch, args.dtype)
+    z, h, hp = z.to(dtype), h.to(dtype), hp.to(dtype)
 
     audit_metrics(z[:500, :8], h[:500, :8], hp[:500, :8], 0.95)  # warm-up (numba cache, BLAS)
     t_fast, t_ref = [], []
@@ -77,7 +90,7 @@ def main() -> None:
         t0 = time.perf_counter()
         ref = straightforward(z, h, hp, 0.95)
         t_ref.append(time.perf_counter() - t0)
-    print(f"{args.n} × {args.dim} embeddings, 2 threads, median of {args.repeats}:")
+    print(f"{args.n} × {args.dim} {args.dtype} embeddings, 2 threads, median of {args.repeats}:")
     print(f"  straightforward (5 lstsq + SVD): {statistics.median(t_ref):6.2f} s")
     print(f"  idaudit audit_metrics:           {statistics.median(t_fast):6.2f} s  "
           f"(all metrics, Gaussianity p-value from 50 simulations)")
@@ -85,6 +98,41 @@ def main() -> None:
     print("  agreement:")
     for key, v in ref.items():
         print(f"    {key:22s} {v: .8f}  {fast[key]: .8f}  |Δ| = {abs(v - fast[key]):.1e}")
+    whole_process(z, h, hp, args.repeats)
+
+
+CHILD = """
+import sys, numpy as np, torch
+sys.path.insert(0, sys.argv[2])
+torch.set_num_threads(2)
+from bench_audit_metrics import straightforward
+d = np.load(sys.argv[1])
+straightforward(torch.from_numpy(d["z"]), torch.from_numpy(d["h"]), torch.from_numpy(d["h_prime"]),
+                float(d["rho"]))
+"""
+
+
+def whole_process(z: torch.Tensor, h: torch.Tensor, hp: torch.Tensor, repeats: int) -> None:
+    exe = Path(sys.executable).with_name("idaudit")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "arrays.npz"
+        np.savez(path, z=z.numpy(), h=h.numpy(), h_prime=hp.numpy(), rho=np.array(0.95))
+        t_cli, t_ref = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            res = subprocess.run([str(exe), "audit", str(path), "--json", str(Path(tmp) / "a.json")],
+                                 capture_output=True, text=True)
+            t_cli.append(time.perf_counter() - t0)
+            if res.returncode != 0:
+                raise SystemExit(f"idaudit audit failed: {res.stderr.strip()}")
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", CHILD, str(path), str(Path(__file__).parent)],
+                           check=True)
+            t_ref.append(time.perf_counter() - t0)
+    print(f"whole process (imports, loading the .npz, every metric), median of {repeats}:")
+    print(f"  straightforward in a fresh process: {statistics.median(t_ref):6.2f} s")
+    print(f"  idaudit audit FILE:                 {statistics.median(t_cli):6.2f} s  "
+          f"({statistics.median(t_ref) / statistics.median(t_cli):.1f}x)")
 
 
 if __name__ == "__main__":
