@@ -67,10 +67,13 @@ ep_grad, ep_grad_serial = _parallel(_grad_impl), _serial(_grad_impl)
 
 
 def _threads() -> int:
-    """Use no more threads than torch does (e.g. one per run in a process pool)."""
-    import torch
+    """Use no more threads than torch does (e.g. one per run in a process pool); without
+    torch loaded (an arrays-only audit), numba's own count."""
+    import sys
 
-    n = max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS))
+    torch = sys.modules.get("torch")
+    wanted = torch.get_num_threads() if torch is not None else nb.config.NUMBA_NUM_THREADS
+    n = max(1, min(wanted, nb.config.NUMBA_NUM_THREADS))
     if n > 1:
         nb.set_num_threads(n)
     return n

@@ -15,13 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
-from .encoders import embed
 from .errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, IdauditError, check_seed
-from .loaders import Arrays, LoadedEncoder, load_target, world_for_encoder
-from .metrics import audit_metrics
-from .worlds import World
+from .loaders import Arrays, LoadedEncoder, load_target, numeric_array, world_for_encoder
+from .metrics import audit_metrics, to_numpy
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 
@@ -42,7 +39,7 @@ class AuditInputs(Arrays):
     """What every route reduces to: the arrays, and where they came from."""
 
     world: dict[str, Any] | None = None
-    test_rows: torch.Tensor | None = None  # a fixed held-out split (pixel worlds: eval images)
+    test_rows: np.ndarray | None = None  # a fixed held-out split (pixel worlds: eval images)
     seed: int | None = None  # the evaluation set's seed (a checkpoint's: its training seed)
 
 
@@ -161,12 +158,12 @@ def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[
 def inconclusive_reason(inp: AuditInputs) -> str | None:
     """Why no verdict can be given (NaN/Inf, collapse, too few samples), or None."""
     for name, arr in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime)):
-        if arr is not None and not bool(torch.isfinite(arr).all()):
+        if arr is not None and not bool(np.isfinite(arr).all()):
             return f"{name} contains NaN or Inf values"
     n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    h = inp.h.double()
-    var = float(h.var(0, unbiased=False).sum()) if n_rows > 1 else 0.0
-    scale = float(h.square().mean()) * m
+    h = inp.h.astype(np.float64, copy=False)
+    var = float(h.var(0).sum()) if n_rows > 1 else 0.0
+    scale = float(np.square(h).mean()) * m
     if var <= 1e-12 * max(scale, 1e-30) or var == 0.0:
         return "the embedding collapsed: h has (near-)zero variance, every input maps to one point"
     need = 2 * (n + m) + 10
@@ -314,14 +311,8 @@ def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float 
     return out
 
 
-def _tensor(a: Any, name: str) -> torch.Tensor:
-    try:
-        t = a.detach().cpu() if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a))
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise IdauditError(f"{name} is not a numeric array ({exc})") from None
-    if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
-        raise IdauditError(f"{name} must hold numbers, got dtype {t.dtype}")
-    return t if t.is_floating_point() else t.double()
+def _tensor(a: Any, name: str) -> np.ndarray:
+    return numeric_array(a, name)
 
 
 # ---- encoders and arrays → audit inputs -------------------------------------------------
@@ -336,7 +327,9 @@ def inputs_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Pat
                        options: dict[str, Any] | None = None) -> AuditInputs:
     """Embed the world's evaluation set (for a checkpoint on its own world: the set its
     training used, same size and seed)."""
-    w: World = world_for_encoder(loaded, world, data, options)
+    from .encoders import embed
+
+    w = world_for_encoder(loaded, world, data, options)
     own = world is None and data is None and loaded.world is not None
     if own:
         n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
@@ -346,6 +339,8 @@ def inputs_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Pat
     h = embed(loaded.module, ev.x)
     hp = embed(loaded.module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None \
         else None
-    return AuditInputs(z=ev.z, h=h, h_prime=hp, rho=ev.rho, x=ev.baseline,
-                       circular=ev.circular, source=str(loaded.path),
-                       world=w.spec.to_dict(), test_rows=ev.test_rows, seed=seed)
+    arrays = {k: None if v is None else to_numpy(v) for k, v in
+              (("z", ev.z), ("h", h), ("h_prime", hp), ("x", ev.baseline),
+               ("test_rows", ev.test_rows))}
+    return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, source=str(loaded.path),
+                       world=w.spec.to_dict(), seed=seed)

@@ -21,10 +21,10 @@ from torch import nn
 from ._version import __version__
 from .encoders import build_encoder
 from .errors import MAX_SEED, IdauditError
-from .io import atomic_write, first_line, jsonable, read_metadata
+from .io import CHECKPOINT_FORMAT, atomic_write, first_line, jsonable, read_metadata
 from .worlds import WorldSpec, validate_spec
 
-FORMAT = "idaudit-checkpoint"
+FORMAT = CHECKPOINT_FORMAT
 FORMAT_VERSION = 1
 
 

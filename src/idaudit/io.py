@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 MAX_TEXT_INPUT = 1 << 20  # gate and suite files larger than 1 MiB are refused
+CHECKPOINT_FORMAT = "idaudit-checkpoint"  # safetensors metadata "format" of a checkpoint
+PAIRS_FORMAT = "idaudit-world"  # … of a pairs file written by `idaudit world`
 
 
 def _umask() -> int:

@@ -20,18 +20,17 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from .checkpoint import FORMAT as CHECKPOINT
-from .checkpoint import load_checkpoint
 from .errors import IdauditError
+from .io import CHECKPOINT_FORMAT as CHECKPOINT
+from .io import PAIRS_FORMAT, read_metadata
 from .io import first_line as _first_line
-from .io import read_metadata
-from .worlds import World, WorldSpec, as_world, build_world, make_spec
-from .worlds.synthetic import PAIRS_FORMAT
+
+if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
+    from .worlds import World, WorldSpec
 
 ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x")
 
@@ -40,11 +39,11 @@ ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x")
 class Arrays:
     """Embeddings brought as arrays: z, h and optionally h′, ρ, x, circular latent indices."""
 
-    z: torch.Tensor
-    h: torch.Tensor
-    h_prime: torch.Tensor | None = None
+    z: np.ndarray
+    h: np.ndarray
+    h_prime: np.ndarray | None = None
     rho: float | None = None
-    x: torch.Tensor | None = None
+    x: np.ndarray | None = None
     circular: tuple[int, ...] = ()
     source: str = "arrays"
 
@@ -55,22 +54,15 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
         raise IdauditError(f"{source} lacks the array(s) {', '.join(missing)} "
                            f"(found: {', '.join(sorted(d)) or 'none'})")
 
-    def t(key: str) -> torch.Tensor | None:
+    def t(key: str) -> np.ndarray | None:
         if key not in d:
             return None
-        a = d[key]
-        try:
-            arr = a.detach().cpu() if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a))
-        except (TypeError, ValueError) as exc:
-            raise IdauditError(f"{source}: array {key!r} is not numeric ({exc})") from None
-        if not (arr.is_floating_point() or arr.dtype in (torch.int32, torch.int64)):
-            raise IdauditError(f"{source}: array {key!r} has dtype {arr.dtype}, not numbers")
-        return arr if arr.is_floating_point() else arr.double()
+        return numeric_array(d[key], f"{source}: array {key!r}")
 
     rho_t = t("rho")
     rho = None
     if rho_t is not None:
-        if rho_t.numel() != 1:
+        if rho_t.size != 1:
             raise IdauditError(f"{source}: rho must be a single number, got shape "
                                f"{tuple(rho_t.shape)}")
         rho = float(rho_t.reshape(()))
@@ -114,6 +106,21 @@ def sniff(path: Path) -> str:
     return "unknown"
 
 
+def numeric_array(a: Any, what: str) -> np.ndarray:
+    """A real float or integer ndarray (integers become float64), or a one-line error."""
+    from .metrics import to_numpy
+
+    try:
+        arr = to_numpy(a)
+    except (TypeError, ValueError) as exc:
+        raise IdauditError(f"{what} is not numeric ({exc})") from None
+    if arr.dtype.kind == "f":
+        return arr
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.float64)
+    raise IdauditError(f"{what} has dtype {arr.dtype}, not real numbers")
+
+
 def load_array_file(path: Path, kind: str | None = None) -> Arrays:
     if (kind or sniff(path)) == "npz":
         try:
@@ -122,7 +129,7 @@ def load_array_file(path: Path, kind: str | None = None) -> Arrays:
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
         return arrays_from_mapping(d, str(path))
-    from safetensors.torch import load_file
+    from safetensors.numpy import load_file
 
     try:
         d = load_file(str(path))
@@ -155,7 +162,9 @@ def import_factory(spec: str):
     return fn
 
 
-def build_arch(spec: str, kwargs: dict[str, Any] | None) -> torch.nn.Module:
+def build_arch(spec: str, kwargs: dict[str, Any] | None) -> Any:
+    import torch
+
     fn = import_factory(spec)
     try:
         model = fn(**(kwargs or {}))
@@ -185,10 +194,14 @@ def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] 
     """Every encoder format: idaudit checkpoint, plain weights + ``arch``, TorchScript,
     ``torch.export`` (.pt2), or — only with ``trust_pickle`` — a pickled module. The format
     is read from the file's bytes, whatever its name."""
+    import torch
+
     kind = kind or sniff(path)
     if kind == "safetensors":
         meta = read_metadata(path)
         if meta.get("format") == CHECKPOINT:
+            from .checkpoint import load_checkpoint
+
             ck = load_checkpoint(path)
             return LoadedEncoder(ck.encoder, ck.world, ck.train, path)
         if arch is None:
@@ -284,6 +297,8 @@ def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path
     """The world to evaluate an encoder on: ``data`` (a pairs file or a Reacher dataset),
     ``world`` (a World, a WorldSpec or a name, with ``options``), else the world an idaudit
     checkpoint was trained on (its dataset found relative to the checkpoint)."""
+    from .worlds import World, WorldSpec, as_world, build_world, make_spec
+
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if data is not None or (world is not None and not isinstance(world, (World, WorldSpec))):
         return build_world(make_spec(world, data=data, **options))

@@ -176,7 +176,7 @@ class PlanReport:
 def _report(res: dict[str, Any], gallery_z: Any, gallery_h: Any, seed: int, source: str,
             world: dict[str, Any] | None, labels: tuple[str, ...]) -> PlanReport:
     q_hat, _ = fit_linear_map(gallery_z, gallery_h)
-    res.update(lqr_value_equivalence(q_hat.numpy(), seed=seed))
+    res.update(lqr_value_equivalence(q_hat, seed=seed))
     paths, oracle, ratios = res.pop("paths"), res.pop("oracle_paths"), res.pop("cost_ratios")
     return PlanReport(metrics=res, paths=paths, oracle_paths=oracle, source=source,
                       world=world, labels=labels, cost_ratios=ratios)

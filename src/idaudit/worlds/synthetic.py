@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import IdauditError, require
-from ..io import atomic_write
+from ..io import PAIRS_FORMAT, atomic_write
 from .base import KINDS, EvalSet, PlanSet, World
 from .mixings import MIXINGS, CouplingMixing
 from .sources import SOURCES, ou_step, sample_source
@@ -24,7 +24,6 @@ from .spec import WorldSpec
 SYNTHETIC_WORLDS = ("spiral", "banana", "sinusoid", "nvp", "coupling")
 TWO_D = ("spiral", "banana", "sinusoid", "nvp")
 COUPLING = ("nvp", "coupling")
-PAIRS_FORMAT = "idaudit-world"
 PAIRS_FORMAT_VERSION = 1
 
 
