@@ -77,10 +77,12 @@ def solve_psd(s_aa: np.ndarray, s_ab: np.ndarray, rtol: float = 1e-10) -> np.nda
     return _pinv_psd(s_aa, rtol) @ s_ab
 
 
-def r2_from_cov(s_aa: np.ndarray, s_ab: np.ndarray, s_bb: np.ndarray) -> np.ndarray:
-    """Per-output R² of the least-squares fit b ≈ W a + c, from covariance blocks."""
+def r2_from_cov(s_aa: np.ndarray, s_ab: np.ndarray, s_bb: np.ndarray,
+                w: np.ndarray | None = None) -> np.ndarray:
+    """Per-output R² of the least-squares fit b ≈ W a + c, from covariance blocks
+    (``w`` = Σ_aa⁺ Σ_ab when already solved)."""
     var = np.diagonal(s_bb)
-    resid = var - (s_ab * solve_psd(s_aa, s_ab)).sum(0)
+    resid = var - (s_ab * (solve_psd(s_aa, s_ab) if w is None else w)).sum(0)
     scale = float(np.abs(var).max()) if var.size else 0.0
     ok = var > 1e-12 * max(scale, 1e-300)
     return np.where(ok, 1.0 - resid / np.where(ok, var, 1.0), 0.0)
@@ -438,7 +440,8 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     s_zz, s_zh, s_hh = s[iz, iz], s[iz, ih], s[ih, ih]
     pop = (rows - 1) / rows
 
-    q = linear_map_from_cov(s_zz, s_zh)
+    w_zh = solve_psd(s_zz, s_zh)  # one solve serves Q̂ and R²(z → h)
+    q = w_zh.T
     eps = float(np.linalg.norm(s_hh - np.eye(m)))
     floor = whitening_floor(rows, m)
     r2_hz = _r2_block(s, ih, iz)
@@ -446,7 +449,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     r2_zh_ho = heldout_r2_from_moments(m_tr, m_te, iz, ih)
     out: dict[str, Any] = {
         "r2_h_to_z": float(r2_hz.mean()),
-        "r2_z_to_h": float(_r2_block(s, iz, ih).mean()),
+        "r2_z_to_h": float(r2_from_cov(s_zz, s_zh, s_hh, w_zh).mean()),
         "r2_h_to_z_per_dim": [float(v) for v in r2_hz],
         "r2_h_to_z_heldout": float(r2_hz_ho.mean()),
         "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
