@@ -171,12 +171,16 @@ def test_json_report_layout(npz_files, tmp_path):
         ("r2_h_to_z_heldout", "min", 0.999), ("orthogonality_error", "max", 0.01)]
 
 
-def test_gauss_sims_zero_reports_the_statistic_only(npz_files, tmp_path):
+def test_gauss_sims_choose_the_null_law(npz_files, tmp_path):
     out = tmp_path / "a.json"
-    res = run("audit", npz_files["good"], "--gauss-sims", "0", "--json", out)
+    res = run("audit", npz_files["good"], "--gauss-sims", "19", "--json", out)
     assert res.exit_code == 0, res.output
     m = read_json(out)["metrics"]
-    assert m["gaussianity_p_value"] is None
+    assert m["gaussianity_method"] == "monte carlo (19 simulations)"
+    assert round(m["gaussianity_p_value"] * 20) == pytest.approx(m["gaussianity_p_value"] * 20)
+    res = run("audit", npz_files["good"], "--json", out)
+    m = read_json(out)["metrics"]
+    assert m["gaussianity_method"] == "asymptotic" and 0 <= m["gaussianity_p_value"] <= 1
     assert m["gaussianity_statistic"] > 0
 
 
@@ -607,9 +611,8 @@ def test_gate_errors(npz_files, tmp_path):
     assert_one_line_error(run("audit", npz_files["good"], "--gate", broken), "not valid TOML")
     assert_one_line_error(run("audit", npz_files["good"], "--gate", tmp_path / "none.toml"),
                           "gate file not found")
-    # p-value with no simulations is not available to gate on.
-    assert_one_line_error(run("audit", npz_files["good"], "--gauss-sims", "0",
-                              "--min", "gaussianity_p_value=0.01"), "not available")
+    # the bound needs h′ and ρ, which these arrays do not have
+    assert_one_line_error(run("audit", npz_files["good"], "--max", "bound=1"), "not available")
 
 
 def test_missing_file_and_missing_world(tmp_path, arch_dir):

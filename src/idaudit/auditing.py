@@ -158,12 +158,13 @@ def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[
 def inconclusive_reason(inp: AuditInputs) -> str | None:
     """Why no verdict can be given (NaN/Inf, collapse, too few samples), or None."""
     for name, arr in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime)):
-        if arr is not None and not bool(np.isfinite(arr).all()):
-            return f"{name} contains NaN or Inf values"
+        # a NaN or Inf anywhere makes its column's float64 sum non-finite (no copy of arr)
+        if arr is not None and not np.isfinite(arr.sum(0, dtype=np.float64)).all():
+            if not bool(np.isfinite(arr).all()):
+                return f"{name} contains NaN or Inf values"
+            return f"{name} holds values too large to sum in float64"
     n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    h = inp.h.astype(np.float64, copy=False)
-    var = float(h.var(0).sum()) if n_rows > 1 else 0.0
-    scale = float(np.square(h).mean()) * m
+    var, scale = _column_spread(inp.h)
     if var <= 1e-12 * max(scale, 1e-30) or var == 0.0:
         return "the embedding collapsed: h has (near-)zero variance, every input maps to one point"
     need = 2 * (n + m) + 10
@@ -171,6 +172,21 @@ def inconclusive_reason(inp: AuditInputs) -> str | None:
         return (f"too few samples: {n_rows} rows for a {n}-dimensional latent and a "
                 f"{m}-dimensional embedding (need at least {need} for held-out fits)")
     return None
+
+
+def _column_spread(h: np.ndarray) -> tuple[float, float]:
+    """(Σ_j Var(h_j), m · mean(h²)) in float64, a block of rows at a time."""
+    rows = h.shape[0]
+    if rows < 2:
+        return 0.0, 0.0
+    mean = h.mean(0, dtype=np.float64)
+    ss = sq = 0.0
+    for i in range(0, rows, 2048):
+        c = h[i:i + 2048].astype(np.float64)
+        sq += float(np.einsum("ij,ij->", c, c))
+        c -= mean
+        ss += float(np.einsum("ij,ij->", c, c))
+    return ss / rows, sq / rows
 
 
 def split_reason(inp: AuditInputs, test_fraction: float) -> str | None:
@@ -221,7 +237,7 @@ def check_shapes(inp: AuditInputs) -> AuditInputs:
 
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                  bootstrap: int = 0, test_fraction: float = 0.5, seed: int = 0,
-                 gauss_sims: int = 50) -> AuditReport:
+                 gauss_sims: int = 0) -> AuditReport:
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ)."""
     inp = check_shapes(inp)
     if not 0.0 < test_fraction < 1.0:
@@ -248,7 +264,7 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
           encoder: Any = None, world: Any = None, data: str | Path | None = None,
           x: Any = None, circular: tuple[int, ...] = (), n_eval: int | None = None,
           seed: int | None = None, bootstrap: int = 0, test_fraction: float = 0.5,
-          gauss_sims: int = 50, min_r2: float | None = None,
+          gauss_sims: int = 0, min_r2: float | None = None,
           max_orthogonality_error: float | None = None,
           gate: dict[str, dict[str, float]] | None = None, arch: str | None = None,
           arch_kwargs: dict[str, Any] | None = None, trust_pickle: bool = False

@@ -243,8 +243,9 @@ def audit(
     test_fraction: float = typer.Option(0.5, "--test-fraction", help="held-out share of rows"),
     circular: str | None = typer.Option(None, "--circular", help="comma-separated latent "
                                         "indices that are angles"),
-    gauss_sims: int = typer.Option(50, "--gauss-sims", help="Gaussian simulations for the "
-                                   "Gaussianity p-value (0: statistic only)"),
+    gauss_sims: int = typer.Option(0, "--gauss-sims", help="Gaussianity p-value: 0 from the "
+                                   "asymptotic null law; N > 0 from N simulated Gaussian data "
+                                   "sets of the same size (exact, p ≥ 1/(N+1))"),
     min_r2: float | None = typer.Option(None, "--min-r2", help="gate: held-out R²(h → z) ≥"),
     max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
                                           help="gate: orthogonality error ≤"),

@@ -121,11 +121,53 @@ def numeric_array(a: Any, what: str) -> np.ndarray:
     raise IdauditError(f"{what} has dtype {arr.dtype}, not real numbers")
 
 
+def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
+    """A read-only memory map of a large uncompressed ``.npy`` member of a zip (what
+    ``numpy.savez`` writes), or None when the member is small or cannot be mapped so."""
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size < (1 << 20):
+        return None
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            return None
+        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
+            int.from_bytes(local[28:30], "little")
+        f.seek(start)
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            return None
+        shape, fortran, dtype = read_header(f)
+        offset = f.tell()
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if dtype.hasobject or offset - start + nbytes != info.file_size:
+        return None
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
+                       order="F" if fortran else "C")
+    return mapped.view(np.ndarray)
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz; uncompressed members are memory-mapped (no copy into fresh
+    memory), the others read by numpy."""
+    out: dict[str, np.ndarray] = {}
+    with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
+        for name in f.files:
+            arr = None
+            try:
+                arr = _stored_npy(path, zf.getinfo(name + ".npy"))
+            except (KeyError, ValueError, OSError):
+                arr = None
+            out[name] = f[name] if arr is None else arr
+    return out
+
+
 def load_array_file(path: Path, kind: str | None = None) -> Arrays:
     if (kind or sniff(path)) == "npz":
         try:
-            with np.load(path, allow_pickle=False) as f:
-                d = {k: f[k] for k in f.files}
+            d = _read_npz(path)
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
         return arrays_from_mapping(d, str(path))

@@ -61,19 +61,16 @@ def _pinv_psd(s: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
 
 
 def solve_psd(s_aa: np.ndarray, s_ab: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Σ_aa⁺ Σ_ab: a Cholesky solve when Σ_aa is well conditioned, else the pseudo-inverse."""
-    from scipy.linalg import LinAlgError, cho_solve, cholesky
-
+    """Σ_aa⁺ Σ_ab: a direct solve when Σ_aa is well conditioned (its Cholesky factor exists and
+    its diagonal spans less than 1/rtol in squares), else the pseudo-inverse."""
     if s_aa.size == 0:
         return np.zeros_like(s_ab)
     try:
-        chol = cholesky(s_aa, lower=True, check_finite=False)
-    except LinAlgError:
-        chol = None
-    if chol is not None:
-        d = np.diagonal(chol)
-        if float(d.min()) ** 2 > rtol * float(d.max()) ** 2:
-            return cho_solve((chol, True), s_ab, check_finite=False)
+        d = np.diagonal(np.linalg.cholesky(s_aa))
+    except np.linalg.LinAlgError:
+        d = None
+    if d is not None and float(d.min()) ** 2 > rtol * float(d.max()) ** 2:
+        return np.linalg.solve(s_aa, s_ab)
     return _pinv_psd(s_aa, rtol) @ s_ab
 
 
@@ -161,9 +158,11 @@ def alignment_gap(h: ArrayLike, h_prime: ArrayLike, rho: float) -> float:
 
 
 def _gap(h: np.ndarray, hp: np.ndarray, tr_cov: float, rho: float) -> float:
-    d = hp.astype(np.float64) - h.astype(np.float64)
-    sq = float(np.einsum("ij,ij->", d, d)) / h.shape[0]
-    return max(sq - 2.0 * (1.0 - rho) * float(tr_cov), 0.0)
+    sq = 0.0
+    for i in range(0, h.shape[0], 2048):  # row norms in the input's precision, summed in float64
+        d = hp[i:i + 2048] - h[i:i + 2048]
+        sq += float(np.einsum("ij,ij->i", d, d).sum(dtype=np.float64))
+    return max(sq / h.shape[0] - 2.0 * (1.0 - rho) * float(tr_cov), 0.0)
 
 
 def approximate_bound(epsilon: float, delta: float, rho: float) -> tuple[float, float]:
@@ -183,29 +182,57 @@ def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | Non
 # ---- the full audit: held-out fits, MCC, floors, subspaces, circular latents, Gaussianity ----
 
 _F32_MIN_COLS = 256  # wider than this, moments are accumulated in float32 (centred), then float64
+_CHUNK_ROWS = 2048  # rows gathered per BLAS update: one reused buffer, no copy of the data
 
 
 class Moments:
-    """Sums and centred second moments of the column blocks of a row subset.
+    """Means and centred second moments (the scatter Σ (x − x̄)(x − x̄)ᵀ, float64) of the
+    column blocks [b₀ | b₁ | …] over a subset of rows, without concatenating the blocks.
 
-    ``cov()`` is the unbiased covariance; blocks are addressed by the slices in ``cols``.
+    Rows are gathered a chunk at a time into one reused buffer, shifted by ``shift`` (any
+    vector near the mean: the result is exact whatever it is, it only keeps the sums small),
+    and their products are added into a float64 scatter (the product in float32 for wide
+    float32 inputs). No full-size temporaries: fresh memory is slow to fault in. ``cov()`` is
+    the unbiased covariance; blocks are addressed by column slices.
     """
 
-    def __init__(self, x: np.ndarray, rows: np.ndarray | None = None) -> None:
-        xs = x if rows is None else x[rows]
-        self.n = xs.shape[0]
-        work = np.float32 if (x.shape[1] > _F32_MIN_COLS and x.dtype == np.float32) \
-            else np.float64
-        self.mean = xs.mean(0, dtype=np.float64)
-        if rows is not None and xs.dtype == work:
-            xs -= self.mean.astype(work)  # xs is already a copy: centre it in place
-            xc = xs
-        else:
-            xc = xs.astype(work) - self.mean.astype(work)
-        self.scatter = _gram(xc)  # Σ (x − x̄)(x − x̄)ᵀ, float64
+    def __init__(self, blocks: list[np.ndarray], rows: np.ndarray,
+                 shift: np.ndarray | None = None) -> None:
+        widths = [blk.shape[1] for blk in blocks]
+        cols = int(sum(widths))
+        wide32 = cols > _F32_MIN_COLS and all(blk.dtype == np.float32 for blk in blocks)
+        work = np.float32 if wide32 else np.float64
+        shift = np.zeros(cols) if shift is None else np.asarray(shift, dtype=np.float64)
+        shift_w = shift.astype(work)
+        rows = np.sort(np.asarray(rows, dtype=np.int64))
+        self.n = int(rows.size)
+        self.scatter = np.zeros((cols, cols))
+        product = np.empty((cols, cols), dtype=work)
+        total = np.zeros(cols)
+        buf = np.empty((min(_CHUNK_ROWS, max(self.n, 1)), cols), dtype=work)
+        for i in range(0, self.n, _CHUNK_ROWS):
+            idx = rows[i:i + _CHUNK_ROWS]
+            part = buf[: idx.size]
+            start = 0
+            for blk, wdt in zip(blocks, widths):
+                part[:, start:start + wdt] = blk[idx]
+                start += wdt
+            part -= shift_w
+            total += part.sum(0, dtype=np.float64)
+            if cols:  # xᵀx (numpy hands a product of a matrix with its transpose to syrk)
+                np.matmul(part.T, part, out=product)
+                self.scatter += product
+        offset = total / max(self.n, 1)  # the subset mean minus the shift
+        self.mean = shift + offset
+        if self.n:  # Σ(x − s)(x − s)ᵀ − n(x̄ − s)(x̄ − s)ᵀ
+            _rank1_update(self.scatter, -float(self.n), offset)
 
     def cov(self, ddof: int = 1) -> np.ndarray:
         return self.scatter / max(self.n - ddof, 1)
+
+    def block(self, a: slice, b: slice, ddof: int = 0) -> np.ndarray:
+        """One block of the covariance (population by default), without forming the rest."""
+        return self.scatter[a, b] / max(self.n - ddof, 1)
 
     def restricted(self, cols: np.ndarray) -> Moments:
         """The same moments for a subset of the columns (no pass over the data)."""
@@ -215,28 +242,20 @@ class Moments:
 
     @staticmethod
     def pooled(a: Moments, b: Moments) -> Moments:
+        """The moments of the union of two disjoint row sets (Chan et al.)."""
         out = Moments.__new__(Moments)
         out.n = a.n + b.n
-        out.mean = (a.n * a.mean + b.n * b.mean) / out.n
-        d = (a.mean - b.mean)[:, None]
-        out.scatter = a.scatter + b.scatter + (a.n * b.n / out.n) * (d @ d.T)
+        out.mean = (a.n * a.mean + b.n * b.mean) / max(out.n, 1)
+        out.scatter = np.add(a.scatter, b.scatter)
+        if a.n and b.n:
+            _rank1_update(out.scatter, a.n * b.n / out.n, a.mean - b.mean)
         return out
 
 
-def _gram(xc: np.ndarray) -> np.ndarray:
-    """xcᵀ xc in float64 through BLAS syrk (half the work of a general product)."""
-    from scipy.linalg import blas
-
-    if xc.shape[0] == 0 or xc.shape[1] == 0:
-        return np.zeros((xc.shape[1], xc.shape[1]))
-    syrk = blas.ssyrk if xc.dtype == np.float32 else blas.dsyrk
-    if xc.flags.c_contiguous:  # xcᵀ is then a Fortran-ordered view: no copy
-        upper = syrk(1.0, xc.T, trans=0, lower=0)
-    else:
-        upper = syrk(1.0, np.asfortranarray(xc), trans=1, lower=0)
-    g = upper.astype(np.float64)
-    g += np.triu(g, 1).T  # syrk fills the upper triangle only
-    return g
+def _rank1_update(s: np.ndarray, alpha: float, d: np.ndarray) -> None:
+    """s += α d dᵀ in place, a block of rows at a time."""
+    for i in range(0, s.shape[0], 256):
+        s[i:i + 256] += (alpha * d[i:i + 256])[:, None] * d[None, :]
 
 
 def heldout_r2_from_moments(train: Moments, test: Moments, a: slice, b: slice) -> np.ndarray:
@@ -244,11 +263,9 @@ def heldout_r2_from_moments(train: Moments, test: Moments, a: slice, b: slice) -
 
     SST is taken about the test mean (scikit-learn's r2_score on the test split).
     """
-    s_tr = train.cov(ddof=0)
-    w = solve_psd(s_tr[a, a], s_tr[a, b])
+    w = solve_psd(train.block(a, a), train.block(a, b))
     c = train.mean[b] - train.mean[a] @ w
-    s_te = test.cov(ddof=0)
-    sbb, sab, saa = s_te[b, b], s_te[a, b], s_te[a, a]
+    sbb, sab, saa = test.block(b, b), test.block(a, b), test.block(a, a)
     bias = test.mean[b] - test.mean[a] @ w - c
     var = np.diagonal(sbb)
     sse = var - 2.0 * (w * sab).sum(0) + (w * (saa @ w)).sum(0) + bias**2
@@ -259,14 +276,44 @@ def heldout_r2_from_moments(train: Moments, test: Moments, a: slice, b: slice) -
 
 def mcc_from_cov(s_zz: np.ndarray, s_zh: np.ndarray, s_hh: np.ndarray) -> float:
     """Mean absolute Pearson correlation of latents and embedding dims after Hungarian matching."""
-    from scipy.optimize import linear_sum_assignment
-
     dz = np.sqrt(np.clip(np.diagonal(s_zz), 0, None))
     dh = np.sqrt(np.clip(np.diagonal(s_hh), 0, None))
     denom = dz[:, None] * dh[None, :]
     corr = np.abs(np.where(denom > 0, s_zh / np.where(denom > 0, denom, 1.0), 0.0))
-    rows, cols = linear_sum_assignment(-corr)
+    rows, cols = _linear_sum_assignment()(-corr)
     return float(corr[rows, cols].mean())
+
+
+def _linear_sum_assignment():
+    """scipy's linear_sum_assignment, loaded from its extension module alone when possible:
+    importing scipy.optimize costs more (≈ 0.4 s) than a 1024 × 1024 assignment."""
+    global _LSAP
+    if _LSAP is None:
+        try:
+            import importlib.machinery
+            import importlib.util
+            import sys
+            from pathlib import Path
+
+            import scipy
+
+            name = "scipy.optimize._lsap"
+            mod = sys.modules.get(name)
+            if mod is None:
+                path = next((Path(scipy.__file__).parent / "optimize").glob("_lsap.*"))
+                loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+                spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+                mod = importlib.util.module_from_spec(spec)
+                loader.exec_module(mod)
+            _LSAP = mod.linear_sum_assignment
+        except Exception:  # any other layout: the public import
+            from scipy.optimize import linear_sum_assignment
+
+            _LSAP = linear_sum_assignment
+    return _LSAP
+
+
+_LSAP = None
 
 
 def mcc(z: ArrayLike, h: ArrayLike) -> float:
@@ -308,6 +355,16 @@ def unit_directions(dim: int, n_slices: int, rng: np.random.Generator) -> np.nda
 EP_KNOTS, EP_T_MAX = 17, 3.0  # as the training loss SIGReg
 
 
+def _ep_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Knots t_k = kΔt on [0, 3], φ(t_k) = e^{−t_k²/2}, and weights w_k = trapezoid·φ(t_k)."""
+    dt = EP_T_MAX / (EP_KNOTS - 1)
+    t = np.linspace(0.0, EP_T_MAX, EP_KNOTS)
+    w = np.full(EP_KNOTS, 2.0 * dt)
+    w[0] = w[-1] = dt
+    phi = np.exp(-0.5 * t * t)
+    return t, phi, w * phi
+
+
 def epps_pulley(p: np.ndarray) -> float:
     """The SIGReg statistic of standardised projections p (n × M):
     n · mean_j Σ_k w_k |φ̂_j(t_k) − e^{−t_k²/2}|², t_k = kΔt on [0, 3], trapezoid weights."""
@@ -317,68 +374,129 @@ def epps_pulley(p: np.ndarray) -> float:
 def epps_pulley_rows(pt: np.ndarray) -> float:
     """:func:`epps_pulley` of projections given slice by slice, pt of shape (M, n)."""
     m, n = pt.shape
-    knots, t_max = EP_KNOTS, EP_T_MAX
-    dt = t_max / (knots - 1)
-    t = np.linspace(0.0, t_max, knots)
-    w = np.full(knots, 2.0 * dt)
-    w[0] = w[-1] = dt
-    phi = np.exp(-0.5 * t * t)
-    w = w * phi
-    theta = pt.astype(np.float32) * np.float32(dt)
+    _, phi, w = _ep_grid()
+    theta = pt.astype(np.float64) * (EP_T_MAX / (EP_KNOTS - 1))
     c1, s1 = np.cos(theta), np.sin(theta)
-    try:
-        from . import _ep_numba
-
-        sums = _ep_numba.sums(c1, s1, knots - 1)
-        cm, sm = sums[0].astype(np.float64) / n, sums[1].astype(np.float64) / n
-    except ImportError:  # numba is optional: the same recurrence in numpy
-        cm, sm = np.empty((knots - 1, m)), np.empty((knots - 1, m))
-        c, s = c1.astype(np.float64), s1.astype(np.float64)
-        cb, sb = c.copy(), s.copy()
-        for k in range(knots - 1):
-            cm[k], sm[k] = c.mean(1), s.mean(1)
-            c, s = c * cb - s * sb, s * cb + c * sb
-    err = (cm - phi[1:, None]) ** 2 + sm**2
-    return float((w[1:] @ err).sum() * n / m)  # k = 0 adds 0
+    c, s = c1.copy(), s1.copy()
+    total = 0.0
+    for k in range(1, EP_KNOTS):  # cos/sin of k·θ by the angle-addition recurrence
+        total += w[k] * float(((c.mean(1) - phi[k]) ** 2 + s.mean(1) ** 2).sum())
+        if k < EP_KNOTS - 1:
+            c, s = c * c1 - s * s1, s * c1 + c * s1
+    return total * n / m  # k = 0 adds 0
 
 
-def sliced_gaussianity(h: ArrayLike, n_slices: int = 64, sims: int = 50, seed: int = 0
+def ep_null_weights(n_slices: int) -> np.ndarray:
+    """Weights c of the asymptotic null law Σ_k c_k χ²_{n_slices} of :func:`epps_pulley` on
+    ``n_slices`` independent standardised Gaussian projections.
+
+    With the mean and variance estimated, √n(φ̂(t) − φ(t)) tends to a Gaussian process whose
+    real and imaginary parts are independent with covariances (Y ~ N(0, 1))
+    Re: ½(φ(s−t) + φ(s+t)) − φ(s)φ(t)(1 + s²t²/2),  Im: ½(φ(s−t) − φ(s+t)) − st·φ(s)φ(t)
+    (the influence function e^{itY} − φ(t) − itφ(t)Y + ½t²φ(t)(Y² − 1)). The statistic of one
+    slice tends to Σ_k λ_k χ²_1 with λ the eigenvalues of W^{1/2} C W^{1/2}; the mean over
+    M slices to Σ_k (λ_k / M) χ²_M.
+    """
+    t, _, w = _ep_grid()
+    t, w = t[1:], w[1:]
+
+    def phi(u: np.ndarray) -> np.ndarray:
+        return np.exp(-0.5 * u * u)
+
+    s, u = t[:, None], t[None, :]
+    c_re = 0.5 * (phi(s - u) + phi(s + u)) - phi(s) * phi(u) * (1.0 + 0.5 * s * s * u * u)
+    c_im = 0.5 * (phi(s - u) - phi(s + u)) - s * u * phi(s) * phi(u)
+    rw = np.sqrt(w)
+    lam = np.concatenate([np.linalg.eigvalsh(rw[:, None] * c * rw[None, :]) for c in (c_re, c_im)])
+    return lam[lam > 1e-12 * lam.max()] / n_slices
+
+
+def chi2_mixture_sf(x: float, c: np.ndarray, dof: int) -> float:
+    """P(Σ_k c_k χ²_dof > x) by Imhof's inversion of the characteristic function:
+    ½ + (1/π) ∫₀^∞ sin θ(u) / (u ρ(u)) du, θ = ½ Σ dof·arctan(c_k u) − ½xu,
+    ρ = Π (1 + c_k² u²)^{dof/4} (Gauss–Legendre panels up to where the integrand is below
+    1e-13). Far in the upper tail (beyond the mean + 8 sd, where the integral loses its
+    accuracy) a moment-matched scaled χ² (Satterthwaite, Wilson–Hilferty) gives the tail."""
+    c = np.asarray(c, dtype=np.float64)
+    mean, var = dof * float(c.sum()), 2.0 * dof * float((c * c).sum())
+    if x <= 0:
+        return 1.0
+    if x > mean + 8.0 * math.sqrt(var):
+        nu = 2.0 * mean * mean / var
+        k = 2.0 / (9.0 * nu)
+        zed = ((x / mean) ** (1.0 / 3.0) - (1.0 - k)) / math.sqrt(k)
+        return 0.5 * math.erfc(zed / math.sqrt(2.0))
+
+    def log_rho(u: np.ndarray) -> np.ndarray:
+        return 0.25 * dof * np.log1p(np.square(np.multiply.outer(u, c))).sum(-1)
+
+    # the integrand is below exp(−log ρ(u))/u: integrate up to where that is < 1e-13
+    upper = 1.0 / float(c.max())
+    while float(log_rho(np.array([upper]))[0]) + math.log(upper) < 30.0:
+        upper *= 2.0
+    # panels short enough for the oscillation of sin θ (θ′ ≤ ½(dof Σc + x)) and for ρ
+    rate = 0.5 * (mean + x) + float(c.max())
+    panels = int(min(max(64, 2.0 * upper * rate / math.pi), 20000))
+    nodes, weights = np.polynomial.legendre.leggauss(16)
+    edges = np.linspace(0.0, upper, panels + 1)
+    half = 0.5 * np.diff(edges)
+    u = ((edges[:-1] + half)[:, None] + half[:, None] * nodes[None, :]).ravel()
+    theta = 0.5 * dof * np.arctan(np.multiply.outer(u, c)).sum(-1) - 0.5 * x * u
+    f = np.sin(theta) * np.exp(-log_rho(u)) / u
+    val = float((f.reshape(panels, 16) @ weights * half).sum())
+    return min(max(0.5 + val / math.pi, 0.0), 1.0)
+
+
+def _whitened_projections(h: np.ndarray, n_slices: int, rng: np.random.Generator
+                          ) -> np.ndarray:
+    """Projections of h on ``n_slices`` random directions, made uncorrelated and standardised
+    together (P = (h − h̄)G V Λ^{−1/2} with V Λ Vᵀ their sample covariance), as (M′, n).
+
+    For Gaussian h (any mean and covariance) P/√(n−1) is a uniformly random orthonormal
+    n × M′ frame orthogonal to 1, whatever Cov(h) and dim h: the null law of the statistic
+    depends on n and M′ alone. Directions with no variance are dropped (M′ ≤ M).
+    """
+    g = rng.standard_normal((h.shape[1], n_slices))
+    proj = (h @ g.astype(h.dtype)).astype(np.float64)
+    proj -= proj.mean(0)
+    evals, evecs = np.linalg.eigh(proj.T @ proj / max(h.shape[0] - 1, 1))
+    keep = evals > 1e-10 * max(float(evals.max()), 1e-300)
+    return np.ascontiguousarray((proj @ (evecs[:, keep] / np.sqrt(evals[keep]))).T)
+
+
+def sliced_gaussianity(h: ArrayLike, n_slices: int = 64, sims: int = 0, seed: int = 0
                        ) -> dict[str, Any]:
     """Sliced Epps–Pulley test that h is Gaussian (any mean and covariance).
 
-    Projections on random unit directions are standardised slice by slice, the SIGReg
-    statistic (n · mean over slices of the weighted CF distance) is computed, and the p-value
-    comes from ``sims`` simulated Gaussian data sets of the same size whose projections have the
-    same correlation structure (what the projections of a Gaussian with Cov(h) would have).
+    h is projected on ``n_slices`` random directions, the projections are whitened jointly
+    (so the test is affine invariant and, under the null, they form a random orthonormal
+    frame), and the SIGReg statistic n · mean_j Σ_k w_k |φ̂_j(t_k) − e^{−t_k²/2}|² is computed.
+    The p-value comes from its asymptotic null law Σ_k c_k χ²_M (:func:`ep_null_weights`,
+    Imhof) when ``sims`` is 0, else from ``sims`` simulated Gaussian data sets of the same
+    size (P(p ≤ α) ≤ α exactly, p ≥ 1/(sims + 1)).
     """
     ht = to_numpy(h)
     ht = ht.reshape(ht.shape[0], -1)
     if ht.dtype not in (np.float32, np.float64):
         ht = ht.astype(np.float64)
-    n, m = ht.shape
+    n = ht.shape[0]
     rng = np.random.default_rng(seed)
-    a = unit_directions(m, n_slices, rng)
-    proj = (ht @ a.astype(ht.dtype)).astype(np.float64)
-    proj -= proj.mean(0)
-    sd = proj.std(0, ddof=1)
-    keep = sd > 1e-12 * max(float(sd.max()), 1e-300)
-    if not keep.any():
+    pt = _whitened_projections(ht, n_slices, rng) if n > 2 else np.zeros((0, n))
+    if pt.shape[0] == 0:
         return {"gaussianity_statistic": None, "gaussianity_p_value": None}
-    proj = proj[:, keep] / sd[keep]
-
-    def stat(pt: np.ndarray) -> float:  # slices in rows
-        pt = pt - pt.mean(1, keepdims=True)
-        return epps_pulley_rows(pt / pt.std(1, ddof=1, keepdims=True))
-
-    observed = stat(np.ascontiguousarray(proj.T))
-    corr = np.corrcoef(proj.T) if proj.shape[1] > 1 else np.ones((1, 1))
-    evals, evecs = np.linalg.eigh(corr)
-    root = (evecs * np.sqrt(np.clip(evals, 0, None))).astype(np.float32)  # corr = root rootᵀ
-    null = np.array([stat(root @ rng.standard_normal((root.shape[1], n), dtype=np.float32))
-                     for _ in range(sims)])
-    p_value = (1.0 + float((null >= observed).sum())) / (1.0 + len(null)) if sims else None
+    m = pt.shape[0]
+    observed = epps_pulley_rows(pt)
+    if sims > 0:
+        null = [epps_pulley_rows(_whitened_projections(rng.standard_normal((n, m)), m, rng))
+                for _ in range(sims)]
+        p_value = (1.0 + float(np.sum(np.asarray(null) >= observed))) / (1.0 + sims)
+        method = f"monte carlo ({sims} simulations)"
+    else:
+        p_value = chi2_mixture_sf(observed, ep_null_weights(m), m)
+        method = "asymptotic"
     return {"gaussianity_statistic": observed, "gaussianity_p_value": p_value,
-            "gaussianity_null_median": float(np.median(null)) if sims else None}
+            "gaussianity_null_mean": float(ep_null_weights(m).sum() * m),
+            "gaussianity_method": method}
 
 
 def split_rows(rows: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -396,7 +514,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   rho: float | None = None, x: ArrayLike | None = None, *,
                   circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
                   seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
-                  gauss_sims: int = 50, gauss_slices: int = 64,
+                  gauss_sims: int = 0, gauss_slices: int = 64,
                   test_rows: ArrayLike | None = None, core: bool = False) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x].
 
@@ -421,11 +539,11 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     blocks.append(ht.astype(dtype, copy=False))
     if x is not None:
         blocks.append(to_numpy(x).reshape(rows, -1).astype(dtype, copy=False))
-    data = np.concatenate(blocks, 1)
+    shift = np.concatenate([blk.mean(0, dtype=np.float64) for blk in blocks])
     iz = slice(0, n)
     ic = slice(n, n + 2 * len(circ))
     ih = slice(ic.stop, ic.stop + m)
-    ix = slice(ih.stop, data.shape[1])
+    ix = slice(ih.stop, shift.size)
 
     rng = np.random.default_rng(seed)
     if test_rows is None:
@@ -434,9 +552,9 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         mask = np.zeros(rows, dtype=bool)
         mask[to_numpy(test_rows).astype(np.int64)] = True
         test_rows, train_rows = np.flatnonzero(mask), np.flatnonzero(~mask)
-    m_tr, m_te = Moments(data, train_rows), Moments(data, test_rows)
-    full = Moments.pooled(m_tr, m_te)
-    s = full.cov()
+    m_tr, m_te = Moments(blocks, train_rows, shift), Moments(blocks, test_rows, shift)
+    s = Moments.pooled(m_tr, m_te).scatter
+    s /= max(rows - 1, 1)  # the covariance, in place
     s_zz, s_zh, s_hh = s[iz, iz], s[iz, ih], s[ih, ih]
     pop = (rows - 1) / rows
 
@@ -497,23 +615,24 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     if gauss_slices > 0 and not core:
         out.update(sliced_gaussianity(ht, n_slices=gauss_slices, sims=gauss_sims, seed=seed))
     if bootstrap > 0 and not core:
-        out.update(_bootstrap_r2(data, m_tr, test_rows, ih, iz, bootstrap, confidence, rng))
+        h_block = blocks[1 + 2 * bool(circ)]
+        out.update(_bootstrap_r2([h_block, blocks[0]], np.concatenate([shift[ih], shift[iz]]),
+                                 m_tr.restricted(np.r_[ih, iz]), test_rows, bootstrap,
+                                 confidence, rng))
     return out
 
 
-def _bootstrap_r2(data: np.ndarray, train: Moments, test_rows: np.ndarray, a: slice,
-                  b: slice, reps: int, confidence: float, rng: np.random.Generator
-                  ) -> dict[str, Any]:
-    """Percentile interval of the held-out R²(h → z) over resamples of the test rows."""
+def _bootstrap_r2(blocks: list[np.ndarray], shift: np.ndarray, train: Moments,
+                  test_rows: np.ndarray, reps: int, confidence: float,
+                  rng: np.random.Generator) -> dict[str, Any]:
+    """Percentile interval of the held-out R²(b → c) over resamples of the test rows, for
+    blocks [b, c] whose fit on the train rows has the moments ``train``."""
     vals, per_dim = [], []
-    cols = np.concatenate([np.arange(a.start, a.stop), np.arange(b.start, b.stop)])
-    sub = data[:, cols]
-    na = a.stop - a.start
-    aa, bb = slice(0, na), slice(na, sub.shape[1])
-    train_sub = train.restricted(cols)
+    na = blocks[0].shape[1]
+    aa, bb = slice(0, na), slice(na, shift.size)
     for _ in range(reps):
         idx = test_rows[rng.integers(0, test_rows.size, test_rows.size)]
-        r2 = heldout_r2_from_moments(train_sub, Moments(sub, idx), aa, bb)
+        r2 = heldout_r2_from_moments(train, Moments(blocks, idx, shift), aa, bb)
         vals.append(float(r2.mean()))
         per_dim.append(r2)
     lo_q, hi_q = (1 - confidence) / 2, 1 - (1 - confidence) / 2
