@@ -18,6 +18,7 @@ and loading included in both), medians.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -71,6 +72,8 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--base-src", type=Path, default=None,
+                    help="also time `idaudit audit` from another checkout's src/ (before → after)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     g = torch.Generator().manual_seed(0)
@@ -93,12 +96,12 @@ def main() -> None:
     print(f"{args.n} × {args.dim} {args.dtype} embeddings, 2 threads, median of {args.repeats}:")
     print(f"  straightforward (5 lstsq + SVD): {statistics.median(t_ref):6.2f} s")
     print(f"  idaudit audit_metrics:           {statistics.median(t_fast):6.2f} s  "
-          f"(all metrics, Gaussianity p-value from 50 simulations)")
+          f"(all metrics, asymptotic Gaussianity p-value)")
     print(f"  speed-up: {statistics.median(t_ref) / statistics.median(t_fast):.1f}x")
     print("  agreement:")
     for key, v in ref.items():
         print(f"    {key:22s} {v: .8f}  {fast[key]: .8f}  |Δ| = {abs(v - fast[key]):.1e}")
-    whole_process(z, h, hp, args.repeats)
+    whole_process(z, h, hp, args.repeats, args.base_src)
 
 
 CHILD = """
@@ -112,19 +115,26 @@ straightforward(torch.from_numpy(d["z"]), torch.from_numpy(d["h"]), torch.from_n
 """
 
 
-def whole_process(z: torch.Tensor, h: torch.Tensor, hp: torch.Tensor, repeats: int) -> None:
-    exe = Path(sys.executable).with_name("idaudit")
+def _time_cli(path: Path, out: Path, src: Path | None) -> float:
+    env = None if src is None else {**os.environ, "PYTHONPATH": str(src)}
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "idaudit.cli", "audit", str(path), "--json",
+                          str(out)], capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        raise SystemExit(f"idaudit audit failed: {res.stderr.strip()}")
+    return time.perf_counter() - t0
+
+
+def whole_process(z: torch.Tensor, h: torch.Tensor, hp: torch.Tensor, repeats: int,
+                  base_src: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "arrays.npz"
         np.savez(path, z=z.numpy(), h=h.numpy(), h_prime=hp.numpy(), rho=np.array(0.95))
-        t_cli, t_ref = [], []
+        t_cli, t_ref, t_base = [], [], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            res = subprocess.run([str(exe), "audit", str(path), "--json", str(Path(tmp) / "a.json")],
-                                 capture_output=True, text=True)
-            t_cli.append(time.perf_counter() - t0)
-            if res.returncode != 0:
-                raise SystemExit(f"idaudit audit failed: {res.stderr.strip()}")
+            t_cli.append(_time_cli(path, Path(tmp) / "a.json", None))
+            if base_src is not None:
+                t_base.append(_time_cli(path, Path(tmp) / "b.json", base_src))
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-c", CHILD, str(path), str(Path(__file__).parent)],
                            check=True)
@@ -133,6 +143,10 @@ def whole_process(z: torch.Tensor, h: torch.Tensor, hp: torch.Tensor, repeats: i
     print(f"  straightforward in a fresh process: {statistics.median(t_ref):6.2f} s")
     print(f"  idaudit audit FILE:                 {statistics.median(t_cli):6.2f} s  "
           f"({statistics.median(t_ref) / statistics.median(t_cli):.1f}x)")
+    if t_base:
+        print(f"  idaudit audit FILE from {base_src}: {statistics.median(t_base):6.2f} s  "
+              f"(this checkout {statistics.median(t_base) / statistics.median(t_cli):.1f}x "
+              "faster)")
 
 
 if __name__ == "__main__":
