@@ -205,3 +205,26 @@ def test_gaussianity_statistic_matches_a_numpy_epps_pulley():
     err = (cf_c - np.exp(-t**2 / 2)) ** 2 + cf_s**2
     expected = (err @ w * len(h)).mean()
     assert got == pytest.approx(expected, rel=1e-9)
+
+
+def test_large_npz_members_are_mapped_and_read_the_same(tmp_path):
+    from pathlib import Path
+
+    from idaudit.loaders import _read_npz
+
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((3000, 60)).astype(np.float32)  # 720 kB: read
+    h = np.asfortranarray(rng.standard_normal((3000, 120)))  # 2.9 MB, Fortran order: mapped
+    plain, packed = tmp_path / "a.npz", tmp_path / "c.npz"
+    np.savez(plain, z=z, h=h, rho=np.float64(0.9))
+    np.savez_compressed(packed, z=z, h=h)
+    got = _read_npz(Path(plain))
+    assert not got["h"].flags.writeable and got["z"].flags.writeable  # mapped vs read
+    np.testing.assert_array_equal(got["h"], h)
+    np.testing.assert_array_equal(got["z"], z)
+    assert float(got["rho"]) == 0.9
+    np.testing.assert_array_equal(_read_npz(Path(packed))["h"], h)
+    a = audit_metrics(got["h"][:, :60], got["h"], gauss_slices=8)
+    b = audit_metrics(h[:, :60].copy(), h.copy(), gauss_slices=8)
+    for key in ("r2_h_to_z_heldout", "orthogonality_error", "procrustes_mse", "mcc"):
+        assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key

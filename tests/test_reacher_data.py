@@ -191,3 +191,54 @@ def test_cpu_estimate_scales_with_the_run(tiny):
     assert small > 0
     # timed on the same kind of steps, 100× the work is estimated at ≈ 100× the time
     assert 20 * small < estimate_seconds(world, TrainConfig(batch=8, epochs=100)) < 500 * small
+
+
+def test_recipes_choose_the_run_and_explicit_options_win(tiny):
+    from idaudit.runs import resolve
+
+    cpu = resolve({"world": "reacher", "rho": 0.95, "device": "cpu"})
+    ds = cpu.world.extra["dataset"]
+    assert cpu.recipe == "cpu" and "recipe cpu" in cpu.recipe_note
+    assert (ds["image_size"], ds["pairs"], cpu.train.epochs) == (32, 60_000, 20)
+    assert cpu.train.encoder == "pixel_cnn" and cpu.train.encoder_kwargs == {"width": 16}
+    paper = resolve({"world": "reacher", "rho": 0.95, "recipe": "paper"})
+    ds = paper.world.extra["dataset"]
+    assert (ds["image_size"], ds["pairs"], paper.train.epochs) == (64, 100_000, 100)
+    assert paper.train.encoder_kwargs == {"width": 32} and paper.id != cpu.id
+    mine = resolve({"world": "reacher", "pairs": 500, "epochs": 3, "image_size": 48,
+                    "encoder_kwargs": {"width": 8}, "encoder": "pixel_cnn"})
+    ds = mine.world.extra["dataset"]
+    assert (ds["image_size"], ds["pairs"], mine.train.epochs) == (48, 500, 3)
+    assert mine.train.encoder_kwargs == {"width": 8}
+    # data that exist say what they are: the recipe describes only what to render
+    on_data = resolve({"world": "reacher", "data": str(tiny)})
+    ds = on_data.world.extra["dataset"]
+    assert (ds["image_size"], ds["pairs"], on_data.train.epochs) == (64, 48, 20)
+    with pytest.raises(IdauditError, match="--recipe does not apply to world 'spiral'"):
+        resolve({"world": "spiral", "recipe": "cpu"})
+    with pytest.raises(IdauditError, match="unknown recipe 'fast'"):
+        resolve({"world": "reacher", "recipe": "fast"})
+
+
+def test_images_render_natively_at_the_asked_size(tmp_path):
+    root = tmp_path / "px32"
+    spec = rd.ReacherSpec(pairs=12, n_eval=12, image_size=32)
+    rd.build_dataset(root, spec, workers=1)
+    data = rd.load_dataset(root)
+    assert data.x.shape == (12, 32, 32, 3) and data.x_eval.shape == (12, 32, 32, 3)
+    assert spec.default_dir().name.endswith("-px32")
+    assert data.x.std() > 5  # an arm and a target, not a blank frame
+    with pytest.raises(IdauditError, match="--image-size must lie in"):
+        rd.ReacherSpec(image_size=8).validate()
+    ckpt = tmp_path / "r.safetensors"
+    res = runner.invoke(app, ["train", "--world", "reacher", "--data", str(root), "--epochs", "1",
+                              "--batch", "4", "--out", str(ckpt), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert "recipe cpu" in res.output
+    from idaudit.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(ckpt)
+    assert ck.encoder_kwargs["image_size"] == 32 and ck.encoder_kwargs["width"] == 16
+    res = runner.invoke(app, ["train", "--world", "reacher", "--data", str(root), "--epochs", "1",
+                              "--image-size", "64", "--out", str(ckpt), "--quiet"])
+    assert res.exit_code == 2 and "--image-size 64 (the data: 32)" in res.output

@@ -63,6 +63,8 @@ StrideOpt = typer.Option(None, "--stride", help="reacher --trajectory: steps bet
                          "(default 8)")
 DataSeedOpt = typer.Option(None, "--data-seed", help="reacher: the dataset's seed (default 0; "
                            "separate from the training --seed)")
+ImageSizeOpt = typer.Option(None, "--image-size", help="reacher: image side in pixels, "
+                           "rendered at that size (default 64, the paper's)")
 WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (default: one "
                           "per core)")
 
@@ -97,6 +99,7 @@ def world(
     stride: int | None = StrideOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="reacher: shared evaluation "
                                       "images (default 10 000)"),
+    image_size: int | None = ImageSizeOpt,
     workers: int | None = WorkersOpt,
 ) -> None:
     """Write n positive pairs (z, z′, x, x′) of a world, its spec in the file's metadata.
@@ -113,7 +116,7 @@ def world(
     check_seed(seed, "--seed")
     spec = make_spec(name or world_, **_world_options(
         dim=dim, source=source, alpha=alpha, rho=rho, layers=layers, trajectory=trajectory,
-        stride=stride, n_eval=n_eval))
+        stride=stride, n_eval=n_eval, image_size=image_size))
     kind = KINDS.get(spec.name)
     check_writable(out_path, "--out", directory=kind.writes_directory)
     out.print(kind.write(spec, out_path, pairs, seed, workers, progress=True))
@@ -166,6 +169,11 @@ def train(
     trajectory: bool | None = TrajectoryOpt,
     stride: int | None = StrideOpt,
     data_seed: int | None = DataSeedOpt,
+    image_size: int | None = ImageSizeOpt,
+    recipe: str | None = typer.Option(None, "--recipe", help="reacher: cpu (the default "
+                                      "without CUDA: small images, a lighter CNN, a run of "
+                                      "minutes) | paper (the default on CUDA); options given "
+                                      "explicitly win"),
     data: Path | None = typer.Option(None, "--data", help="train on stored pairs: a file from "
                                      "`idaudit world`, or a Reacher dataset directory "
                                      "(rendered there if missing)"),
@@ -174,9 +182,9 @@ def train(
     """Train an encoder on a world; write a self-describing checkpoint and a JSON log.
 
     Every objective trains on every world. `--world reacher` renders (or reuses) a MuJoCo
-    dataset and trains the paper's CNN over epochs (defaults: 100 000 pairs, 100 epochs,
-    λ = 5e-3; shrink with --pairs/--epochs). Options that do not apply to the world are
-    refused.
+    dataset and trains a CNN over epochs, following a recipe: without CUDA the CPU recipe
+    (announced in one line), on CUDA the paper's (64×64, 100 000 pairs, 100 epochs); any
+    option given explicitly wins. Options that do not apply to the world are refused.
     """
     from .loaders import parse_json_object
     from .report import metrics_table
@@ -190,7 +198,8 @@ def train(
                    n_eval=n_eval, views=views, encoder=encoder,
                    encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs"),
                    device=device, pairs=pairs, trajectory=trajectory, stride=stride,
-                   data_seed=data_seed, data=None if data is None else str(data))
+                   data_seed=data_seed, image_size=image_size, recipe=recipe,
+                   data=None if data is None else str(data))
     resolved = resolve(options)
     if out_path is None:
         out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"

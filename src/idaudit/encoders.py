@@ -71,18 +71,20 @@ class InverseCoupling(nn.Module):
 
 @ENCODERS.register("cnn")
 class CNN(nn.Module):
-    """The paper's pixel encoder: 4 × (Conv 4×4 s2 → BN → GELU), AvgPool, Linear-BN-GELU, Linear."""
+    """The paper's pixel encoder: 4 × (Conv 4×4 s2 → BN → GELU) with w, 2w, 4w, 8w channels,
+    AvgPool, Linear(8w)-BN-GELU, Linear (the paper: w = 32)."""
 
-    def __init__(self, out_dim: int = 2, in_channels: int = 3, image_size: int = 64) -> None:
+    def __init__(self, out_dim: int = 2, in_channels: int = 3, image_size: int = 64,
+                 width: int = 32) -> None:
         super().__init__()
-        _sizes(out_dim=out_dim, in_channels=in_channels, image_size=image_size)
-        chans = [in_channels, 32, 64, 128, 256]
+        _sizes(out_dim=out_dim, in_channels=in_channels, image_size=image_size, width=width)
+        chans = [in_channels, width, 2 * width, 4 * width, 8 * width]
         blocks: list[nn.Module] = []
         for cin, cout in zip(chans[:-1], chans[1:]):
             blocks += [nn.Conv2d(cin, cout, 4, stride=2, padding=1), nn.BatchNorm2d(cout), nn.GELU()]
         self.features = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Sequential(nn.Linear(256, 256), nn.BatchNorm1d(256), nn.GELU(),
-                                  nn.Linear(256, out_dim))
+        self.head = nn.Sequential(nn.Linear(8 * width, 8 * width), nn.BatchNorm1d(8 * width),
+                                  nn.GELU(), nn.Linear(8 * width, out_dim))
         self.in_shape = (in_channels, image_size, image_size)
         self.out_dim = out_dim
 
@@ -92,12 +94,13 @@ class CNN(nn.Module):
 
 @ENCODERS.register("pixel_cnn")
 class PixelEncoder(nn.Module):
-    """The CNN with a dataset's per-channel normalisation: takes (N, 64, 64, 3) images in [0, 255]."""
+    """The CNN with a dataset's per-channel normalisation: takes (N, S, S, 3) images in
+    [0, 255] (S = ``image_size``, 64 in the paper); ``width`` as :class:`CNN`."""
 
     def __init__(self, mean: list[float] | None = None, std: list[float] | None = None,
-                 out_dim: int = 2) -> None:
+                 out_dim: int = 2, width: int = 32, image_size: int = 64) -> None:
         super().__init__()
-        self.cnn = CNN(out_dim=out_dim)
+        self.cnn = CNN(out_dim=out_dim, width=width, image_size=image_size)
         self.register_buffer("mean", torch.tensor(mean or [0.5] * 3).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(std or [0.25] * 3).view(1, 3, 1, 1))
         self.out_dim = out_dim

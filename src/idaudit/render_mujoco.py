@@ -1,7 +1,8 @@
-"""The DeepMind Control Suite Reacher, rendered headless: joint angles → 64×64 RGB images.
+"""The DeepMind Control Suite Reacher, rendered headless: joint angles → RGB images (64×64 as
+in the paper, or another size rendered natively).
 
 One renderer per process: the physics is loaded once, the target is fixed at (0.1, 0.1) with the
-hard task's size 0.015, the offscreen buffer is 64×64 with a 256 shadow map and no
+hard task's size 0.015, the offscreen buffer is the image size with a 256 shadow map and no
 multisampling, and one ``Camera`` is reused (``physics.render`` builds a new one per call).
 Angles are set directly (shoulder, wrist) with zero velocities; the wrist limit (±2.79 rad) is
 only enforced when the simulation steps. Rendering in several processes uses ``spawn`` (forking
@@ -96,8 +97,9 @@ def _ensure_gl() -> str:
                        f"{INSTALL_HINT}")
 
 
-def load_physics():
-    """The Reacher physics with the fixed target, or a one-line error saying what to install."""
+def load_physics(size: int = IMAGE_SIZE):
+    """The Reacher physics with the fixed target and a ``size`` × ``size`` offscreen buffer, or
+    a one-line error saying what to install."""
     try:
         import dm_control  # noqa: F401  (is it installed at all?)
     except ImportError as exc:
@@ -119,22 +121,24 @@ def load_physics():
     physics.named.model.geom_pos["target", "x"] = TARGET_POS[0]
     physics.named.model.geom_pos["target", "y"] = TARGET_POS[1]
     vis = physics.model.vis
-    vis.global_.offwidth = IMAGE_SIZE
-    vis.global_.offheight = IMAGE_SIZE
+    vis.global_.offwidth = size
+    vis.global_.offheight = size
     vis.quality.shadowsize = 256
     vis.quality.offsamples = 0
     return physics
 
 
 class ReacherRenderer:
-    """Render joint angles to uint8 images with one reused camera."""
+    """Render joint angles to uint8 ``size`` × ``size`` images (rendered at that size, not
+    downsampled) with one reused camera."""
 
-    def __init__(self) -> None:
-        self.physics = load_physics()  # chooses the GL backend before dm_control's engine loads
+    def __init__(self, size: int = IMAGE_SIZE) -> None:
+        self.size = size
+        self.physics = load_physics(size)  # chooses the GL backend before dm_control's engine
         try:
             from dm_control.mujoco.engine import Camera
 
-            self.camera = Camera(self.physics, height=IMAGE_SIZE, width=IMAGE_SIZE, camera_id=0)
+            self.camera = Camera(self.physics, height=size, width=size, camera_id=0)
         except Exception as exc:  # GL context creation failures come in many types
             raise IdauditError(f"cannot create a headless GL context with MUJOCO_GL="
                                f"{os.environ.get('MUJOCO_GL')} ({str(exc).strip()[:120]}); "
@@ -142,7 +146,7 @@ class ReacherRenderer:
 
     def render(self, angles: np.ndarray) -> np.ndarray:
         angles = np.asarray(angles, dtype=np.float64).reshape(-1, 2)
-        out = np.empty((len(angles), IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+        out = np.empty((len(angles), self.size, self.size, 3), dtype=np.uint8)
         data = self.physics.data
         for i, (a, b) in enumerate(angles):
             data.qpos[0] = a
@@ -156,11 +160,11 @@ class ReacherRenderer:
 _WORKER: ReacherRenderer | None = None
 
 
-def _worker_init(gl: str) -> None:
+def _worker_init(gl: str, size: int = IMAGE_SIZE) -> None:
     global _WORKER
     os.environ["MUJOCO_GL"] = gl
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    _WORKER = ReacherRenderer()
+    _WORKER = ReacherRenderer(size)
 
 
 def _worker_render(angles: np.ndarray) -> np.ndarray:
@@ -171,22 +175,25 @@ def _worker_render(angles: np.ndarray) -> np.ndarray:
 class RenderPool:
     """Render in ``workers`` spawned processes (1: in this process), chunk by chunk, in order."""
 
-    def __init__(self, workers: int | None = None, chunk: int = 256) -> None:
+    def __init__(self, workers: int | None = None, chunk: int = 256,
+                 size: int = IMAGE_SIZE) -> None:
         self.workers = max(1, workers or (os.cpu_count() or 1))
         self.chunk = chunk
+        self.size = size
         self.gl = _ensure_gl()
         self._pool = None
         self._local: ReacherRenderer | None = None
 
     def __enter__(self) -> RenderPool:
         if self.workers == 1:
-            self._local = ReacherRenderer()
+            self._local = ReacherRenderer(self.size)
         else:
             import multiprocessing as mp
 
             load_physics()  # fail fast here, with the one-line message, not inside a worker
             ctx = mp.get_context("spawn")
-            self._pool = ctx.Pool(self.workers, initializer=_worker_init, initargs=(self.gl,))
+            self._pool = ctx.Pool(self.workers, initializer=_worker_init,
+                                  initargs=(self.gl, self.size))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -218,12 +225,12 @@ class RenderPool:
         for img in results:
             done.append(img)
             while current < len(batches) and len(done) == counts[current]:
-                yield np.concatenate(done) if done else np.empty((0, IMAGE_SIZE, IMAGE_SIZE, 3),
+                yield np.concatenate(done) if done else np.empty((0, self.size, self.size, 3),
                                                                   dtype=np.uint8)
                 done = []
                 current += 1
 
     def render(self, angles: np.ndarray) -> np.ndarray:
         if len(angles) == 0:
-            return np.empty((0, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+            return np.empty((0, self.size, self.size, 3), dtype=np.uint8)
         return np.concatenate(list(self.imap(np.asarray(angles))))

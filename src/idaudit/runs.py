@@ -30,7 +30,7 @@ from .worlds import KINDS, World, WorldSpec, build_world, make_spec, world_name
 
 TRAIN_OPTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
 WORLD_OPTIONS = frozenset().union(*(KINDS.get(n).options for n in KINDS.names()))
-RUN_OPTIONS = frozenset({"world"}) | TRAIN_OPTIONS | WORLD_OPTIONS
+RUN_OPTIONS = frozenset({"world", "recipe"}) | TRAIN_OPTIONS | WORLD_OPTIONS
 EMBEDDING_SAMPLE = 1500  # (z, h) rows kept for the 2D embedding figure
 
 
@@ -41,6 +41,8 @@ class ResolvedRun:
     options: dict[str, Any]
     world: WorldSpec
     train: TrainConfig
+    recipe: str | None = None
+    recipe_note: str | None = None
 
     @property
     def id(self) -> str:
@@ -64,6 +66,7 @@ def resolve(options: dict[str, Any]) -> ResolvedRun:
                            f"{', '.join(sorted(RUN_OPTIONS))}")
     name = world_name(given.pop("world", None), given)
     kind = KINDS.get(name)
+    recipe, note = apply_recipe(kind, name, given)
     world_opts = {k: v for k, v in given.items() if k in kind.options}
     rest = {k: v for k, v in given.items() if k not in kind.options}
     stray = sorted(set(rest) - TRAIN_OPTIONS)
@@ -72,7 +75,36 @@ def resolve(options: dict[str, Any]) -> ResolvedRun:
                            f"apply to world {name!r}")
     spec = make_spec(name, **world_opts)
     cfg = TrainConfig(**rest).resolved(kind.refuses, kind.train_defaults(), name)
-    return ResolvedRun(options=dict(options), world=spec, train=cfg)
+    return ResolvedRun(options=dict(options), world=spec, train=cfg, recipe=recipe,
+                       recipe_note=note)
+
+
+def apply_recipe(kind: type[World], name: str, given: dict[str, Any]
+                 ) -> tuple[str | None, str | None]:
+    """Fill ``given`` (in place) from the world's recipe: the one named by ``recipe``, else
+    ``paper`` on CUDA and ``cpu`` elsewhere. Returns (recipe, its one-line note)."""
+    recipes = kind.recipes()
+    chosen = given.pop("recipe", None)
+    if not recipes:
+        if chosen is not None:
+            raise IdauditError(f"--recipe does not apply to world {name!r} (it has no recipes)")
+        return None, None
+    if chosen is None:
+        from .encoders import pick_device
+
+        chosen = "paper" if pick_device(str(given.get("device", "auto"))).type == "cuda" \
+            else "cpu"
+    if chosen not in recipes:
+        raise IdauditError(f"unknown recipe {chosen!r} for world {name!r}; valid: "
+                           f"{', '.join(recipes)}")
+    recipe = recipes[chosen]
+    has_data = given.get("data") is not None and kind.data_exists(given["data"])
+    own_encoder = "encoder" in given or "encoder_kwargs" in given
+    for key, value in recipe.options.items():
+        if (key in recipe.dataset and has_data) or (key.startswith("encoder") and own_encoder):
+            continue
+        given.setdefault(key, value)
+    return chosen, recipe.note
 
 
 @dataclass
@@ -126,6 +158,8 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,
                                                   progress)
     world = build_world(spec)
+    if say is not None and resolved.recipe_note:
+        say(resolved.recipe_note)
     if say is not None:
         est = estimate_seconds(world, resolved.train)
         if est > 120:

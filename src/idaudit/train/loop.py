@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,9 +101,13 @@ def _init_seed(seed: int, init: int) -> int:
 
 
 def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
-    if cfg.encoder:
-        return cfg.encoder, dict(cfg.encoder_kwargs or {})
-    return world.default_encoder()
+    """The configured encoder; the world's own keeps its defaults (e.g. the dataset's pixel
+    normalisation) under the arguments given."""
+    name, kwargs = world.default_encoder()
+    if not cfg.encoder:
+        return name, kwargs
+    given = dict(cfg.encoder_kwargs or {})
+    return cfg.encoder, ({**kwargs, **given} if cfg.encoder == name else given)
 
 
 def resolve_config(world: World, cfg: TrainConfig) -> TrainConfig:
@@ -128,9 +133,10 @@ def check_fits(encoder: nn.Module, name: str, world: World, ev: EvalSet) -> None
             from None
 
 
-def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 3) -> float:
-    """Seconds the whole run would take here, from timed steps of a throwaway encoder
-    (the first step, which pays for warm-up, is not counted)."""
+def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5) -> float:
+    """Seconds the whole run would take here: the median of ``probe_steps`` timed steps of a
+    throwaway encoder × the steps to run (the first two steps, which pay for warm-up —
+    allocations, kernel selection — are not counted)."""
     cfg = resolve_config(world, cfg)
     device = pick_device(cfg.device)
     name, kwargs = _encoder_for(world, cfg)
@@ -140,13 +146,16 @@ def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 3) -> fl
     stepper = Stepper(source, build_encoder(name, kwargs).to(device).train(), cfg, total,
                       _sigma(world, cfg), gen, device)
     try:
-        stepper.step(0)
+        for it in range(2):
+            float(stepper.step(it))
     except Exception:  # an encoder that does not fit: train() says so in one line
         return 0.0
-    t0 = time.perf_counter()
+    times = []
     for it in range(probe_steps):
+        t0 = time.perf_counter()
         float(stepper.step(it))
-    return (time.perf_counter() - t0) / probe_steps * total * cfg.inits
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * total * cfg.inits
 
 
 def train(world: World, cfg: TrainConfig, progress: bool = False) -> TrainResult:

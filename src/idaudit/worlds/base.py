@@ -90,6 +90,19 @@ class EpochPairs:
         return views.to(self.device, non_blocking=True)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """A named set of run options (world and training) filled in where the user gave none.
+
+    ``dataset`` options describe data to render; they are skipped when ``--data`` names data
+    that exist already (the data say what they are). ``note`` is the one line announcing it.
+    """
+
+    options: dict[str, Any]
+    dataset: frozenset[str]
+    note: str
+
+
 class World(ABC):
     """What every world answers (see DESIGN.md, "Worlds: one interface")."""
 
@@ -196,6 +209,16 @@ class World(ABC):
     @classmethod
     def train_defaults(cls) -> dict[str, Any]:
         """Training options whose default differs on this world."""
+        return {}
+
+    @classmethod
+    def data_exists(cls, data: str | Path) -> bool:
+        """Whether ``data`` names data that exist already (so recipes do not describe it)."""
+        return Path(data).exists()
+
+    @classmethod
+    def recipes(cls) -> dict[str, Recipe]:
+        """Named run configurations (``--recipe``); empty where the world has none."""
         return {}
 
     def view_correlation(self, views: str) -> float | None:

@@ -3,7 +3,7 @@
 A dataset is a directory::
 
     meta.json          format, format_version, the spec, status, normalisation statistics
-    train-00000.npz    z, z_prime (angles, radians), x, x_prime (uint8 N×64×64×3), per chunk
+    train-00000.npz    z, z_prime (angles, radians), x, x_prime (uint8 N×S×S×3), per chunk
     eval-00000.npz     z, x: the shared evaluation set (Gaussian angles)
 
 Chunks are written atomically, so a killed render resumes where it stopped: rerunning the same
@@ -41,9 +41,12 @@ class ReacherSpec:
     pairs: int = 100_000
     n_eval: int = 10_000
     seed: int = 0
+    image_size: int = 64
 
     def validate(self) -> ReacherSpec:
         check_seed(self.seed, "--data-seed")
+        if not 16 <= self.image_size <= 256:
+            raise IdauditError(f"--image-size must lie in [16, 256] pixels, got {self.image_size}")
         if self.mode not in ("ou", "trajectory"):
             raise IdauditError(f"unknown Reacher mode {self.mode!r}; valid: ou, trajectory")
         if self.mode == "ou" and not 0.0 < self.rho < 1.0:
@@ -56,7 +59,8 @@ class ReacherSpec:
 
     def default_dir(self, root: str | Path = "data") -> Path:
         tag = f"ou-rho{self.rho:g}" if self.mode == "ou" else f"traj-stride{self.stride}"
-        return Path(root) / f"reacher-{tag}-n{self.pairs}-s{self.seed}"
+        size = "" if self.image_size == 64 else f"-px{self.image_size}"
+        return Path(root) / f"reacher-{tag}-n{self.pairs}-s{self.seed}{size}"
 
 
 # ---- latent angles ----------------------------------------------------------------------
@@ -165,7 +169,7 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
     root = Path(root)
     if _meta_path(root).exists():
         meta = read_meta(root)
-        if meta["spec"] != asdict(spec):
+        if ReacherSpec(**meta["spec"]) != spec:
             raise IdauditError(f"{root} holds a different Reacher dataset ({meta['spec']}); "
                                "choose another --out")
         if meta.get("status") == "complete":
@@ -194,7 +198,7 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
         if name.startswith("train") and (root / name).exists():
             with np.load(root / name) as f:
                 hist += _histograms(f["x"])
-    with bar, RenderPool(workers) as pool:
+    with bar, RenderPool(workers, size=spec.image_size) as pool:
         for (name, a, b), images in zip(todo, pool.imap_batches(batches)):
             if b is None:
                 _write_chunk(root / name, z=a, x=images)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import IdauditError, require
-from .base import KINDS, EpochPairs, EvalSet, PlanSet, World
+from .base import KINDS, EpochPairs, EvalSet, PlanSet, Recipe, World
 from .dataset import locate, relative_path
 from .reacher_data import ReacherData, ReacherSpec, build_dataset, load_dataset, read_meta
 from .spec import WorldSpec
@@ -27,7 +27,8 @@ PLAN_INSIDE = 2.5  # plan between gallery images whose angles all lie within ±2
 
 # world option → ReacherSpec field
 DATASET_OPTIONS = {"rho": "rho", "mode": "mode", "trajectory": "mode", "stride": "stride",
-                   "pairs": "pairs", "n_eval": "n_eval", "data_seed": "seed"}
+                   "pairs": "pairs", "n_eval": "n_eval", "data_seed": "seed",
+                   "image_size": "image_size"}
 
 
 def dataset_spec(options: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def dataset_spec(options: dict[str, Any]) -> dict[str, Any]:
 
 
 class ReacherWorld(World):
-    """MuJoCo Reacher joint angles (shoulder, wrist) seen as 64 × 64 RGB images."""
+    """MuJoCo Reacher joint angles (shoulder, wrist) seen as RGB images (64 × 64 by default)."""
 
     kind = "dataset"
     options: ClassVar[frozenset[str]] = frozenset({*DATASET_OPTIONS, "data"})
@@ -62,6 +63,7 @@ class ReacherWorld(World):
         data = options.get("data")
         if data is not None and (Path(data) / "meta.json").exists():
             stored = read_meta(data)["spec"]
+            stored = dataclasses.asdict(ReacherSpec(**stored))  # older datasets: defaults
             differ = {opt: (options[opt], stored.get(field))
                       for opt, field in DATASET_OPTIONS.items()
                       if opt in options and stored.get(field) != given[field]}
@@ -135,6 +137,10 @@ class ReacherWorld(World):
         return (f"Reacher dataset ({rspec.mode}, {pairs} pairs, {rspec.n_eval} eval images) in "
                 f"{out}{extra}")
 
+    @classmethod
+    def data_exists(cls, data: str | Path) -> bool:
+        return (Path(data) / "meta.json").exists()
+
     def spec_for(self, base_dir: Path | None) -> WorldSpec:
         return dataclasses.replace(self.spec, extra={**self.spec.extra,
                                                      "data": relative_path(self.root, base_dir)})
@@ -196,12 +202,31 @@ class ReacherWorld(World):
 
     def default_encoder(self) -> tuple[str, dict[str, Any]]:
         meta = read_meta(self.root)
-        return "pixel_cnn", {"mean": meta["channel_mean"], "std": meta["channel_std"]}
+        return "pixel_cnn", {"mean": meta["channel_mean"], "std": meta["channel_std"],
+                             "image_size": self._rspec(self.spec).image_size}
 
     @classmethod
     def train_defaults(cls) -> dict[str, Any]:
         return {"views": "pair", "epochs": 100, "lamb": 5e-3, "weight_decay": 1e-4,
                 "clip": 1.0, "schedule": "cosine_epochs", "eval_every": 0}
 
+    @classmethod
+    def recipes(cls) -> dict[str, Recipe]:
+        return RECIPES
+
+
+_DATASET = frozenset({"pairs", "image_size"})
+RECIPES = {
+    "paper": Recipe(
+        {"pairs": 100_000, "image_size": 64, "epochs": 100, "encoder": "pixel_cnn",
+         "encoder_kwargs": {"width": 32}}, _DATASET,
+        "recipe paper: 64×64 images, the paper's CNN (width 32), 100 000 pairs × 100 epochs"),
+    "cpu": Recipe(
+        {"pairs": 60_000, "image_size": 32, "epochs": 20, "encoder": "pixel_cnn",
+         "encoder_kwargs": {"width": 16}}, _DATASET,
+        "recipe cpu (no GPU here): 32×32 images rendered at that size and a CNN of half the "
+        "paper's width, 60 000 pairs × 20 epochs — the paper's 64×64 CNN over 100 000 pairs × "
+        "100 epochs takes hours on a CPU; --recipe paper runs it"),
+}
 
 KINDS.add(NAME, ReacherWorld)
