@@ -155,11 +155,11 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     checkpoint and ``NAME.log.json`` beside it. ``say`` gets a line with the expected
     training time when the run will take more than two minutes."""
     resolved = options if isinstance(options, ResolvedRun) else resolve(options)
+    if say is not None and resolved.recipe_note:
+        say(resolved.recipe_note)
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,
                                                   progress)
     world = build_world(spec)
-    if say is not None and resolved.recipe_note:
-        say(resolved.recipe_note)
     if say is not None:
         est = estimate_seconds(world, resolved.train)
         if est > 120:
