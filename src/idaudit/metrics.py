@@ -130,9 +130,44 @@ def nuclear_norm(a: np.ndarray) -> float:
     return float(np.sqrt(np.clip(ev, 0.0, None)).sum())
 
 
-def procrustes_from_cov(s_zz: np.ndarray, s_zh: np.ndarray, s_hh: np.ndarray) -> float:
-    nuc = nuclear_norm(s_zh)
-    return max(float(np.trace(s_hh) + np.trace(s_zz)) - 2.0 * nuc, 0.0)
+def procrustes_from_cov(s_zz: np.ndarray, s_zh: np.ndarray, s_hh: np.ndarray,
+                        iters: int = 500, tol: float = 1e-12) -> float:
+    """min over R (m × n) with orthonormal rows or columns of E‖(h − h̄) − R(z − z̄)‖²
+    = tr Σ_hh − 2 tr(R Σ_zh) + tr(R Σ_zz Rᵀ).
+
+    For m ≥ n (RᵀR = I) the last term is tr Σ_zz and the minimum is tr Σ_hh + tr Σ_zz −
+    2‖Σ_zh‖_* in closed form. For m < n (RRᵀ = I, R keeps m directions of z) it depends on R:
+    majorisation–minimisation from the polar factors of Σ_hz and of the least-squares map Q̂
+    (the better of the two) — with c = λ_max(Σ_zz), R ← polar((Σ_zh + (cI − Σ_zz)Rᵀ)ᵀ) never
+    increases the objective; exact at the start when Σ_zz ∝ I or h = Rz exactly.
+    """
+    n, m = s_zh.shape
+    if m >= n:
+        nuc = nuclear_norm(s_zh)
+        return max(float(np.trace(s_hh) + np.trace(s_zz)) - 2.0 * nuc, 0.0)
+
+    def value(r: np.ndarray) -> float:
+        return float(np.trace(s_hh) - 2.0 * np.trace(r @ s_zh) + np.trace(r @ s_zz @ r.T))
+
+    def polar_rows(a: np.ndarray) -> np.ndarray:  # the (m × n) R maximising tr(R aᵀ)
+        u, _, vt = np.linalg.svd(a, full_matrices=False)
+        return u @ vt
+
+    c = float(np.linalg.eigvalsh(s_zz)[-1]) if n else 0.0
+    results = []
+    for start in (s_zh.T, solve_psd(s_zz, s_zh).T):  # Σ_hz, and the least-squares map Q̂
+        r = polar_rows(start)
+        best = value(r)
+        for _ in range(iters):
+            r = polar_rows((s_zh + (c * np.eye(n) - s_zz) @ r.T).T)
+            v = value(r)
+            if best - v <= tol * max(abs(best), 1.0):
+                best = min(best, v)
+                break
+            best = v
+        results.append(best)
+    best = min(results)
+    return max(best, 0.0)
 
 
 def procrustes_mse(z: ArrayLike, h: ArrayLike) -> float:
