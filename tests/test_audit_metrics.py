@@ -92,6 +92,13 @@ def test_circular_latents_sin_cos_r2():
     assert m["r2_h_to_sincos"] == pytest.approx(LinearRegression().fit(h, tgt).score(h, tgt),
                                                 abs=1e-6)
     assert m["r2_h_to_z"] < 0.99  # the raw angle is not linear in (sin, cos)
+    # per-target values are labelled and ordered latent by latent: (sin z0, cos z0, sin z1 …)
+    h2 = np.hstack([np.sin(theta), rng.standard_normal((3000, 2))])  # sin θ kept, cos θ lost
+    z2 = np.hstack([theta, theta[::-1]])
+    m2 = audit_metrics(z2, h2, circular=[0, 1], gauss_slices=0)
+    assert m2["sincos_targets"] == ["sin z0", "cos z0", "sin z1", "cos z1"]
+    per = dict(zip(m2["sincos_targets"], m2["r2_h_to_sincos_per_target"]))
+    assert per["sin z0"] == pytest.approx(1.0) and per["cos z0"] < 0.01
 
 
 def test_whitening_floor_matches_white_noise():

@@ -568,9 +568,9 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     rows, n, m = zt.shape[0], zt.shape[1], ht.shape[1]
     blocks = [zt.astype(dtype, copy=False)]
     circ = [int(i) for i in circular]
-    if circ:
+    if circ:  # (sin z_i, cos z_i) side by side for each circular latent i
         ang = zt[:, circ].astype(dtype)
-        blocks += [np.sin(ang), np.cos(ang)]
+        blocks.append(np.stack([np.sin(ang), np.cos(ang)], axis=2).reshape(rows, 2 * len(circ)))
     blocks.append(ht.astype(dtype, copy=False))
     if x is not None:
         blocks.append(to_numpy(x).reshape(rows, -1).astype(dtype, copy=False))
@@ -632,6 +632,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         out["circular_latents"] = circ
         out["r2_h_to_sincos"] = float(r2c.mean())
         out["r2_h_to_sincos_per_target"] = [float(v) for v in r2c]
+        out["sincos_targets"] = [f"{f} z{i}" for i in circ for f in ("sin", "cos")]
     if x is not None:
         out["mixing_r2_x_to_z"] = float(_r2_block(s, ix, iz).mean())
     if h_prime is not None and rho is not None:
