@@ -83,10 +83,10 @@ def test_orthogonal_embedding_passes_the_gate(npz_files, tmp_path):
     assert m["orthogonality_error"] < 1e-3
     assert m["procrustes_mse"] < 1e-4
     assert m["n_samples"] == 4000 and m["latent_dim"] == 8 and m["embed_dim"] == 8
-    # Whitening: ε = ‖Cov(h) − I‖_F (unbiased covariance) and the floor √(m(m+1)/n).
+    # Whitening: ε = ‖Cov(h) − I‖_F (unbiased covariance) and the floor √(m(m+1)/(n−1)).
     cov = np.cov(npz_files["good_h"].T)
     assert m["whitening_error"] == pytest.approx(np.linalg.norm(cov - np.eye(8)), abs=1e-9)
-    assert m["whitening_floor"] == pytest.approx(np.sqrt(8 * 9 / 4000), rel=1e-12)
+    assert m["whitening_floor"] == pytest.approx(np.sqrt(8 * 9 / 3999), rel=1e-12)
     assert 7.9 < m["effective_rank"] <= 8.0
     assert 0.0 < m["gaussianity_p_value"] <= 1.0
 

@@ -101,12 +101,13 @@ def test_circular_latents_sin_cos_r2():
     assert per["sin z0"] == pytest.approx(1.0) and per["cos z0"] < 0.01
 
 
-def test_whitening_floor_matches_white_noise():
+def test_whitening_floor_is_the_rms_of_epsilon_for_white_noise():
     rng = np.random.default_rng(3)
-    n, dim = 2000, 40
-    eps = [np.linalg.norm(np.cov(rng.standard_normal((n, dim)).T) - np.eye(dim))
-           for _ in range(5)]
-    assert np.mean(eps) == pytest.approx(whitening_floor(n, dim), rel=0.05)
+    for n, dim in ((50, 3), (2000, 40)):
+        eps = np.array([np.linalg.norm(np.cov(rng.standard_normal((n, dim)).T) - np.eye(dim))
+                        for _ in range(400 if n == 50 else 40)])
+        assert math.sqrt(np.mean(eps**2)) == pytest.approx(whitening_floor(n, dim), rel=0.04)
+        assert np.mean(eps) <= whitening_floor(n, dim)
     assert whitening_floor(10_000, 1024) == pytest.approx(10.25, abs=0.01)
 
 

@@ -370,8 +370,10 @@ def effective_rank_from_eigs(evals: np.ndarray) -> float:
 
 
 def whitening_floor(n_samples: int, dim: int) -> float:
-    """E‖Ĉov − I‖_F for n samples of a truly white dim-dimensional h: ≈ √(dim(dim+1)/n)."""
-    return math.sqrt(dim * (dim + 1) / max(n_samples, 1))
+    """The root-mean-square of ε = ‖Ĉov − I‖_F over samples of n rows of a truly white (Gaussian)
+    m-dimensional h: √(E ε²) = √(m(m+1)/(n−1)) exactly (Var Ĉov_ii = 2/(n−1), Var Ĉov_ij =
+    1/(n−1)). The mean of ε lies a little below it (E ε ≤ √(E ε²))."""
+    return math.sqrt(dim * (dim + 1) / max(n_samples - 1, 1))
 
 
 def principal_angles_deg(a: np.ndarray, b: np.ndarray) -> list[float]:
