@@ -139,7 +139,13 @@ def test_reacher_suite_carries_the_paper_configuration():
     assert sorted({r["rho"] for r in ou}) == [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
     assert sorted({r["stride"] for r in traj}) == [1, 2, 4, 8, 16, 32, 64]
     assert sorted({r["lamb"] for r in runs}) == [1e-3, 5e-3, 1e-2, 5e-2]
-    assert {r["epochs"] for r in runs} == {100} and {r["pairs"] for r in runs} == {100_000}
+    # pairs, epochs, image size and CNN come from the recipe: the paper's with recipe=paper
+    from idaudit.runs import resolve
+
+    assert not any("epochs" in r or "pairs" in r for r in runs)
+    paper = resolve({**ou[0], "recipe": "paper"})
+    assert paper.train.epochs == 100 and paper.world.extra["dataset"]["pairs"] == 100_000
+    assert paper.world.extra["dataset"]["image_size"] == 64
     # --steps does not touch pixel runs (they count epochs)
     assert all("steps" not in r for r in shrink(runs, steps=10))
 
@@ -215,7 +221,7 @@ def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
     counts = run_sweep(runs, tmp_path / "r", workers=1)
     assert counts["ok"] == 4, counts
     assert sorted(p.name for p in (tmp_path / "r" / "data").iterdir()) == [
-        "reacher-ou-rho0.9-n120-s0-e60", "reacher-traj-stride8-n120-s0-e60"]
+        "reacher-ou-rho0.9-n120-s0-px32-e60", "reacher-traj-stride8-n120-s0-px32-e60"]
     ok, _ = load_results(tmp_path / "r")
     rec = ok[0]
     assert len(rec["embedding_sample"]["z"]) == 60 and len(rec["embedding_sample"]["h"][0]) == 2
