@@ -44,7 +44,7 @@ def straightforward_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: 
     opt.zero_grad()
     loss.backward()
     opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def bench(name: str, size: int, width: int, steps: int, batch: int) -> None:
