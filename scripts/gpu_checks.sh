@@ -14,7 +14,7 @@ idaudit train --world coupling --dim 1024 --lamb 1e-6 --steps 20000 --seed 0 --d
   --out "$out/c1024.safetensors" -q | tail -3
 idaudit audit "$out/c1024.safetensors" --json "$out/c1024.audit.json" | tail -5
 # issue 4: the paper's Reacher scale (100 000 OU pairs, rho 0.95, lambda 5e-3, 100 epochs)
-MUJOCO_GL=egl idaudit train --world reacher --rho 0.95 --pairs 100000 --epochs 100 \
+MUJOCO_GL=egl idaudit train --world reacher --rho 0.95 --recipe paper \
   --device cuda --data "$out/reacher-ou" --out "$out/reacher.safetensors" -q | tail -25
 idaudit plan "$out/reacher.safetensors" --pairs 100 --json "$out/reacher.plan.json" \
   --plot "$out/reacher.png" | tail -8
