@@ -227,8 +227,8 @@ class Moments:
     Rows are gathered a chunk at a time into one reused buffer, shifted by ``shift`` (any
     vector near the mean: the result is exact whatever it is, it only keeps the sums small),
     and their products are added into a float64 scatter (the product in float32 for wide
-    float32 inputs). No full-size temporaries: fresh memory is slow to fault in. ``cov()`` is
-    the unbiased covariance; blocks are addressed by column slices.
+    float32 inputs). No full-size temporaries: fresh memory is slow to fault in. ``block(a, b)``
+    is a covariance block, addressed by column slices.
     """
 
     def __init__(self, blocks: list[np.ndarray], rows: np.ndarray,
@@ -261,9 +261,6 @@ class Moments:
         self.mean = shift + offset
         if self.n:  # Σ(x − s)(x − s)ᵀ − n(x̄ − s)(x̄ − s)ᵀ
             _rank1_update(self.scatter, -float(self.n), offset)
-
-    def cov(self, ddof: int = 1) -> np.ndarray:
-        return self.scatter / max(self.n - ddof, 1)
 
     def block(self, a: slice, b: slice, ddof: int = 0) -> np.ndarray:
         """One block of the covariance (population by default), without forming the rest."""
@@ -383,12 +380,6 @@ def principal_angles_deg(a: np.ndarray, b: np.ndarray) -> list[float]:
     return [float(np.degrees(v)) for v in subspace_angles(a, b)]
 
 
-def unit_directions(dim: int, n_slices: int, rng: np.random.Generator) -> np.ndarray:
-    """``n_slices`` random unit vectors in R^dim, as the columns of a (dim, n_slices) matrix."""
-    a = rng.standard_normal((dim, n_slices))
-    return a / np.linalg.norm(a, axis=0, keepdims=True)
-
-
 EP_KNOTS, EP_T_MAX = 17, 3.0  # as the training loss SIGReg
 
 
@@ -402,14 +393,9 @@ def _ep_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return t, phi, w * phi
 
 
-def epps_pulley(p: np.ndarray) -> float:
-    """The SIGReg statistic of standardised projections p (n × M):
-    n · mean_j Σ_k w_k |φ̂_j(t_k) − e^{−t_k²/2}|², t_k = kΔt on [0, 3], trapezoid weights."""
-    return epps_pulley_rows(np.ascontiguousarray(p.T))
-
-
 def epps_pulley_rows(pt: np.ndarray) -> float:
-    """:func:`epps_pulley` of projections given slice by slice, pt of shape (M, n)."""
+    """The SIGReg statistic of standardised projections given slice by slice, pt of shape
+    (M, n): n · mean_j Σ_k w_k |φ̂_j(t_k) − e^{−t_k²/2}|², t_k = kΔt on [0, 3]."""
     m, n = pt.shape
     _, phi, w = _ep_grid()
     theta = pt.astype(np.float64) * (EP_T_MAX / (EP_KNOTS - 1))
@@ -424,7 +410,7 @@ def epps_pulley_rows(pt: np.ndarray) -> float:
 
 
 def ep_null_weights(n_slices: int) -> np.ndarray:
-    """Weights c of the asymptotic null law Σ_k c_k χ²_{n_slices} of :func:`epps_pulley` on
+    """Weights c of the asymptotic null law Σ_k c_k χ²_{n_slices} of :func:`epps_pulley_rows` on
     ``n_slices`` independent standardised Gaussian projections.
 
     With the mean and variance estimated, √n(φ̂(t) − φ(t)) tends to a Gaussian process whose
@@ -522,6 +508,7 @@ def sliced_gaussianity(h: ArrayLike, n_slices: int = 64, sims: int = 0, seed: in
     if pt.shape[0] == 0:
         return {"gaussianity_statistic": None, "gaussianity_p_value": None}
     m = pt.shape[0]
+    weights = ep_null_weights(m)
     observed = epps_pulley_rows(pt)
     if sims > 0:
         null = [epps_pulley_rows(_whitened_projections(rng.standard_normal((n, m)), m, rng))
@@ -529,10 +516,10 @@ def sliced_gaussianity(h: ArrayLike, n_slices: int = 64, sims: int = 0, seed: in
         p_value = (1.0 + float(np.sum(np.asarray(null) >= observed))) / (1.0 + sims)
         method = f"monte carlo ({sims} simulations)"
     else:
-        p_value = chi2_mixture_sf(observed, ep_null_weights(m), m)
+        p_value = chi2_mixture_sf(observed, weights, m)
         method = "asymptotic"
     return {"gaussianity_statistic": observed, "gaussianity_p_value": p_value,
-            "gaussianity_null_mean": float(ep_null_weights(m).sum() * m),
+            "gaussianity_null_mean": float(weights.sum() * m),
             "gaussianity_method": method}
 
 

@@ -61,7 +61,7 @@ class ReacherWorld(World):
     def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
         given = dataset_spec(options)
         data = options.get("data")
-        if data is not None and (Path(data) / "meta.json").exists():
+        if data is not None and cls.data_exists(data):
             stored = read_meta(data)["spec"]
             stored = dataclasses.asdict(ReacherSpec(**stored))  # older datasets: defaults
             differ = {opt: (options[opt], stored.get(field))
