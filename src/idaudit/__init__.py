@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING, Any
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "2000"
 os.environ.setdefault("KMP_BLOCKTIME", "1")  # the same for Intel's OpenMP runtime (ms)
+# OpenBLAS (numpy's and SciPy's, two separate libraries) keeps its threads spinning for 2^28
+# cycles (≈ 0.1 s) after every call: on 2 cores the spinning threads of one library halve the
+# speed of the other's next call, and of any neighbour. 2^4 cycles: they sleep at once.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from ._version import __version__
 from .errors import IdauditError

@@ -157,14 +157,18 @@ def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[
 
 def inconclusive_reason(inp: AuditInputs) -> str | None:
     """Why no verdict can be given (NaN/Inf, collapse, too few samples), or None."""
+    sums = {}
     for name, arr in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime)):
+        if arr is None:
+            continue
         # a NaN or Inf anywhere makes its column's float64 sum non-finite (no copy of arr)
-        if arr is not None and not np.isfinite(arr.sum(0, dtype=np.float64)).all():
+        sums[name] = arr.sum(0, dtype=np.float64)
+        if not np.isfinite(sums[name]).all():
             if not bool(np.isfinite(arr).all()):
                 return f"{name} contains NaN or Inf values"
             return f"{name} holds values too large to sum in float64"
     n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    var, scale = _column_spread(inp.h)
+    var, scale = _column_spread(inp.h, sums["h"])
     if var <= 1e-12 * max(scale, 1e-30) or var == 0.0:
         return "the embedding collapsed: h has (near-)zero variance, every input maps to one point"
     need = 2 * (n + m) + 10
@@ -174,12 +178,13 @@ def inconclusive_reason(inp: AuditInputs) -> str | None:
     return None
 
 
-def _column_spread(h: np.ndarray) -> tuple[float, float]:
-    """(Σ_j Var(h_j), m · mean(h²)) in float64, a block of rows at a time."""
+def _column_spread(h: np.ndarray, sums: np.ndarray) -> tuple[float, float]:
+    """(Σ_j Var(h_j), m · mean(h²)) in float64 from h and its column sums, a block of rows at
+    a time."""
     rows = h.shape[0]
     if rows < 2:
         return 0.0, 0.0
-    mean = h.mean(0, dtype=np.float64)
+    mean = sums / rows
     ss = sq = 0.0
     for i in range(0, rows, 2048):
         c = h[i:i + 2048].astype(np.float64)

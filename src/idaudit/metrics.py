@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .linalg import explained_psd, linear_sum_assignment, solve_psd
+
 ArrayLike = Any
 
 
@@ -49,37 +51,12 @@ def covariance(*blocks: np.ndarray, ddof: int = 1) -> tuple[np.ndarray, np.ndarr
     return mean, xc.T @ xc / max(x.shape[0] - ddof, 1)
 
 
-def _pinv_psd(s: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Pseudo-inverse of a symmetric PSD matrix (directions below rtol·max eigenvalue dropped)."""
-    evals, evecs = np.linalg.eigh(s)
-    top = float(evals.max()) if evals.size else 0.0
-    keep = evals > rtol * max(top, 0.0)
-    if top <= 0.0 or not keep.any():
-        return np.zeros_like(s)
-    inv = np.where(keep, 1.0 / np.where(keep, evals, 1.0), 0.0)
-    return (evecs * inv) @ evecs.T
-
-
-def solve_psd(s_aa: np.ndarray, s_ab: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Σ_aa⁺ Σ_ab: a direct solve when Σ_aa is well conditioned (its Cholesky factor exists and
-    its diagonal spans less than 1/rtol in squares), else the pseudo-inverse."""
-    if s_aa.size == 0:
-        return np.zeros_like(s_ab)
-    try:
-        d = np.diagonal(np.linalg.cholesky(s_aa))
-    except np.linalg.LinAlgError:
-        d = None
-    if d is not None and float(d.min()) ** 2 > rtol * float(d.max()) ** 2:
-        return np.linalg.solve(s_aa, s_ab)
-    return _pinv_psd(s_aa, rtol) @ s_ab
-
-
 def r2_from_cov(s_aa: np.ndarray, s_ab: np.ndarray, s_bb: np.ndarray,
                 w: np.ndarray | None = None) -> np.ndarray:
     """Per-output R² of the least-squares fit b ≈ W a + c, from covariance blocks
     (``w`` = Σ_aa⁺ Σ_ab when already solved)."""
     var = np.diagonal(s_bb)
-    resid = var - (s_ab * (solve_psd(s_aa, s_ab) if w is None else w)).sum(0)
+    resid = var - (explained_psd(s_aa, s_ab) if w is None else (s_ab * w).sum(0))
     scale = float(np.abs(var).max()) if var.size else 0.0
     ok = var > 1e-12 * max(scale, 1e-300)
     return np.where(ok, 1.0 - resid / np.where(ok, var, 1.0), 0.0)
@@ -118,7 +95,9 @@ def orthogonality_error(q: ArrayLike) -> float:
     """‖Q̂ᵀQ̂ − I‖_F / √n for a map Q̂ of shape (m, n)."""
     q = to_numpy(q)
     n = q.shape[1]
-    return float(np.linalg.norm(q.T @ q - np.eye(n)) / math.sqrt(n))
+    g = q.T @ q
+    np.einsum("ii->i", g)[:] -= 1.0  # Q̂ᵀQ̂ − I, in place
+    return float(np.linalg.norm(g) / math.sqrt(n))
 
 
 def nuclear_norm(a: np.ndarray) -> float:
@@ -182,7 +161,18 @@ def whitening_error(h: ArrayLike) -> float:
     """ε = ‖Cov(h) − I‖_F."""
     h = as_f64(h)
     _, s = covariance(h)
-    return float(np.linalg.norm(s - np.eye(s.shape[0])))
+    return distance_to_identity(s)
+
+
+def distance_to_identity(s: np.ndarray, rows: int = 256) -> float:
+    """‖S − I‖_F for a square S, a block of rows at a time (no full-size temporary)."""
+    total = 0.0
+    for i in range(0, s.shape[0], rows):
+        block = np.array(s[i:i + rows], dtype=np.float64)
+        k = np.arange(block.shape[0])
+        block[k, i + k] -= 1.0
+        total += float(np.einsum("ij,ij->", block, block))
+    return math.sqrt(total)
 
 
 def alignment_gap(h: ArrayLike, h_prime: ArrayLike, rho: float) -> float:
@@ -227,44 +217,59 @@ class Moments:
     Rows are gathered a chunk at a time into one reused buffer, shifted by ``shift`` (any
     vector near the mean: the result is exact whatever it is, it only keeps the sums small),
     and their products are added into a float64 scatter (the product in float32 for wide
-    float32 inputs). No full-size temporaries: fresh memory is slow to fault in. ``block(a, b)``
-    is a covariance block, addressed by column slices.
+    float32 inputs). No full-size temporaries: fresh memory is slow to fault in.
     """
 
     def __init__(self, blocks: list[np.ndarray], rows: np.ndarray,
                  shift: np.ndarray | None = None) -> None:
+        (self.n, self.mean, self.scatter), = Moments._accumulate(blocks, [rows], shift)
+
+    @staticmethod
+    def of_row_sets(blocks: list[np.ndarray], row_sets: list[np.ndarray],
+                    shift: np.ndarray | None = None) -> list[Moments]:
+        """The moments of several row subsets, sharing one set of work buffers."""
+        out = []
+        for n, mean, scatter in Moments._accumulate(blocks, row_sets, shift):
+            m = Moments.__new__(Moments)
+            m.n, m.mean, m.scatter = n, mean, scatter
+            out.append(m)
+        return out
+
+    @staticmethod
+    def _accumulate(blocks: list[np.ndarray], row_sets: list[np.ndarray],
+                    shift: np.ndarray | None) -> list[tuple[int, np.ndarray, np.ndarray]]:
         widths = [blk.shape[1] for blk in blocks]
         cols = int(sum(widths))
         wide32 = cols > _F32_MIN_COLS and all(blk.dtype == np.float32 for blk in blocks)
         work = np.float32 if wide32 else np.float64
         shift = np.zeros(cols) if shift is None else np.asarray(shift, dtype=np.float64)
         shift_w = shift.astype(work)
-        rows = np.sort(np.asarray(rows, dtype=np.int64))
-        self.n = int(rows.size)
-        self.scatter = np.zeros((cols, cols))
+        most = max((int(np.size(r)) for r in row_sets), default=0)
         product = np.empty((cols, cols), dtype=work)
-        total = np.zeros(cols)
-        buf = np.empty((min(_CHUNK_ROWS, max(self.n, 1)), cols), dtype=work)
-        for i in range(0, self.n, _CHUNK_ROWS):
-            idx = rows[i:i + _CHUNK_ROWS]
-            part = buf[: idx.size]
-            start = 0
-            for blk, wdt in zip(blocks, widths):
-                part[:, start:start + wdt] = blk[idx]
-                start += wdt
-            part -= shift_w
-            total += part.sum(0, dtype=np.float64)
-            if cols:  # xᵀx (numpy hands a product of a matrix with its transpose to syrk)
-                np.matmul(part.T, part, out=product)
-                self.scatter += product
-        offset = total / max(self.n, 1)  # the subset mean minus the shift
-        self.mean = shift + offset
-        if self.n:  # Σ(x − s)(x − s)ᵀ − n(x̄ − s)(x̄ − s)ᵀ
-            _rank1_update(self.scatter, -float(self.n), offset)
-
-    def block(self, a: slice, b: slice, ddof: int = 0) -> np.ndarray:
-        """One block of the covariance (population by default), without forming the rest."""
-        return self.scatter[a, b] / max(self.n - ddof, 1)
+        buf = np.empty((min(_CHUNK_ROWS, max(most, 1)), cols), dtype=work)
+        results = []
+        for rows in row_sets:
+            rows = np.sort(np.asarray(rows, dtype=np.int64))
+            n = int(rows.size)
+            scatter = np.zeros((cols, cols))
+            total = np.zeros(cols)
+            for i in range(0, n, _CHUNK_ROWS):
+                idx = rows[i:i + _CHUNK_ROWS]
+                part = buf[: idx.size]
+                start = 0
+                for blk, wdt in zip(blocks, widths):
+                    part[:, start:start + wdt] = blk[idx]
+                    start += wdt
+                part -= shift_w
+                total += part.sum(0, dtype=np.float64)
+                if cols:  # xᵀx (numpy hands a product of a matrix with its transpose to syrk)
+                    np.matmul(part.T, part, out=product)
+                    scatter += product
+            offset = total / max(n, 1)  # the subset mean minus the shift
+            if n:  # Σ(x − s)(x − s)ᵀ − n(x̄ − s)(x̄ − s)ᵀ
+                _rank1_update(scatter, -float(n), offset)
+            results.append((n, shift + offset, scatter))
+        return results
 
     def restricted(self, cols: np.ndarray) -> Moments:
         """The same moments for a subset of the columns (no pass over the data)."""
@@ -295,12 +300,13 @@ def heldout_r2_from_moments(train: Moments, test: Moments, a: slice, b: slice) -
 
     SST is taken about the test mean (scikit-learn's r2_score on the test split).
     """
-    w = solve_psd(train.block(a, a), train.block(a, b))
+    w = solve_psd(train.scatter[a, a], train.scatter[a, b])  # the scatter's 1/n cancels
     c = train.mean[b] - train.mean[a] @ w
-    sbb, sab, saa = test.block(b, b), test.block(a, b), test.block(a, a)
     bias = test.mean[b] - test.mean[a] @ w - c
-    var = np.diagonal(sbb)
-    sse = var - 2.0 * (w * sab).sum(0) + (w * (saa @ w)).sum(0) + bias**2
+    s, n_te = test.scatter, max(test.n, 1)  # test covariances are these scatter blocks / n_te
+    var = np.diagonal(s[b, b]) / n_te
+    fit = np.einsum("ij,ij->j", w, s[a, a] @ w) - 2.0 * np.einsum("ij,ij->j", w, s[a, b])
+    sse = var + fit / n_te + bias**2
     scale = float(np.abs(var).max()) if var.size else 0.0
     ok = var > 1e-12 * max(scale, 1e-300)
     return np.where(ok, 1.0 - sse / np.where(ok, var, 1.0), 0.0)
@@ -310,42 +316,14 @@ def mcc_from_cov(s_zz: np.ndarray, s_zh: np.ndarray, s_hh: np.ndarray) -> float:
     """Mean absolute Pearson correlation of latents and embedding dims after Hungarian matching."""
     dz = np.sqrt(np.clip(np.diagonal(s_zz), 0, None))
     dh = np.sqrt(np.clip(np.diagonal(s_hh), 0, None))
-    denom = dz[:, None] * dh[None, :]
-    corr = np.abs(np.where(denom > 0, s_zh / np.where(denom > 0, denom, 1.0), 0.0))
-    rows, cols = _linear_sum_assignment()(-corr)
+    inv_z = np.where(dz > 0, 1.0 / np.where(dz > 0, dz, 1.0), 0.0)  # a constant column: 0
+    inv_h = np.where(dh > 0, 1.0 / np.where(dh > 0, dh, 1.0), 0.0)
+    corr = np.abs(s_zh * inv_z[:, None])
+    corr *= inv_h[None, :]
+    rows, cols = linear_sum_assignment(corr, maximize=True)
     return float(corr[rows, cols].mean())
 
 
-def _linear_sum_assignment():
-    """scipy's linear_sum_assignment, loaded from its extension module alone when possible:
-    importing scipy.optimize costs more (≈ 0.4 s) than a 1024 × 1024 assignment."""
-    global _LSAP
-    if _LSAP is None:
-        try:
-            import importlib.machinery
-            import importlib.util
-            import sys
-            from pathlib import Path
-
-            import scipy
-
-            name = "scipy.optimize._lsap"
-            mod = sys.modules.get(name)
-            if mod is None:
-                path = next((Path(scipy.__file__).parent / "optimize").glob("_lsap.*"))
-                loader = importlib.machinery.ExtensionFileLoader(name, str(path))
-                spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-                mod = importlib.util.module_from_spec(spec)
-                loader.exec_module(mod)
-            _LSAP = mod.linear_sum_assignment
-        except Exception:  # any other layout: the public import
-            from scipy.optimize import linear_sum_assignment
-
-            _LSAP = linear_sum_assignment
-    return _LSAP
-
-
-_LSAP = None
 
 
 def mcc(z: ArrayLike, h: ArrayLike) -> float:
@@ -398,14 +376,14 @@ def epps_pulley_rows(pt: np.ndarray) -> float:
     (M, n): n · mean_j Σ_k w_k |φ̂_j(t_k) − e^{−t_k²/2}|², t_k = kΔt on [0, 3]."""
     m, n = pt.shape
     _, phi, w = _ep_grid()
-    theta = pt.astype(np.float64) * (EP_T_MAX / (EP_KNOTS - 1))
-    c1, s1 = np.cos(theta), np.sin(theta)
-    c, s = c1.copy(), s1.copy()
+    e1 = np.exp(1j * (pt.astype(np.float64) * (EP_T_MAX / (EP_KNOTS - 1))))  # e^{iΔt·x}
+    ek = e1.copy()
     total = 0.0
-    for k in range(1, EP_KNOTS):  # cos/sin of k·θ by the angle-addition recurrence
-        total += w[k] * float(((c.mean(1) - phi[k]) ** 2 + s.mean(1) ** 2).sum())
+    for k in range(1, EP_KNOTS):  # ek = e^{i t_k x}, by repeated multiplication in place
+        cf = ek.mean(1)  # the empirical characteristic function of each slice at t_k
+        total += w[k] * float(((cf.real - phi[k]) ** 2 + cf.imag**2).sum())
         if k < EP_KNOTS - 1:
-            c, s = c * c1 - s * s1, s * c1 + c * s1
+            np.multiply(ek, e1, out=ek)
     return total * n / m  # k = 0 adds 0
 
 
@@ -479,8 +457,13 @@ def _whitened_projections(h: np.ndarray, n_slices: int, rng: np.random.Generator
     n × M′ frame orthogonal to 1, whatever Cov(h) and dim h: the null law of the statistic
     depends on n and M′ alone. Directions with no variance are dropped (M′ ≤ M).
     """
-    g = rng.standard_normal((h.shape[1], n_slices))
-    proj = (h @ g.astype(h.dtype)).astype(np.float64)
+    g = rng.standard_normal((h.shape[1], n_slices)).astype(h.dtype)
+    proj = np.empty((h.shape[0], n_slices))
+    buf = np.empty((min(_CHUNK_ROWS, h.shape[0]), h.shape[1]), dtype=h.dtype)
+    for i in range(0, h.shape[0], _CHUNK_ROWS):  # through an aligned buffer: a memory-mapped h
+        part = buf[: min(_CHUNK_ROWS, h.shape[0] - i)]  # is often unaligned, and numpy would
+        np.copyto(part, h[i:i + part.shape[0]])  # copy all of it into fresh memory first
+        proj[i:i + part.shape[0]] = part @ g
     proj -= proj.mean(0)
     evals, evecs = np.linalg.eigh(proj.T @ proj / max(h.shape[0] - 1, 1))
     keep = evals > 1e-10 * max(float(evals.max()), 1e-300)
@@ -563,7 +546,8 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     blocks.append(ht.astype(dtype, copy=False))
     if x is not None:
         blocks.append(to_numpy(x).reshape(rows, -1).astype(dtype, copy=False))
-    shift = np.concatenate([blk.mean(0, dtype=np.float64) for blk in blocks])
+    # any point near the mean keeps the moments' sums small: the mean of the first rows will do
+    shift = np.concatenate([blk[:_CHUNK_ROWS].mean(0, dtype=np.float64) for blk in blocks])
     iz = slice(0, n)
     ic = slice(n, n + 2 * len(circ))
     ih = slice(ic.stop, ic.stop + m)
@@ -576,7 +560,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         mask = np.zeros(rows, dtype=bool)
         mask[to_numpy(test_rows).astype(np.int64)] = True
         test_rows, train_rows = np.flatnonzero(mask), np.flatnonzero(~mask)
-    m_tr, m_te = Moments(blocks, train_rows, shift), Moments(blocks, test_rows, shift)
+    m_tr, m_te = Moments.of_row_sets(blocks, [train_rows, test_rows], shift)
     s = Moments.pooled(m_tr, m_te).scatter
     s /= max(rows - 1, 1)  # the covariance, in place
     s_zz, s_zh, s_hh = s[iz, iz], s[iz, ih], s[ih, ih]
@@ -584,7 +568,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
 
     w_zh = solve_psd(s_zz, s_zh)  # one solve serves Q̂ and R²(z → h)
     q = w_zh.T
-    eps = float(np.linalg.norm(s_hh - np.eye(m)))
+    eps = distance_to_identity(s_hh)
     floor = whitening_floor(rows, m)
     r2_hz = _r2_block(s, ih, iz)
     r2_hz_ho = heldout_r2_from_moments(m_tr, m_te, ih, iz)
@@ -597,7 +581,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
         "r2_h_to_z_heldout_per_dim": [float(v) for v in r2_hz_ho],
         "orthogonality_error": orthogonality_error(q),
-        "procrustes_mse": procrustes_from_cov(pop * s_zz, pop * s_zh, pop * s_hh),
+        "procrustes_mse": pop * procrustes_from_cov(s_zz, s_zh, s_hh),  # linear in Σ
         "whitening_error": eps,
         "whitening_floor": floor,
         "whitening_error_corrected": math.sqrt(max(eps**2 - floor**2, 0.0)),
