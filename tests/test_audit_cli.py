@@ -25,7 +25,7 @@ FAST = ("--gauss-sims", "5")
 WORLD = ("--world", "coupling", "--dim", "4", "--n-eval", "2000", "--gauss-sims", "0")
 CONTRACT = ("r2_h_to_z_heldout", "mcc", "orthogonality_error", "procrustes_mse",
             "whitening_error", "whitening_floor", "effective_rank", "gaussianity_p_value")
-BOUND_KEYS = ("alignment_gap", "D", "bound", "bound_holds", "bound_corrected", "bound_vacuous")
+BOUND_KEYS = ("alignment_gap", "D", "bound", "bound_holds", "bound_upper", "bound_vacuous")
 
 
 def run(*args):
@@ -221,7 +221,7 @@ def test_ou_pairs_give_the_bound(ou_arrays, tmp_path):
     assert m["procrustes_mse"] == pytest.approx(4 * 0.1**2, rel=0.15)
     assert m["bound_holds"] is True and m["procrustes_mse"] <= m["bound"]
     assert m["bound_vacuous"] is False
-    assert m["procrustes_mse"] <= m["bound_corrected"] <= m["bound"]
+    assert m["bound"] <= m["bound_upper"] and m["bound_upper_confidence"] == 0.95
 
 
 def test_bound_gate_on_a_boolean_metric(ou_arrays, tmp_path):
@@ -634,3 +634,42 @@ def test_option_range_errors(npz_files):
                               "--test-fraction", "1.5"), "--test-fraction")
     assert_one_line_error(run("audit", npz_files["good"], "--circular", "0,x"), "--circular")
     assert_one_line_error(run("audit", npz_files["good"], "--circular", "9"), "out of range")
+
+
+def test_several_runs_are_gated_on_the_worst_or_the_median(tmp_path):
+    rng = np.random.default_rng(11)
+    z = rng.standard_normal((2000, 3))
+    paths = []
+    for i, noise in enumerate((0.05, 0.1, 0.6)):  # two good seeds and a poor one
+        paths.append(tmp_path / f"run{i}.npz")
+        np.savez(paths[-1], z=z, h=z + noise * rng.standard_normal(z.shape))
+    res = run("audit", *paths, "--min-r2", "0.95", "--gauss-sims", "0", "--json",
+              tmp_path / "worst.json")
+    rep = read_json(tmp_path / "worst.json")
+    assert res.exit_code == 1, res.output
+    per_run = [r["metrics"]["r2_h_to_z_heldout"] for r in rep["runs"]]
+    assert len(per_run) == 3 and rep["metrics"]["n_runs"] == 3
+    assert rep["metrics"]["r2_h_to_z_heldout"] == min(per_run) < 0.95
+    res = run("audit", *paths, "--min-r2", "0.95", "--reduce", "median", "--gauss-sims", "0",
+              "--json", tmp_path / "median.json")
+    assert res.exit_code == 0, res.output
+    assert read_json(tmp_path / "median.json")["metrics"]["r2_h_to_z_heldout"] == \
+        pytest.approx(float(np.median(per_run)))
+    np.savez(tmp_path / "flat.npz", z=z, h=np.zeros_like(z))
+    res = run("audit", paths[0], tmp_path / "flat.npz", "--min-r2", "0.9")
+    assert res.exit_code == 3 and "flat.npz" in res.output
+    assert_one_line_error(run("audit", paths[0], "--reduce", "median"), "several targets")
+    assert_one_line_error(run("audit", *paths, "--reduce", "mean"), "--reduce must be")
+
+
+def test_gate_on_the_lower_end_of_the_bootstrap_interval(ou_arrays, tmp_path):
+    np.savez(tmp_path / "ou.npz", **ou_arrays)
+    out = tmp_path / "b.json"
+    res = run("audit", tmp_path / "ou.npz", "--bootstrap", "50", "--gauss-sims", "0",
+              "--min", "r2_h_to_z_heldout_ci_low=0.5", "--json", out)
+    assert res.exit_code == 0, res.output
+    m = read_json(out)["metrics"]
+    assert m["r2_h_to_z_heldout_ci_low"] == m["r2_h_to_z_heldout_ci"][0]
+    assert m["r2_h_to_z_heldout_ci_low"] <= m["r2_h_to_z_heldout"]
+    assert_one_line_error(run("audit", tmp_path / "ou.npz", "--min",
+                              "r2_h_to_z_heldout_ci_low=0.5"), "needs --bootstrap")

@@ -233,3 +233,27 @@ def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
     md = (tmp_path / "r" / "summary.md").read_text()
     assert "| λ | OU ρ |" in md and "| λ | stride δ | ρ₀ | ρ₁ |" in md
     assert md.count("| 0.005 |") == 2 and md.count("| 0.01 |") == 2
+
+
+def test_checkpoints_are_kept_for_audit_and_failed_runs_exit_4(tmp_path, monkeypatch):
+    suite = _write(tmp_path, TINY.replace("dim = [2, 4]", "dim = [2]"))
+    res = runner.invoke(app, ["sweep", str(suite), "--out", str(tmp_path / "o"), "--workers",
+                              "1", "--seeds", "1", "--checkpoints"])
+    assert res.exit_code == 0, res.output
+    (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "o" / "runs").glob("*.json")]
+    ckpt = tmp_path / "o" / "checkpoints" / f"{rec['id']}.safetensors"
+    assert ckpt.exists() and rec["checkpoint"] == str(ckpt)
+    res = runner.invoke(app, ["audit", str(ckpt), "--json", str(tmp_path / "a.json")])
+    assert res.exit_code == 0, res.output
+    audited = json.loads((tmp_path / "a.json").read_text())["metrics"]["r2_h_to_z"]
+    assert audited == pytest.approx(rec["metrics"]["r2_h_to_z"], abs=1e-9)
+
+    import idaudit.sweep as sweep
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(sweep, "run_one", boom)
+    res = runner.invoke(app, ["sweep", str(suite), "--out", str(tmp_path / "p"), "--workers",
+                              "1", "--seeds", "1"])
+    assert res.exit_code == 4 and "1 failed" in res.output

@@ -27,10 +27,11 @@ KNOWN_METRICS = {
     "r2_h_to_z", "r2_z_to_h", "r2_h_to_z_heldout", "r2_z_to_h_heldout", "mcc",
     "orthogonality_error", "procrustes_mse", "whitening_error", "whitening_floor",
     "whitening_error_corrected", "effective_rank", "total_variance_h", "alignment_gap", "D",
-    "bound", "bound_holds", "bound_corrected", "bound_corrected_holds", "bound_trivial",
-    "bound_vacuous", "bound_floor", "bound_floor_dominated", "mixing_r2_x_to_z", "r2_h_to_sincos",
-    "principal_angle_max_deg", "gaussianity_statistic", "gaussianity_p_value", "n_samples",
-    "latent_dim", "embed_dim",
+    "bound", "bound_holds", "bound_upper", "bound_upper_vacuous", "whitening_error_upper",
+    "alignment_gap_upper", "D_upper", "bound_trivial", "bound_vacuous", "bound_floor",
+    "bound_floor_dominated", "mixing_r2_x_to_z", "r2_h_to_sincos", "principal_angle_max_deg",
+    "gaussianity_statistic", "gaussianity_p_value", "n_samples", "latent_dim", "embed_dim",
+    "r2_h_to_z_heldout_ci_low",
 }
 
 
@@ -70,6 +71,7 @@ class AuditReport:
     reason: str | None = None
     source: str = ""
     world: dict[str, Any] | None = None
+    runs: list[dict[str, Any]] | None = None  # several runs gated together: each one's report
 
     @property
     def passed(self) -> bool:
@@ -92,26 +94,29 @@ class AuditReport:
         return self.markdown()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "reason": self.reason, "source": self.source,
-                "world": self.world, "metrics": self.metrics,
-                "gate": [t.to_dict() for t in self.thresholds]}
+        out = {"verdict": self.verdict, "reason": self.reason, "source": self.source,
+               "world": self.world, "metrics": self.metrics,
+               "gate": [t.to_dict() for t in self.thresholds]}
+        if self.runs is not None:
+            out["runs"] = self.runs
+        return out
 
 
 # ---- thresholds -------------------------------------------------------------------------
 
 
-def parse_threshold(text: str, op: str) -> Threshold:
-    """``KEY=VALUE`` → Threshold (unknown metric names are an input error)."""
+def parse_threshold(text: str, op: str, known: set[str] = KNOWN_METRICS) -> Threshold:
+    """``KEY=VALUE`` → Threshold (metric names outside ``known`` are an input error)."""
     key, sep, value = text.partition("=")
     if not sep:
         raise IdauditError(f"--{op} expects METRIC=VALUE, got {text!r}")
-    return make_threshold(key.strip(), op, value.strip())
+    return make_threshold(key.strip(), op, value.strip(), known)
 
 
-def make_threshold(key: str, op: str, value: Any) -> Threshold:
-    if key not in KNOWN_METRICS:
+def make_threshold(key: str, op: str, value: Any, known: set[str] = KNOWN_METRICS) -> Threshold:
+    if key not in known:
         raise IdauditError(f"unknown metric {key!r} in the gate; valid: "
-                           f"{', '.join(sorted(KNOWN_METRICS))}")
+                           f"{', '.join(sorted(known))}")
     if op not in ("min", "max"):
         raise IdauditError(f"gate operator must be min or max, got {op!r}")
     try:
@@ -123,7 +128,7 @@ def make_threshold(key: str, op: str, value: Any) -> Threshold:
     return Threshold(key, op, v)
 
 
-def load_gate_file(path: str | Path) -> list[Threshold]:
+def load_gate_file(path: str | Path, known: set[str] = KNOWN_METRICS) -> list[Threshold]:
     """A TOML gate: ``[min]`` and ``[max]`` tables of ``metric = value``."""
     from .io import load_toml
 
@@ -136,16 +141,17 @@ def load_gate_file(path: str | Path) -> list[Threshold]:
         table = data.get(op, {})
         if not isinstance(table, dict):
             raise IdauditError(f"gate file {path}: [{op}] must be a table of metric = value")
-        out += [make_threshold(k, op, v) for k, v in table.items()]
+        out += [make_threshold(k, op, v, known) for k, v in table.items()]
     return out
 
 
 def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[Threshold]:
     for t in thresholds:
         if t.metric not in metrics or metrics[t.metric] is None:
-            raise IdauditError(f"metric {t.metric!r} is not available for these inputs"
-                               + (" (it needs h′ and ρ)" if t.metric in
-                                  {"alignment_gap", "D", "bound", "bound_holds"} else ""))
+            need = (" (it needs h′ and ρ)" if t.metric in
+                    {"alignment_gap", "D", "bound", "bound_holds", "bound_upper"} else
+                    " (it needs --bootstrap B)" if t.metric.endswith("_ci_low") else "")
+            raise IdauditError(f"metric {t.metric!r} is not available for these inputs{need}")
         actual = float(metrics[t.metric])
         t.actual = actual
         t.passed = bool(actual >= t.value) if t.op == "min" else bool(actual <= t.value)
@@ -159,23 +165,35 @@ def inconclusive_reason(inp: AuditInputs) -> str | None:
     """Why no verdict can be given (NaN/Inf, collapse, too few samples), or None."""
     sums = {}
     for name, arr in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime)):
-        if arr is None:
-            continue
-        # a NaN or Inf anywhere makes its column's float64 sum non-finite (no copy of arr)
-        sums[name] = arr.sum(0, dtype=np.float64)
-        if not np.isfinite(sums[name]).all():
-            if not bool(np.isfinite(arr).all()):
-                return f"{name} contains NaN or Inf values"
-            return f"{name} holds values too large to sum in float64"
+        if arr is not None:
+            sums[name], problem = column_sums(arr, name)
+            if problem:
+                return problem
     n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    var, scale = _column_spread(inp.h, sums["h"])
-    if var <= 1e-12 * max(scale, 1e-30) or var == 0.0:
+    if collapsed(inp.h, sums["h"]):
         return "the embedding collapsed: h has (near-)zero variance, every input maps to one point"
     need = 2 * (n + m) + 10
     if n_rows < need:
         return (f"too few samples: {n_rows} rows for a {n}-dimensional latent and a "
                 f"{m}-dimensional embedding (need at least {need} for held-out fits)")
     return None
+
+
+def column_sums(arr: np.ndarray, name: str) -> tuple[np.ndarray, str | None]:
+    """The float64 column sums of arr, and what is wrong with its values (NaN, Inf, too large)
+    or None: a NaN or Inf anywhere makes its column's sum non-finite (no copy of arr)."""
+    sums = arr.sum(0, dtype=np.float64)
+    if np.isfinite(sums).all():
+        return sums, None
+    if not bool(np.isfinite(arr).all()):
+        return sums, f"{name} contains NaN or Inf values"
+    return sums, f"{name} holds values too large to sum in float64"
+
+
+def collapsed(h: np.ndarray, sums: np.ndarray) -> bool:
+    """Whether h has (near-)zero total variance relative to its scale (every input → one point)."""
+    var, scale = _column_spread(h, sums)
+    return var <= 1e-12 * max(scale, 1e-30) or var == 0.0
 
 
 def _column_spread(h: np.ndarray, sums: np.ndarray) -> tuple[float, float]:
@@ -198,9 +216,13 @@ def split_reason(inp: AuditInputs, test_fraction: float) -> str | None:
     """Why the held-out split cannot support the fits (too few rows on one side), or None."""
     if inp.test_rows is not None:
         return None
-    rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
+    return split_reason_rows(inp.h.shape[0], max(inp.z.shape[1], inp.h.shape[1]), test_fraction)
+
+
+def split_reason_rows(rows: int, width: int, test_fraction: float) -> str | None:
+    """Why a held-out split of ``rows`` rows cannot support fits on ``width`` columns, or None."""
     n_test = max(1, min(rows - 1, int(round(rows * test_fraction))))
-    need = max(n, m) + 2
+    need = width + 2
     if rows - n_test < need or n_test < 2:
         return (f"--test-fraction {test_fraction:g} leaves {rows - n_test} rows to fit and "
                 f"{n_test} to test; the fits need at least {need} and 2 (choose a fraction "
@@ -263,6 +285,51 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     failed = [t for t in thresholds if not t.passed]
     return AuditReport(metrics=metrics, thresholds=thresholds,
                        verdict="fail" if failed else "pass", source=inp.source, world=inp.world)
+
+
+REDUCTIONS = ("worst", "median")
+
+
+def combine_reports(reports: list[AuditReport], thresholds: list[Threshold] | None = None,
+                    reduce: str = "worst") -> AuditReport:
+    """One verdict for several runs of one recipe (seeds, checkpoints), so a gate does not
+    flake on one run's noise: every numeric metric is the median over the runs, and a gated
+    metric is the median (``reduce="median"``) or the worst run's value (``"worst"``: the
+    smallest for a ``--min`` gate, the largest for a ``--max`` one). Any inconclusive run makes
+    the whole inconclusive."""
+    if reduce not in REDUCTIONS:
+        raise IdauditError(f"--reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
+    thresholds = list(thresholds or [])
+    runs = [r.to_dict() for r in reports]
+    source = ", ".join(r.source for r in reports)
+    bad = next((r for r in reports if r.verdict == "inconclusive"), None)
+    if bad is not None:
+        return AuditReport(metrics={"n_runs": len(reports)}, thresholds=thresholds,
+                           verdict="inconclusive", reason=f"{bad.source}: {bad.reason}",
+                           source=source, world=reports[0].world, runs=runs)
+    keys = [k for k, v in reports[0].metrics.items()
+            if isinstance(v, (int, float)) and all(k in r.metrics for r in reports)]
+    metrics: dict[str, Any] = {}
+    for k in keys:
+        vals = [r.metrics[k] for r in reports]
+        if any(v is None for v in vals):
+            continue
+        if isinstance(vals[0], bool):
+            metrics[k] = sum(vals) * 2 > len(vals)  # the majority
+        else:
+            metrics[k] = float(np.median(np.asarray(vals, dtype=np.float64)))
+    if reduce == "worst":
+        for t in thresholds:
+            vals = [r.metrics.get(t.metric) for r in reports]
+            if all(v is not None for v in vals):
+                pick = min if t.op == "min" else max
+                metrics[t.metric] = pick(vals)
+    metrics.update(n_runs=len(reports), reduce=reduce)
+    evaluate_gate(metrics, thresholds)
+    failed = [t for t in thresholds if not t.passed]
+    return AuditReport(metrics=metrics, thresholds=thresholds,
+                       verdict="fail" if failed else "pass", source=source,
+                       world=reports[0].world, runs=runs)
 
 
 def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,
@@ -343,6 +410,20 @@ def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
     return AuditInputs(**vars(arrays))
 
 
+def eval_set_for(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
+                 n_eval: int | None = None, seed: int | None = None,
+                 options: dict[str, Any] | None = None) -> tuple[Any, Any, int]:
+    """(world, evaluation set, its seed) to embed for an encoder: ``data``/``world`` when
+    given, else a checkpoint's own world with its training's eval-set size and seed."""
+    w = world_for_encoder(loaded, world, data, options)
+    own = world is None and data is None and loaded.world is not None
+    if own:
+        n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
+        seed = seed if seed is not None else int(loaded.train.get("seed", 0))
+    seed = seed or 0
+    return w, w.eval_set(n_eval, seed), seed
+
+
 def inputs_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
                        n_eval: int | None = None, seed: int | None = None,
                        options: dict[str, Any] | None = None) -> AuditInputs:
@@ -350,13 +431,7 @@ def inputs_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Pat
     training used, same size and seed)."""
     from .encoders import embed
 
-    w = world_for_encoder(loaded, world, data, options)
-    own = world is None and data is None and loaded.world is not None
-    if own:
-        n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
-        seed = seed if seed is not None else int(loaded.train.get("seed", 0))
-    seed = seed or 0
-    ev = w.eval_set(n_eval, seed)
+    w, ev, seed = eval_set_for(loaded, world, data, n_eval, seed, options)
     h = embed(loaded.module, ev.x)
     hp = embed(loaded.module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None \
         else None

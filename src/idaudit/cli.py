@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .errors import IdauditError, check_seed
+from .errors import EXIT_RUNS_FAILED, IdauditError, check_seed
 from .io import check_writable
 
 app = typer.Typer(
@@ -230,7 +230,12 @@ DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs fi
 @app.command()
 @cli_errors
 def audit(
-    target: Path = EncoderArg,
+    targets: list[Path] = typer.Argument(..., help="encoder or arrays to audit: an idaudit "
+                                         "checkpoint, TorchScript/.pt2, weights + --arch, or "
+                                         "z/h arrays; several (e.g. seeds of one recipe) are "
+                                         "gated together, see --reduce"),
+    reduce: str = typer.Option("worst", "--reduce", help="with several targets, gate the "
+                               "worst run's value of each gated metric, or the median"),
     json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
     junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
     markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
@@ -271,7 +276,9 @@ def audit(
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
     from .auditing import (
+        REDUCTIONS,
         audit_inputs,
+        combine_reports,
         gate_thresholds,
         inputs_for_encoder,
         inputs_from_arrays,
@@ -301,22 +308,30 @@ def audit(
         except ValueError:
             raise IdauditError(f"--circular expects comma-separated integers, got {circular!r}") \
                 from None
-    loaded = load_target(target, arch=arch, trust_pickle=trust_pickle,
-                         arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"))
+    if reduce not in REDUCTIONS:
+        raise IdauditError(f"--reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
+    if len(targets) == 1 and reduce != "worst":
+        raise IdauditError("--reduce applies to several targets; one was given")
+    kwargs = parse_json_object(arch_kwargs, "--arch-kwargs")
     options = _world_options(dim=dim, source=source, alpha=alpha, rho=rho, layers=layers)
-    if isinstance(loaded, Arrays):
-        if world_ or data or options or n_eval is not None:
-            raise IdauditError("arrays are audited as they are: --world, --data, --n-eval and "
-                               "world options do not apply")
-        inputs = inputs_from_arrays(loaded)
-    else:
-        inputs = inputs_for_encoder(loaded, world=world_, data=data, n_eval=n_eval, seed=seed,
-                                    options=options)
-        seed = inputs.seed
-    if circ:
-        inputs.circular = circ
-    report = audit_inputs(inputs, thresholds, bootstrap=bootstrap, test_fraction=test_fraction,
-                          seed=seed or 0, gauss_sims=gauss_sims)
+    reports = []
+    for target in targets:
+        loaded = load_target(target, arch=arch, trust_pickle=trust_pickle, arch_kwargs=kwargs)
+        if isinstance(loaded, Arrays):
+            if world_ or data or options or n_eval is not None:
+                raise IdauditError("arrays are audited as they are: --world, --data, --n-eval "
+                                   "and world options do not apply")
+            inputs, run_seed = inputs_from_arrays(loaded), seed
+        else:
+            inputs = inputs_for_encoder(loaded, world=world_, data=data, n_eval=n_eval,
+                                        seed=seed, options=options)
+            run_seed = inputs.seed
+        if circ:
+            inputs.circular = circ
+        reports.append(audit_inputs(inputs, [] if len(targets) > 1 else thresholds,
+                                    bootstrap=bootstrap, test_fraction=test_fraction,
+                                    seed=run_seed or 0, gauss_sims=gauss_sims))
+    report = reports[0] if len(targets) == 1 else combine_reports(reports, thresholds, reduce)
     out.print(audit_table(report))
     if report.reason:
         err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
@@ -328,6 +343,101 @@ def audit(
         atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
     if markdown is not None:
         text_md = audit_markdown(report)
+        atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
+    failed = [t.metric for t in report.failed]
+    if failed:
+        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+@cli_errors
+def consistency(
+    targets: list[Path] = typer.Argument(..., help="two or more runs: arrays with h (.npy, or h "
+                                         "in .npz/.safetensors) embedding the same inputs, or "
+                                         "encoders in any form audit takes"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
+    junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
+    arch: str | None = ArchOpt,
+    arch_kwargs: str | None = ArchKwargsOpt,
+    trust_pickle: bool = TrustOpt,
+    world_: str | None = EvalWorldOpt,
+    dim: int | None = DimOpt,
+    source: str | None = SourceOpt,
+    alpha: float | None = AlphaOpt,
+    rho: float | None = RhoOpt,
+    layers: int | None = LayersOpt,
+    data: Path | None = DataOpt,
+    n_eval: int | None = typer.Option(None, "--n-eval", help="inputs to embed (default: the "
+                                      "first checkpoint's eval set, else 10 000)"),
+    seed: int | None = typer.Option(None, "--seed", help="inputs and split seed (default: the "
+                                    "first checkpoint's training seed, else 0)"),
+    test_fraction: float = typer.Option(0.5, "--test-fraction", help="held-out share of rows"),
+    min_r2: float | None = typer.Option(None, "--min-r2", help="gate: consistency_r2 (worst "
+                                        "pair, held-out) ≥"),
+    max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
+                                          help="gate: consistency_orthogonality_error ≤"),
+    min_: list[str] = typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
+                                   "(repeatable)"),
+    max_: list[str] = typer.Option([], "--max", help="gate: METRIC=VALUE, metric ≤ value "
+                                   "(repeatable)"),
+    gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
+                                     "tables"),
+) -> None:
+    """Do two or more runs agree up to a rotation? No true latents needed.
+
+    Embeddings of the same inputs from different seeds, checkpoints or architectures: for
+    every pair and both directions, the held-out R² of the linear map between them, its
+    orthogonality error and the Procrustes error. Runs that each recovered the latents up to
+    a rotation differ by a rotation. Exit codes as audit: 0 pass, 1 a threshold failed, 2 bad
+    input or usage, 3 inconclusive (a collapsed run, NaN/Inf, different numbers of inputs).
+    """
+    from .auditing import load_gate_file, make_threshold, parse_threshold
+    from .consistency import CONSISTENCY_METRICS, check_consistency, embed_runs
+    from .io import atomic_write, write_json
+    from .loaders import load_embedding_target, parse_json_object
+    from .report import CONSISTENCY_ROWS, audit_junit, audit_markdown, consistency_table
+
+    check_seed(seed)
+    if len(targets) < 2:
+        raise IdauditError(f"consistency needs at least two runs, got {len(targets)}")
+    for path, flag in ((json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")):
+        check_writable(path, flag, remove_stale=True)
+    known = CONSISTENCY_METRICS
+    thresholds = []
+    if min_r2 is not None:
+        thresholds.append(make_threshold("consistency_r2", "min", min_r2, known))
+    if max_orth is not None:
+        thresholds.append(make_threshold("consistency_orthogonality_error", "max", max_orth,
+                                         known))
+    thresholds += [parse_threshold(t, "min", known) for t in min_]
+    thresholds += [parse_threshold(t, "max", known) for t in max_]
+    if gate is not None:
+        thresholds += load_gate_file(gate, known)
+    if n_eval is not None and n_eval < 10:
+        raise IdauditError(f"--n-eval must be ≥ 10, got {n_eval}")
+    kwargs = parse_json_object(arch_kwargs, "--arch-kwargs")
+    loaded = [load_embedding_target(t, arch=arch, arch_kwargs=kwargs, trust_pickle=trust_pickle)
+              for t in targets]
+    options = _world_options(dim=dim, source=source, alpha=alpha, rho=rho, layers=layers)
+    embeddings, world, seed = embed_runs(loaded, world_, data, n_eval, seed, options)
+    names = [t.name for t in targets]
+    names = names if len(set(names)) == len(names) else [str(t) for t in targets]
+    report = check_consistency(embeddings, names, thresholds,
+                               test_fraction=test_fraction, seed=seed,
+                               source=", ".join(str(t) for t in targets), world=world)
+    out.print(consistency_table(report))
+    if report.reason:
+        err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
+                  soft_wrap=True)
+    if json_path is not None:
+        write_json(json_path, report.to_dict())
+    if junit is not None:
+        text = audit_junit(report)
+        atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
+    if markdown is not None:
+        text_md = audit_markdown(report, CONSISTENCY_ROWS)
         atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
     failed = [t.metric for t in report.failed]
     if failed:
@@ -442,6 +552,8 @@ def sweep(
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: "
                                        "a local Ray instance)"),
     list_only: bool = typer.Option(False, "--list", help="print the runs, run nothing"),
+    checkpoints: bool = typer.Option(False, "--checkpoints", help="keep each trained encoder "
+                                     "as OUT/checkpoints/ID.safetensors (for audit and plan)"),
 ) -> None:
     """Run a suite of trainings (resumable: finished runs are skipped) in a process pool.
 
@@ -480,11 +592,11 @@ def sweep(
         out.print(table)
         return
     counts = run_sweep(runs, out_dir, workers=workers, progress=True, executor=executor,
-                       address=address)
+                       address=address, checkpoints=checkpoints)
     out.print(f"{counts['total']} runs: {counts['skipped']} already done, {counts['ok']} ok, "
               f"{counts['failed']} failed; results in {out_dir / 'runs'}")
-    if counts["failed"]:
-        raise typer.Exit(1)
+    if counts["failed"]:  # not 1: that code means a gate failed
+        raise typer.Exit(EXIT_RUNS_FAILED)
 
 
 @app.command()

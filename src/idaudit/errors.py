@@ -6,6 +6,7 @@ EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INCONCLUSIVE = 3
+EXIT_RUNS_FAILED = 4  # a sweep finished with some runs failed (rerun to retry them)
 
 
 class IdauditError(ValueError):

@@ -298,16 +298,7 @@ def load_target(target: str | Path, *, arch: str | None = None,
                 arch_kwargs: dict[str, Any] | None = None,
                 trust_pickle: bool = False) -> Arrays | LoadedEncoder:
     """What a path on the command line holds: arrays (z, h, …) or an encoder."""
-    path = Path(target)
-    if not path.exists():
-        raise IdauditError(f"not found: {path}")
-    if path.is_dir():
-        raise IdauditError(f"{path} is a directory, not an encoder or array file")
-    if not path.is_file():
-        raise IdauditError(f"{path} is not a regular file")
-    kind = sniff(path)
-    if kind == "unknown":  # unreadable content: let the named format's reader say what is wrong
-        kind = {".safetensors": "safetensors", ".npz": "npz"}.get(path.suffix.lower(), kind)
+    path, kind = _file_kind(target)
     if kind == "npy":
         raise IdauditError(f"{path} is a single .npy array; audit needs z and h together: "
                            "numpy.savez(PATH.npz, z=z, h=h)")
@@ -331,6 +322,64 @@ def load_target(target: str | Path, *, arch: str | None = None,
                     f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights need "
                     "--arch module.path:factory")
             return load_array_file(path, kind)
+    return load_encoder_file(path, arch, arch_kwargs, trust_pickle, kind)
+
+
+def _file_kind(target: str | Path) -> tuple[Path, str]:
+    """The path of a regular file and what it holds (:func:`sniff`, falling back on the name
+    when the content is unreadable, so the named format's reader says what is wrong)."""
+    path = Path(target)
+    if not path.exists():
+        raise IdauditError(f"not found: {path}")
+    if path.is_dir():
+        raise IdauditError(f"{path} is a directory, not an encoder or array file")
+    if not path.is_file():
+        raise IdauditError(f"{path} is not a regular file")
+    kind = sniff(path)
+    if kind == "unknown":
+        kind = {".safetensors": "safetensors", ".npz": "npz"}.get(path.suffix.lower(), kind)
+    return path, kind
+
+
+def load_embedding_target(target: str | Path, *, arch: str | None = None,
+                          arch_kwargs: dict[str, Any] | None = None,
+                          trust_pickle: bool = False) -> np.ndarray | LoadedEncoder:
+    """For ``idaudit consistency``: an embedding array ``h`` (a ``.npy``, or ``h`` in an
+    ``.npz``/``.safetensors``) or an encoder in any form :func:`load_target` takes."""
+    path, kind = _file_kind(target)
+    if kind in ("npy", "npz") and arch is not None:
+        raise IdauditError("--arch goes with plain .safetensors weights, not arrays")
+    if kind == "npy":
+        try:
+            arr = np.load(path, allow_pickle=False, mmap_mode="r")
+        except (ValueError, OSError) as exc:
+            raise IdauditError(f"cannot read {path} as .npy ({_first_line(exc)})") from None
+        return numeric_array(arr, str(path))
+    if kind == "npz":
+        try:
+            d = _read_npz(path)
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
+        if "h" not in d:
+            raise IdauditError(f"{path} has no array h (found: {', '.join(sorted(d)) or 'none'})")
+        return numeric_array(d["h"], f"{path}: array 'h'")
+    if kind == "safetensors":
+        meta = read_metadata(path)
+        if meta.get("format") == PAIRS_FORMAT:
+            raise IdauditError(f"{path} is a world dataset, not an embedding or an encoder")
+        if meta.get("format") != CHECKPOINT and arch is None:
+            from safetensors.numpy import load_file
+
+            try:
+                d = load_file(str(path))
+            except Exception as exc:
+                raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") \
+                    from None
+            if "h" not in d:
+                raise IdauditError(
+                    f"{path} is neither an idaudit checkpoint nor an array file with h (found: "
+                    f"{', '.join(sorted(d)) or 'no tensors'}); plain weights need --arch")
+            return numeric_array(d["h"], f"{path}: array 'h'")
     return load_encoder_file(path, arch, arch_kwargs, trust_pickle, kind)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import IdauditError
@@ -90,13 +91,14 @@ AUDIT_ROWS = [
     ("D", "D = δ/(2ρ(1−ρ))"),
     ("bound", "bound D + (ε+D)²"),
     ("bound_holds", "bound holds"),
-    ("bound_corrected", "bound, floor-corrected"),
+    ("bound_upper", "bound, upper (holds w.p. ≥ 95 %)"),
     ("effective_rank", "effective rank of h"),
     ("principal_angle_max_deg", "largest principal angle (°)"),
     ("r2_h_to_sincos", "R²(h → sin/cos of angles)"),
     ("gaussianity_statistic", "sliced Epps–Pulley statistic"),
     ("gaussianity_p_value", "Gaussianity p-value"),
     ("mixing_r2_x_to_z", "R²(x → z) raw mixing"),
+    ("n_runs", "runs gated together"),
     ("n_samples", "samples"),
     ("latent_dim", "latent dimension n"),
     ("embed_dim", "embedding dimension m"),
@@ -142,19 +144,54 @@ def bound_note(metrics: dict[str, Any]) -> str | None:
         return ("the bound is vacuous: it exceeds E‖z − z̄‖², the error of a constant embedding")
     if metrics.get("bound_floor_dominated"):
         return ("the bound is dominated by the finite-sample floor of ε (√(m(m+1)/n)): a perfect "
-                "encoder would get nearly the same bound; see bound_corrected")
+                "encoder would get nearly the same bound")
     return None
 
 
-def audit_markdown(report) -> str:
-    """A Markdown summary (for a CI job summary)."""
+CONSISTENCY_ROWS = [
+    ("consistency_r2", "R² of the worst pair, held-out"),
+    ("consistency_r2_in_sample", "R² of the worst pair, in-sample"),
+    ("consistency_orthogonality_error", "orthogonality error, worst pair"),
+    ("consistency_procrustes_mse", "Procrustes MSE, worst pair"),
+    ("n_runs", "runs"),
+    ("n_samples", "inputs"),
+]
+
+
+def consistency_table(report) -> Table:
+    """Every ordered pair of runs: R² of the map between them, its orthogonality error, the
+    Procrustes error; gated worst values below."""
+    verdict_style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}[report.verdict]
+    table = Table(title=f"consistency · {report.metrics.get('n_runs', 0)} runs · "
+                        f"[{verdict_style}]{report.verdict.upper()}[/{verdict_style}]")
+    for col in ("from → to", "R² held-out", "orthogonality error", "Procrustes MSE"):
+        table.add_column(col, justify="left" if col == "from → to" else "right")
+    for p in report.metrics.get("pairs", []):
+        table.add_row(escape(f"{p['from']} → {p['to']}"), fmt(p["r2"]),
+                      fmt(p["orthogonality_error"]), fmt(p["procrustes_mse"]))
+    gates = {t.metric: t for t in report.thresholds}
+    for key, label in CONSISTENCY_ROWS[:4]:
+        if key in report.metrics:
+            t = gates.get(key)
+            mark = "" if t is None or t.passed is None else (
+                " [green]pass[/green]" if t.passed else " [red]FAIL[/red]")
+            table.caption = (table.caption + "\n" if table.caption else "") + \
+                f"{label}: {fmt(report.metrics[key])}" + \
+                (f" (gate {_threshold_text(t)}){mark}" if t else "")
+    return table
+
+
+def audit_markdown(report, rows: list[tuple[str, str]] | None = None) -> str:
+    """A Markdown summary (for a CI job summary); ``rows`` the metrics to list (the audit's by
+    default; gated metrics always)."""
     icon = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}[report.verdict]
     lines = [f"## idaudit · {icon} {report.verdict}", ""]
     if report.reason:
         lines += [f"> {report.reason}", ""]
     lines += ["| metric | value | gate | result |", "|---|---:|---:|---|"]
     gates = {t.metric: t for t in report.thresholds}
-    keys = [k for k, _ in AUDIT_ROWS] + [t.metric for t in report.thresholds]
+    keys = [k for k, _ in (AUDIT_ROWS if rows is None else rows)] + [
+        t.metric for t in report.thresholds]
     seen = set()
     for key in keys:
         if key in seen or key not in report.metrics:

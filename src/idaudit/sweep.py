@@ -37,11 +37,12 @@ def _init_worker(devices) -> None:
 
 
 def execute(run: dict[str, Any], data_root: str | None = None,
-            device: str | None = None) -> dict[str, Any]:
+            device: str | None = None, checkpoint_dir: str | None = None) -> dict[str, Any]:
     """Train one run (single-threaded on CPU) and return its result record (never raises).
 
     ``device`` defaults to this worker's device (CPU, or the GPU a pool assigned it); worlds
-    with data on disk read it under ``data_root`` (prepared beforehand).
+    with data on disk read it under ``data_root`` (prepared beforehand). With
+    ``checkpoint_dir`` the trained encoder is kept there as ``ID.safetensors`` (+ its log).
     """
     import torch
 
@@ -49,7 +50,8 @@ def execute(run: dict[str, Any], data_root: str | None = None,
     t0 = time.perf_counter()
     try:
         device = device or _WORKER_DEVICE
-        rec = run_one({**run, "device": device}, data_root=data_root or "data", sample=True)
+        ckpt = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id(run)}.safetensors"
+        rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data", sample=True)
         return {"run": run, "status": "ok", **rec.to_dict(),
                 "config": {"world": rec.world, "train": rec.train},
                 "seconds": time.perf_counter() - t0}
@@ -93,14 +95,15 @@ def plan_workers(gpus: int, workers: int | None, n_runs: int) -> tuple[int, list
 
 
 def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
-              progress: bool = False, executor: str = "local", address: str | None = None
-              ) -> dict[str, int]:
+              progress: bool = False, executor: str = "local", address: str | None = None,
+              checkpoints: bool = False) -> dict[str, int]:
     """Execute the runs whose result file is missing; return counts.
 
     ``executor`` local: a spawn process pool, one single-threaded run per core, or one run per
     GPU when the machine has GPUs; ray: Ray tasks (one CPU each, one GPU each when the cluster
     has GPUs), on the cluster at ``address`` or a local Ray instance. Reacher datasets are
-    rendered first, under ``OUT/data``.
+    rendered first, under ``OUT/data``. ``checkpoints`` keeps every trained encoder as
+    ``OUT/checkpoints/ID.safetensors`` (for ``idaudit audit``/``plan`` afterwards).
     """
     from .progress import ProgressBar
 
@@ -109,6 +112,10 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     out = Path(out_dir) / "runs"
     out.mkdir(parents=True, exist_ok=True)
     data_root = Path(out_dir) / "data"
+    ckpt_dir = None
+    if checkpoints:
+        (Path(out_dir) / "checkpoints").mkdir(parents=True, exist_ok=True)
+        ckpt_dir = str(Path(out_dir) / "checkpoints")
     resolved = [resolve(r) for r in runs]  # every run checked before any starts
     pending = [(r, rr) for r, rr in zip(runs, resolved) if not (out / f"{rr.id}.json").exists()]
     todo = [r for r, _ in pending]
@@ -118,11 +125,11 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                                     len(todo))
     with ProgressBar(progress, len(todo), "sweep") as bar:
         if executor == "ray" and todo:
-            for rec in _ray_results(todo, address, str(data_root)):
+            for rec in _ray_results(todo, address, str(data_root), ckpt_dir):
                 _record(out, rec, counts, bar)
         elif workers == 1:
             for r in todo:
-                _record(out, execute(r, str(data_root), devices[0]), counts, bar)
+                _record(out, execute(r, str(data_root), devices[0], ckpt_dir), counts, bar)
         else:
             import multiprocessing as mp
 
@@ -132,13 +139,14 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                 queue.put(device)
             with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                      initargs=(queue,)) as pool:
-                futures = [pool.submit(execute, r, str(data_root)) for r in todo]
+                futures = [pool.submit(execute, r, str(data_root), None, ckpt_dir) for r in todo]
                 for fut in as_completed(futures):
                     _record(out, fut.result(), counts, bar)
     return counts
 
 
-def _ray_results(todo: list[dict[str, Any]], address: str | None, data_root: str):
+def _ray_results(todo: list[dict[str, Any]], address: str | None, data_root: str,
+                 checkpoint_dir: str | None = None):
     """Yield run records as Ray tasks finish (Ray is the optional ``ray`` extra)."""
     try:
         import ray
@@ -151,7 +159,8 @@ def _ray_results(todo: list[dict[str, Any]], address: str | None, data_root: str
     try:
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         task = ray.remote(num_cpus=1, num_gpus=gpus)(execute)
-        pending = [task.remote(r, data_root, "cuda" if gpus else "cpu") for r in todo]
+        pending = [task.remote(r, data_root, "cuda" if gpus else "cpu", checkpoint_dir)
+                   for r in todo]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])

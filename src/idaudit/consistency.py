@@ -1,0 +1,126 @@
+"""Consistency across runs: do embeddings of the same inputs differ by a rotation?
+
+If every run recovered the latents up to a rotation (h_i = Q_i z + c_i), any two runs differ by
+one: h_j = Q_j Q_iᵀ (h_i − c_i) + c_j. For every ordered pair (i → j) of runs this measures the
+held-out R² of the least-squares map h_i → h_j, the orthogonality error of that map and the
+orthogonal-Procrustes error after centring — the audit's own metrics with (z, h) = (h_i, h_j),
+so no true latents are needed. The worst pair is the verdict's: ``consistency_r2`` (the minimum
+R² over pairs and directions), ``consistency_orthogonality_error`` and
+``consistency_procrustes_mse`` (maxima).
+"""
+
+from __future__ import annotations
+
+from itertools import permutations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .auditing import (
+    AuditReport,
+    Threshold,
+    collapsed,
+    column_sums,
+    evaluate_gate,
+    split_reason_rows,
+)
+from .metrics import audit_metrics, to_numpy
+
+CONSISTENCY_METRICS = {
+    "consistency_r2", "consistency_r2_in_sample", "consistency_orthogonality_error",
+    "consistency_procrustes_mse", "n_runs", "n_samples",
+}
+
+
+def inconclusive_runs(embeddings: list[np.ndarray], names: list[str],
+                      test_fraction: float) -> str | None:
+    """Why the runs cannot be compared (row counts differ, NaN/Inf, a collapsed run, too few
+    rows for the held-out fits), or None."""
+    rows = {h.shape[0] for h in embeddings}
+    if len(rows) > 1:
+        counts = ", ".join(f"{n}: {h.shape[0]}" for n, h in zip(names, embeddings))
+        return f"the runs embed different numbers of inputs ({counts}); they must be the same"
+    for name, h in zip(names, embeddings):
+        sums, problem = column_sums(h, name)
+        if problem:
+            return problem
+        if collapsed(h, sums):
+            return f"{name} collapsed: its embedding has (near-)zero variance"
+    widest = max(h.shape[1] for h in embeddings)
+    return split_reason_rows(embeddings[0].shape[0], widest, test_fraction)
+
+
+def consistency_metrics(embeddings: list[np.ndarray], names: list[str],
+                        test_fraction: float = 0.5, seed: int = 0) -> dict[str, Any]:
+    """Pairwise metrics for both directions of every pair, and the worst values."""
+    pairs = []
+    for i, j in permutations(range(len(embeddings)), 2):
+        m = audit_metrics(embeddings[i], embeddings[j], core=True, test_fraction=test_fraction,
+                          seed=seed)
+        pairs.append({"from": names[i], "to": names[j], "r2": m["r2_z_to_h_heldout"],
+                      "r2_in_sample": m["r2_z_to_h"],
+                      "orthogonality_error": m["orthogonality_error"],
+                      "procrustes_mse": m["procrustes_mse"]})
+    return {
+        "consistency_r2": min(p["r2"] for p in pairs),
+        "consistency_r2_in_sample": min(p["r2_in_sample"] for p in pairs),
+        "consistency_orthogonality_error": max(p["orthogonality_error"] for p in pairs),
+        "consistency_procrustes_mse": max(p["procrustes_mse"] for p in pairs),
+        "n_runs": len(embeddings), "n_samples": int(embeddings[0].shape[0]),
+        "embed_dims": [int(h.shape[1]) for h in embeddings], "runs": list(names),
+        "pairs": pairs,
+    }
+
+
+def embed_runs(targets: list[Any], world: Any = None, data: str | Path | None = None,
+               n_eval: int | None = None, seed: int | None = None,
+               options: dict[str, Any] | None = None
+               ) -> tuple[list[np.ndarray], dict[str, Any] | None, int]:
+    """Each target's embedding of the same inputs: arrays as they are; every encoder on one
+    evaluation set — of ``world``/``data`` when given, else of the first encoder's own world
+    (a checkpoint's eval-set size and seed). Returns (embeddings, that world, its seed)."""
+    from .auditing import eval_set_for
+    from .encoders import embed
+    from .errors import IdauditError
+    from .loaders import LoadedEncoder
+
+    encoders = [t for t in targets if isinstance(t, LoadedEncoder)]
+    if not encoders:
+        if world is not None or data is not None or options or n_eval is not None:
+            raise IdauditError("arrays are compared as they are: --world, --data, --n-eval and "
+                               "world options apply only to encoders")
+        return [to_numpy(t) for t in targets], None, seed or 0
+    w, ev, seed = eval_set_for(encoders[0], world, data, n_eval, seed, options)
+    out = []
+    for t in targets:
+        if isinstance(t, LoadedEncoder):
+            out.append(to_numpy(embed(t.module, ev.x)))  # a misfit is a one-line error
+        else:
+            out.append(to_numpy(t))
+    return out, w.spec.to_dict(), seed
+
+
+def check_consistency(embeddings: list[np.ndarray], names: list[str],
+                      thresholds: list[Threshold] | None = None, *, test_fraction: float = 0.5,
+                      seed: int = 0, source: str = "",
+                      world: dict[str, Any] | None = None) -> AuditReport:
+    """The consistency metrics of two or more runs' embeddings of the same inputs, gated."""
+    from .errors import IdauditError
+
+    if len(embeddings) < 2:
+        raise IdauditError(f"consistency needs at least two runs, got {len(embeddings)}")
+    if not 0.0 < test_fraction < 1.0:
+        raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
+    embeddings = [e.reshape(e.shape[0], -1) for e in embeddings]
+    thresholds = list(thresholds or [])
+    reason = inconclusive_runs(embeddings, names, test_fraction)
+    if reason is not None:
+        return AuditReport(metrics={"n_runs": len(embeddings), "runs": list(names)},
+                           thresholds=thresholds, verdict="inconclusive", reason=reason,
+                           source=source, world=world)
+    metrics = consistency_metrics(embeddings, names, test_fraction, seed)
+    evaluate_gate(metrics, thresholds)
+    failed = [t for t in thresholds if not t.passed]
+    return AuditReport(metrics=metrics, thresholds=thresholds,
+                       verdict="fail" if failed else "pass", source=source, world=world)
