@@ -31,8 +31,13 @@ KNOWN_METRICS = {
     "alignment_gap_upper", "D_upper", "bound_trivial", "bound_vacuous", "bound_floor",
     "bound_floor_dominated", "mixing_r2_x_to_z", "r2_h_to_sincos", "principal_angle_max_deg",
     "gaussianity_statistic", "gaussianity_p_value", "n_samples", "latent_dim", "embed_dim",
-    "r2_h_to_z_heldout_ci_low",
+    "r2_h_to_z_heldout_ci_low", "rho_estimated", "canonical_min", "canonical_spread",
+    "canonical_shortfall", "alignment_gap_rho_estimated", "D_rho_estimated",
 }
+NEED_Z = {"r2_h_to_z", "r2_z_to_h", "r2_h_to_z_heldout", "r2_z_to_h_heldout", "mcc",
+          "orthogonality_error", "procrustes_mse", "bound_holds", "mixing_r2_x_to_z",
+          "r2_h_to_sincos", "principal_angle_max_deg", "latent_dim", "bound_trivial",
+          "bound_vacuous", "bound_upper_vacuous", "r2_h_to_z_heldout_ci_low"}
 
 
 @dataclass
@@ -148,7 +153,9 @@ def load_gate_file(path: str | Path, known: set[str] = KNOWN_METRICS) -> list[Th
 def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[Threshold]:
     for t in thresholds:
         if t.metric not in metrics or metrics[t.metric] is None:
-            need = (" (it needs h′ and ρ)" if t.metric in
+            need = (" (it needs the true latents z)" if t.metric in NEED_Z and
+                    metrics.get("label_free") else
+                    " (it needs h′ and ρ)" if t.metric in
                     {"alignment_gap", "D", "bound", "bound_holds", "bound_upper"} else
                     " (it needs --bootstrap B)" if t.metric.endswith("_ci_low") else "")
             raise IdauditError(f"metric {t.metric!r} is not available for these inputs{need}")
@@ -262,10 +269,55 @@ def check_shapes(inp: AuditInputs) -> AuditInputs:
 # ---- the audit --------------------------------------------------------------------------
 
 
+def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
+                     seed: int = 0, gauss_sims: int = 0) -> AuditReport:
+    """The verdict from h (and h′, ρ) alone: :func:`idaudit.labelfree.label_free_metrics`."""
+    from .labelfree import label_free_metrics
+
+    h = inp.h[:, None] if inp.h.ndim == 1 else inp.h
+    if h.ndim != 2 or h.shape[1] == 0:
+        raise IdauditError(f"h must be a 2-D array with columns, got shape {tuple(inp.h.shape)}")
+    hp = inp.h_prime
+    if hp is not None:
+        hp = hp[:, None] if hp.ndim == 1 else hp
+        if hp.shape != h.shape:
+            raise IdauditError(f"h_prime has shape {tuple(hp.shape)} but h has {tuple(h.shape)}")
+    if inp.rho is not None and not (0.0 < inp.rho < 1.0):
+        raise IdauditError(f"rho must lie strictly between 0 and 1, got {inp.rho}")
+    thresholds = list(thresholds or [])
+    reason = None
+    for name, arr in (("h", h), ("h_prime", hp)):
+        if arr is not None and reason is None:
+            sums, reason = column_sums(arr, name)
+            if reason is None and name == "h" and collapsed(h, sums):
+                reason = ("the embedding collapsed: h has (near-)zero variance, every input "
+                          "maps to one point")
+    if reason is None and h.shape[0] < h.shape[1] + 10:
+        reason = (f"too few samples: {h.shape[0]} rows for a {h.shape[1]}-dimensional "
+                  f"embedding (need at least {h.shape[1] + 10})")
+    if reason is not None:
+        return AuditReport(metrics={"n_samples": int(h.shape[0]), "embed_dim": int(h.shape[1]),
+                                    "label_free": True},
+                           thresholds=thresholds, verdict="inconclusive", reason=reason,
+                           source=inp.source, world=inp.world)
+    metrics = {**label_free_metrics(h, hp, inp.rho, seed=seed, gauss_sims=gauss_sims),
+               "label_free": True}
+    evaluate_gate(metrics, thresholds)
+    failed = [t for t in thresholds if not t.passed]
+    return AuditReport(metrics=metrics, thresholds=thresholds,
+                       verdict="fail" if failed else "pass", source=inp.source, world=inp.world)
+
+
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                  bootstrap: int = 0, test_fraction: float = 0.5, seed: int = 0,
-                 gauss_sims: int = 0) -> AuditReport:
-    """Metrics and verdict for arrays already reduced to (z, h, h′, ρ)."""
+                 gauss_sims: int = 0, label_free: bool = False) -> AuditReport:
+    """Metrics and verdict for arrays already reduced to (z, h, h′, ρ); without z (or with
+    ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`)."""
+    if inp.z is None or label_free:
+        if bootstrap or inp.circular:
+            raise IdauditError("--bootstrap and --circular need the true latents z; a "
+                               "label-free audit has neither")
+        return audit_label_free(inp, thresholds, seed=seed, gauss_sims=gauss_sims)
     inp = check_shapes(inp)
     if not 0.0 < test_fraction < 1.0:
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")

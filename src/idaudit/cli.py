@@ -269,6 +269,9 @@ def audit(
                                    "(repeatable)"),
     gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
                                      "tables"),
+    label_free: bool = typer.Option(False, "--label-free", help="ignore the true latents z: "
+                                    "the verdict a project without them would get (arrays "
+                                    "without z are audited label-free anyway)"),
 ) -> None:
     """Audit any encoder: identifiability metrics, a pass/fail gate and CI-friendly reports.
 
@@ -330,7 +333,8 @@ def audit(
             inputs.circular = circ
         reports.append(audit_inputs(inputs, [] if len(targets) > 1 else thresholds,
                                     bootstrap=bootstrap, test_fraction=test_fraction,
-                                    seed=run_seed or 0, gauss_sims=gauss_sims))
+                                    seed=run_seed or 0, gauss_sims=gauss_sims,
+                                    label_free=label_free))
     report = reports[0] if len(targets) == 1 else combine_reports(reports, thresholds, reduce)
     out.print(audit_table(report))
     if report.reason:

@@ -39,7 +39,7 @@ ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x")
 class Arrays:
     """Embeddings brought as arrays: z, h and optionally h′, ρ, x, circular latent indices."""
 
-    z: np.ndarray
+    z: np.ndarray | None  # None: no true latents (a label-free audit)
     h: np.ndarray
     h_prime: np.ndarray | None = None
     rho: float | None = None
@@ -49,10 +49,8 @@ class Arrays:
 
 
 def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
-    missing = [k for k in ("z", "h") if k not in d]
-    if missing:
-        raise IdauditError(f"{source} lacks the array(s) {', '.join(missing)} "
-                           f"(found: {', '.join(sorted(d)) or 'none'})")
+    if "h" not in d:  # z may be missing: then the audit is label-free
+        raise IdauditError(f"{source} lacks the array h (found: {', '.join(sorted(d)) or 'none'})")
 
     def t(key: str) -> np.ndarray | None:
         if key not in d:
@@ -316,9 +314,9 @@ def load_target(target: str | Path, *, arch: str | None = None,
 
             with safe_open(str(path), framework="pt") as f:
                 keys = set(f.keys())
-            if not {"z", "h"} <= keys:
+            if "h" not in keys:
                 raise IdauditError(
-                    f"{path} is neither an idaudit checkpoint nor an array file with z and h "
+                    f"{path} is neither an idaudit checkpoint nor an array file with h "
                     f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights need "
                     "--arch module.path:factory")
             return load_array_file(path, kind)

@@ -211,6 +211,9 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None
         if world is not None or data is not None or options:
             raise IdauditError("a gallery of arrays is planned on as it is: --world and --data "
                                "do not apply")
+        if loaded.z is None:
+            raise IdauditError(f"{loaded.source} has no z: planning against the oracle needs "
+                               "the true latents of the gallery")
         return plan_gallery(loaded.z, loaded.h, pairs, waypoints, seed, k, loaded.source)
     w = world_for_encoder(loaded, world, data, options)
     ps = w.plan_set(pairs, gallery, seed)

@@ -122,6 +122,7 @@ class RunRecord:
     history: list[dict[str, Any]] = field(default_factory=list)
     best_init: int = 0
     embedding_sample: dict[str, list[list[float]]] | None = None
+    label_free: dict[str, Any] | None = None  # idaudit.labelfree signals on the eval set
     checkpoint: str | None = None
     log: str | None = None
     version: str = __version__
@@ -131,6 +132,18 @@ class RunRecord:
         if not history:
             d.pop("history")
         return d
+
+
+def label_free_signals(world: World, encoder: Any, cfg: TrainConfig) -> dict[str, Any]:
+    """The label-free signals (no z) of the encoder on the evaluation set training used."""
+    from .encoders import embed
+    from .labelfree import label_free_metrics
+    from .metrics import to_numpy
+
+    ev = world.eval_set(cfg.n_eval, cfg.seed)
+    h = to_numpy(embed(encoder, ev.x))
+    hp = to_numpy(embed(encoder, ev.x_prime)) if ev.x_prime is not None else None
+    return label_free_metrics(h, hp, ev.rho, seed=cfg.seed)
 
 
 def embedding_sample(world: World, encoder: Any, cfg: TrainConfig,
@@ -149,11 +162,13 @@ def log_path_for(checkpoint: Path) -> Path:
 
 def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
         data_root: str | Path = "data", workers: int | None = None, progress: bool = False,
-        sample: bool = False, say: Callable[[str], None] | None = None) -> RunRecord:
+        sample: bool = False, say: Callable[[str], None] | None = None,
+        label_free: bool = False) -> RunRecord:
     """Resolve ``options``, prepare the world's data (Reacher datasets are rendered under
     ``data_root`` unless ``data`` names the place), train, and — with ``out`` — write the
     checkpoint and ``NAME.log.json`` beside it. ``say`` gets a line with the expected
-    training time when the run will take more than two minutes."""
+    training time when the run will take more than two minutes. ``label_free`` adds the
+    label-free signals of the evaluation set (:mod:`idaudit.labelfree`) to the record."""
     resolved = options if isinstance(options, ResolvedRun) else resolve(options)
     if say is not None and resolved.recipe_note:
         say(resolved.recipe_note)
@@ -176,7 +191,9 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
         steps_per_second=result.steps_per_second, device=result.device, history=result.history,
         best_init=result.best_init,
         embedding_sample=(embedding_sample(world, result.encoder, result.config)
-                          if sample and world.latent_dim == 2 else None))
+                          if sample and world.latent_dim == 2 else None),
+        label_free=(label_free_signals(world, result.encoder, result.config)
+                    if label_free else None))
     if out is not None:
         out = Path(out)
         stored = world.spec_for(out.parent)

@@ -51,7 +51,8 @@ def execute(run: dict[str, Any], data_root: str | None = None,
     try:
         device = device or _WORKER_DEVICE
         ckpt = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id(run)}.safetensors"
-        rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data", sample=True)
+        rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data", sample=True,
+                      label_free=True)
         return {"run": run, "status": "ok", **rec.to_dict(),
                 "config": {"world": rec.world, "train": rec.train},
                 "seconds": time.perf_counter() - t0}
