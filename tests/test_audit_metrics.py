@@ -252,3 +252,18 @@ def test_procrustes_with_fewer_embedding_dims_than_latents():
     zc, hc = zs - zs.mean(0), h - h.mean(0)
     at_a = float(np.mean(np.sum((hc - zc @ a.T) ** 2, 1)))
     assert got <= at_a + 1e-9 and got == pytest.approx(0.04, rel=0.05)
+
+
+def test_heldout_r2_follows_the_documented_finite_sample_formula():
+    # docs/ci.md: held-out R² ≈ 1 − (1 − R)(1 + m/(n_train − m − 1)) for population R²  R
+    rng = np.random.default_rng(3)
+    n, m, sigma = 2000, 64, 0.3
+    pop = 1.0 / (1.0 + sigma**2)
+    vals = []
+    for _ in range(5):
+        z = rng.standard_normal((n, m))
+        h = z + sigma * rng.standard_normal((n, m))
+        vals.append(audit_metrics(z, h, gauss_slices=0)["r2_h_to_z_heldout"])
+    expected = 1 - (1 - pop) * (1 + m / (n / 2 - m - 1))
+    assert np.mean(vals) == pytest.approx(expected, abs=0.004)
+    assert np.mean(vals) < pop - 0.003  # and measurably below the population value
