@@ -567,6 +567,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         "r2_h_to_z_heldout": float(r2_hz_ho.mean()),
         "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
         "r2_h_to_z_heldout_per_dim": [float(v) for v in r2_hz_ho],
+        "per_dim_targets": [f"z{i}" for i in range(n)],  # what each *_per_dim entry is
         "orthogonality_error": orthogonality_error(q),
         "procrustes_mse": pop * procrustes_from_cov(s_zz, s_zh, s_hh),  # linear in Σ
         "whitening_error": eps,
