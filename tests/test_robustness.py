@@ -90,6 +90,14 @@ def test_read_only_directory(files, tmp_path):
     one_line(run("audit", files / "good.npz", "--json", ro / "a.json"), 2, "not writable")
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_places_that_refuse_files_even_to_root(files):
+    # os.access says yes to root in /proc; the check creates a probe file instead
+    one_line(run("audit", files / "good.npz", "--json", "/proc/report.json"), 2, "not writable")
+    one_line(run("train", "--steps", "100000", "--out", "/proc/c.safetensors"), 2,
+             "not writable")
+
+
 def test_train_out_is_checked_before_training(files):
     one_line(run("train", "--steps", "100000", "--out", files / "a_dir"), 2, "is a directory")
     one_line(run("train", "--steps", "100000", "--out", files / "a_file" / "c.safetensors"), 2,

@@ -50,11 +50,16 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     The file gets the user's usual mode (0666 minus the umask), and temporaries that a killed
     earlier writer left beside ``path`` are removed first.
     """
+    from .errors import IdauditError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
-                               dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                   dir=path.parent)
+    except OSError as exc:  # a place that became unwritable after the check
+        raise IdauditError(f"cannot write {path} ({exc.strerror or exc})") from None
     os.close(fd)
     try:
         write(tmp)
@@ -65,6 +70,21 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def _can_create_in(directory: Path) -> bool:
+    """Whether a file can really be created in ``directory`` (os.access says yes to root on a
+    read-only mount or in /proc): create and remove a probe."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".idaudit-probe.", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+    return True
 
 
 def check_writable(path: str | Path | None, flag: str, *, directory: bool = False,
@@ -94,7 +114,7 @@ def check_writable(path: str | Path | None, flag: str, *, directory: bool = Fals
         if parent.exists():
             if not parent.is_dir():
                 raise IdauditError(f"{flag} {path}: {parent} is a file, not a directory")
-            if not os.access(parent, os.W_OK | os.X_OK):
+            if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
                 raise IdauditError(f"{flag} {path}: {parent} is not writable")
             break
     if remove_stale and not directory and path.is_file():
