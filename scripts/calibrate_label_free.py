@@ -41,12 +41,15 @@ def recommended_gate(s: dict, m: int) -> bool:
 
 
 def load(dirs: list[Path]) -> list[dict]:
-    rows = []
+    rows, seen = [], set()
     for d in dirs:
         for f in sorted((d / "runs").glob("*.json")):
             if f.name.endswith(".failed.json"):
                 continue
             rec = json.loads(f.read_text())
+            if rec.get("id") in seen:  # the same run in two suites counts once
+                continue
+            seen.add(rec.get("id"))
             lf = rec.get("label_free")
             r2 = rec.get("metrics", {}).get("r2_h_to_z_heldout")
             if not lf or r2 is None or "canonical_shortfall" not in lf:
