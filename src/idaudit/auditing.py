@@ -252,6 +252,16 @@ def check_shapes(inp: AuditInputs) -> AuditInputs:
     if z.shape[1] == 0 or h.shape[1] == 0:
         raise IdauditError(f"z and h need at least one column, got shapes {tuple(z.shape)} and "
                            f"{tuple(h.shape)}")
+    hp = _checked_pair(inp, h)
+    for i in inp.circular:
+        if not 0 <= i < z.shape[1]:
+            raise IdauditError(f"circular latent index {i} is out of range for {z.shape[1]} latents")
+    inp.z, inp.h, inp.h_prime = z, h, hp
+    return inp
+
+
+def _checked_pair(inp: AuditInputs, h: np.ndarray) -> np.ndarray | None:
+    """h′ as a 2-D array of h's shape (or None), with ρ checked to lie in (0, 1)."""
     hp = inp.h_prime
     if hp is not None:
         hp = hp[:, None] if hp.ndim == 1 else hp
@@ -259,11 +269,18 @@ def check_shapes(inp: AuditInputs) -> AuditInputs:
             raise IdauditError(f"h_prime has shape {tuple(hp.shape)} but h has {tuple(h.shape)}")
     if inp.rho is not None and not (0.0 < inp.rho < 1.0):
         raise IdauditError(f"rho must lie strictly between 0 and 1, got {inp.rho}")
-    for i in inp.circular:
-        if not 0 <= i < z.shape[1]:
-            raise IdauditError(f"circular latent index {i} is out of range for {z.shape[1]} latents")
-    inp.z, inp.h, inp.h_prime = z, h, hp
-    return inp
+    return hp
+
+
+def gated_report(metrics: dict[str, Any], thresholds: list[Threshold], source: str = "",
+                 world: dict[str, Any] | None = None,
+                 runs: list[dict[str, Any]] | None = None) -> AuditReport:
+    """The report of metrics under a gate: each threshold evaluated, pass unless one fails."""
+    evaluate_gate(metrics, thresholds)
+    failed = [t for t in thresholds if not t.passed]
+    return AuditReport(metrics=metrics, thresholds=thresholds,
+                       verdict="fail" if failed else "pass", source=source, world=world,
+                       runs=runs)
 
 
 # ---- the audit --------------------------------------------------------------------------
@@ -277,13 +294,7 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
     h = inp.h[:, None] if inp.h.ndim == 1 else inp.h
     if h.ndim != 2 or h.shape[1] == 0:
         raise IdauditError(f"h must be a 2-D array with columns, got shape {tuple(inp.h.shape)}")
-    hp = inp.h_prime
-    if hp is not None:
-        hp = hp[:, None] if hp.ndim == 1 else hp
-        if hp.shape != h.shape:
-            raise IdauditError(f"h_prime has shape {tuple(hp.shape)} but h has {tuple(h.shape)}")
-    if inp.rho is not None and not (0.0 < inp.rho < 1.0):
-        raise IdauditError(f"rho must lie strictly between 0 and 1, got {inp.rho}")
+    hp = _checked_pair(inp, h)
     thresholds = list(thresholds or [])
     reason = None
     for name, arr in (("h", h), ("h_prime", hp)):
@@ -302,10 +313,7 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
                            source=inp.source, world=inp.world)
     metrics = {**label_free_metrics(h, hp, inp.rho, seed=seed, gauss_sims=gauss_sims),
                "label_free": True}
-    evaluate_gate(metrics, thresholds)
-    failed = [t for t in thresholds if not t.passed]
-    return AuditReport(metrics=metrics, thresholds=thresholds,
-                       verdict="fail" if failed else "pass", source=inp.source, world=inp.world)
+    return gated_report(metrics, thresholds, inp.source, inp.world)
 
 
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
@@ -333,10 +341,7 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     metrics = audit_metrics(inp.z, inp.h, inp.h_prime, inp.rho, inp.x, circular=inp.circular,
                             test_fraction=test_fraction, seed=seed, bootstrap=bootstrap,
                             gauss_sims=gauss_sims, test_rows=inp.test_rows)
-    evaluate_gate(metrics, thresholds)
-    failed = [t for t in thresholds if not t.passed]
-    return AuditReport(metrics=metrics, thresholds=thresholds,
-                       verdict="fail" if failed else "pass", source=inp.source, world=inp.world)
+    return gated_report(metrics, thresholds, inp.source, inp.world)
 
 
 REDUCTIONS = ("worst", "median")
@@ -377,11 +382,7 @@ def combine_reports(reports: list[AuditReport], thresholds: list[Threshold] | No
                 pick = min if t.op == "min" else max
                 metrics[t.metric] = pick(vals)
     metrics.update(n_runs=len(reports), reduce=reduce)
-    evaluate_gate(metrics, thresholds)
-    failed = [t for t in thresholds if not t.passed]
-    return AuditReport(metrics=metrics, thresholds=thresholds,
-                       verdict="fail" if failed else "pass", source=source,
-                       world=reports[0].world, runs=runs)
+    return gated_report(metrics, thresholds, source, reports[0].world, runs)
 
 
 def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,

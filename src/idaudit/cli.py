@@ -227,6 +227,30 @@ DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs fi
                        "`idaudit world` or a Reacher dataset directory")
 
 
+def _finish(report, table, json_path: Path | None, junit: Path | None,
+            markdown: Path | None, rows: list | None = None) -> None:
+    """Print a gated report, write its --json/--junit/--markdown files, exit with its code."""
+    from .io import atomic_write, write_json
+    from .report import audit_junit, audit_markdown
+
+    out.print(table)
+    if report.reason:
+        err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
+                  soft_wrap=True)
+    if json_path is not None:
+        write_json(json_path, report.to_dict())
+    if junit is not None:
+        text = audit_junit(report)
+        atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
+    if markdown is not None:
+        text_md = audit_markdown(report, rows)
+        atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
+    failed = [t.metric for t in report.failed]
+    if failed:
+        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(report.exit_code)
+
+
 @app.command()
 @cli_errors
 def audit(
@@ -288,9 +312,8 @@ def audit(
         load_gate_file,
         parse_threshold,
     )
-    from .io import atomic_write, write_json
     from .loaders import Arrays, load_target, parse_json_object
-    from .report import audit_junit, audit_markdown, audit_table
+    from .report import audit_table
 
     check_seed(seed)
     for path, flag in ((json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")):
@@ -336,22 +359,7 @@ def audit(
                                     seed=run_seed or 0, gauss_sims=gauss_sims,
                                     label_free=label_free))
     report = reports[0] if len(targets) == 1 else combine_reports(reports, thresholds, reduce)
-    out.print(audit_table(report))
-    if report.reason:
-        err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
-                  soft_wrap=True)
-    if json_path is not None:
-        write_json(json_path, report.to_dict())
-    if junit is not None:
-        text = audit_junit(report)
-        atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
-    if markdown is not None:
-        text_md = audit_markdown(report)
-        atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
-    failed = [t.metric for t in report.failed]
-    if failed:
-        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(report.exit_code)
+    _finish(report, audit_table(report), json_path, junit, markdown)
 
 
 @app.command()
@@ -399,9 +407,8 @@ def consistency(
     """
     from .auditing import load_gate_file, make_threshold, parse_threshold
     from .consistency import CONSISTENCY_METRICS, check_consistency, embed_runs
-    from .io import atomic_write, write_json
     from .loaders import load_embedding_target, parse_json_object
-    from .report import CONSISTENCY_ROWS, audit_junit, audit_markdown, consistency_table
+    from .report import CONSISTENCY_ROWS, consistency_table
 
     check_seed(seed)
     if len(targets) < 2:
@@ -431,22 +438,7 @@ def consistency(
     report = check_consistency(embeddings, names, thresholds,
                                test_fraction=test_fraction, seed=seed,
                                source=", ".join(str(t) for t in targets), world=world)
-    out.print(consistency_table(report))
-    if report.reason:
-        err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
-                  soft_wrap=True)
-    if json_path is not None:
-        write_json(json_path, report.to_dict())
-    if junit is not None:
-        text = audit_junit(report)
-        atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
-    if markdown is not None:
-        text_md = audit_markdown(report, CONSISTENCY_ROWS)
-        atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
-    failed = [t.metric for t in report.failed]
-    if failed:
-        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(report.exit_code)
+    _finish(report, consistency_table(report), json_path, junit, markdown, CONSISTENCY_ROWS)
 
 
 @app.command()

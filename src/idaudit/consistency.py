@@ -22,7 +22,7 @@ from .auditing import (
     Threshold,
     collapsed,
     column_sums,
-    evaluate_gate,
+    gated_report,
     split_reason_rows,
 )
 from .metrics import audit_metrics, to_numpy
@@ -119,8 +119,5 @@ def check_consistency(embeddings: list[np.ndarray], names: list[str],
         return AuditReport(metrics={"n_runs": len(embeddings), "runs": list(names)},
                            thresholds=thresholds, verdict="inconclusive", reason=reason,
                            source=source, world=world)
-    metrics = consistency_metrics(embeddings, names, test_fraction, seed)
-    evaluate_gate(metrics, thresholds)
-    failed = [t for t in thresholds if not t.passed]
-    return AuditReport(metrics=metrics, thresholds=thresholds,
-                       verdict="fail" if failed else "pass", source=source, world=world)
+    return gated_report(consistency_metrics(embeddings, names, test_fraction, seed),
+                        thresholds, source, world)
