@@ -59,23 +59,27 @@ def measure(mode: str, copies: int, seconds: float) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=12.0, help="timed training per process")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=10.0, help="timed training per process")
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    rows = {}
-    for mode in ("baseline", "idaudit"):
-        alone, beside = [], []
-        for _ in range(args.repeats):
-            alone += measure(mode, 1, args.seconds)
-            beside.append(statistics.median(measure(mode, 3, args.seconds)))
-        rows[mode] = (statistics.median(alone), statistics.median(beside))
+    modes = ("baseline", "idaudit")
+    alone: dict[str, list[float]] = {m: [] for m in modes}
+    beside: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(args.repeats):  # interleaved, so that drifts of the machine hit both alike
+        for mode in modes:
+            alone[mode] += measure(mode, 1, args.seconds)
+        for mode in modes:
+            beside[mode].append(statistics.median(measure(mode, 3, args.seconds)))
+    rows = {m: (statistics.median(alone[m]), statistics.median(beside[m])) for m in modes}
     print(f"spiral training step, {args.seconds:g} s per process, median of {args.repeats}:")
     for mode, label in (("baseline", "OpenMP defaults (torch imported first)"),
                         ("idaudit", "idaudit's settings")):
         a, b = rows[mode]
         print(f"  {label:40s} alone {a:6.1f} steps/s   beside two {b:6.1f} steps/s   "
               f"share {b / a:.2f} (fair: 0.33)")
-    print(f"  idle speed, idaudit / baseline: {rows['idaudit'][0] / rows['baseline'][0]:.2f}x")
+    ratios = [i / b for i, b in zip(alone["idaudit"], alone["baseline"], strict=True)]
+    print(f"  idle speed, idaudit / baseline: {rows['idaudit'][0] / rows['baseline'][0]:.2f}x "
+          f"(ratio of medians; per-repeat ratios {min(ratios):.2f}–{max(ratios):.2f})")
 
 
 if __name__ == "__main__":
