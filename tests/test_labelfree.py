@@ -64,7 +64,9 @@ def test_arrays_without_z_are_audited_label_free(tmp_path):
     res = runner.invoke(app, ["audit", str(tmp_path / "good.npz"), "--min-r2", "0.9"])
     assert res.exit_code == 2 and "needs the true latents z" in res.output
     res = runner.invoke(app, ["audit", str(tmp_path / "good.npz"), "--bootstrap", "10"])
-    assert res.exit_code == 2 and "need the true latents" in res.output
+    assert res.exit_code == 2 and "--bootstrap needs the true latents" in res.output
+    res = runner.invoke(app, ["audit", str(tmp_path / "good.npz"), "--circular", "0"])
+    assert res.exit_code == 2 and "--circular needs the true latents" in res.output
     np.savez(tmp_path / "flat.npz", h=np.ones((100, 2)))
     res = runner.invoke(app, ["audit", str(tmp_path / "flat.npz")])
     assert res.exit_code == 3 and "collapsed" in res.output
@@ -78,3 +80,19 @@ def test_label_free_flag_ignores_z(tmp_path):
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "a.json").read_text())["metrics"]
     assert m["label_free"] is True and "r2_h_to_z_heldout" not in m
+
+
+def test_a_worlds_own_angles_do_not_block_a_label_free_audit(tmp_path):
+    """A world that marks its latents as angles (Reacher's joints) is still audited label-free;
+    only the user's --circular, which needs z, is refused."""
+    from idaudit.auditing import AuditInputs, audit_inputs
+
+    z, zp = ou_pairs()
+    inp = AuditInputs(z=z, h=z, h_prime=zp, rho=0.9, circular=(0, 1))
+    report = audit_inputs(inp, label_free=True, gauss_sims=0)
+    assert report.metrics["label_free"] is True and report.verdict != "inconclusive"
+    assert report.metrics["rho_estimated"] == pytest.approx(0.9, abs=0.02)
+    np.savez(tmp_path / "a.npz", z=z, h=z, h_prime=zp, rho=np.array(0.9))
+    res = runner.invoke(app, ["audit", str(tmp_path / "a.npz"), "--label-free", "--circular",
+                              "0"])
+    assert res.exit_code == 2 and "--circular needs the true latents" in res.output

@@ -322,9 +322,9 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ); without z (or with
     ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`)."""
     if inp.z is None or label_free:
-        if bootstrap or inp.circular:
-            raise IdauditError("--bootstrap and --circular need the true latents z; a "
-                               "label-free audit has neither")
+        if bootstrap:  # a world's own angle indices (inp.circular) simply do not apply
+            raise IdauditError("--bootstrap needs the true latents z; a label-free audit has "
+                               "none")
         return audit_label_free(inp, thresholds, seed=seed, gauss_sims=gauss_sims)
     inp = check_shapes(inp)
     if not 0.0 < test_fraction < 1.0:
@@ -431,10 +431,20 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
                           h_prime=None if h_prime is None else _tensor(h_prime, "h_prime"),
                           rho=None if rho is None else float(rho),
                           x=None if x is None else _tensor(x, "x"), circular=tuple(circular))
+    return audit_inputs(with_circular(inp, circular), thresholds, bootstrap=bootstrap,
+                        test_fraction=test_fraction, seed=seed or 0, gauss_sims=gauss_sims)
+
+
+def with_circular(inp: AuditInputs, circular: tuple[int, ...] | list[int],
+                  label_free: bool = False) -> AuditInputs:
+    """Mark the user's latent indices as angles (sin/cos R²); refused where no latents are
+    audited (arrays without z, a label-free audit)."""
     if circular:
+        if label_free or inp.z is None:
+            raise IdauditError("--circular needs the true latents z; a label-free audit has "
+                               "none")
         inp.circular = tuple(int(i) for i in circular)
-    return audit_inputs(inp, thresholds, bootstrap=bootstrap, test_fraction=test_fraction,
-                        seed=seed or 0, gauss_sims=gauss_sims)
+    return inp
 
 
 def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float | None = None,

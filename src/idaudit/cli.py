@@ -311,6 +311,7 @@ def audit(
         inputs_from_arrays,
         load_gate_file,
         parse_threshold,
+        with_circular,
     )
     from .loaders import Arrays, load_target, parse_json_object
     from .report import audit_table
@@ -352,9 +353,8 @@ def audit(
             inputs = inputs_for_encoder(loaded, world=world_, data=data, n_eval=n_eval,
                                         seed=seed, options=options)
             run_seed = inputs.seed
-        if circ:
-            inputs.circular = circ
-        reports.append(audit_inputs(inputs, [] if len(targets) > 1 else thresholds,
+        gates = [] if len(targets) > 1 else thresholds
+        reports.append(audit_inputs(with_circular(inputs, circ, label_free), gates,
                                     bootstrap=bootstrap, test_fraction=test_fraction,
                                     seed=run_seed or 0, gauss_sims=gauss_sims,
                                     label_free=label_free))
