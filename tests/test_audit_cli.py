@@ -649,6 +649,7 @@ def test_several_runs_are_gated_on_the_worst_or_the_median(tmp_path):
     assert res.exit_code == 1, res.output
     per_run = [r["metrics"]["r2_h_to_z_heldout"] for r in rep["runs"]]
     assert len(per_run) == 3 and rep["metrics"]["n_runs"] == 3
+    assert rep["metrics"]["n_samples"] == 2000 and isinstance(rep["metrics"]["n_samples"], int)
     assert rep["metrics"]["r2_h_to_z_heldout"] == min(per_run) < 0.95
     res = run("audit", *paths, "--min-r2", "0.95", "--reduce", "median", "--gauss-sims", "0",
               "--json", tmp_path / "median.json")

@@ -373,6 +373,8 @@ def combine_reports(reports: list[AuditReport], thresholds: list[Threshold] | No
             continue
         if isinstance(vals[0], bool):
             metrics[k] = sum(vals) * 2 > len(vals)  # the majority
+        elif all(isinstance(v, int) for v in vals) and len(set(vals)) == 1:
+            metrics[k] = vals[0]  # sizes the runs share stay integers
         else:
             metrics[k] = float(np.median(np.asarray(vals, dtype=np.float64)))
     if reduce == "worst":
