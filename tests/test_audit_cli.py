@@ -674,3 +674,37 @@ def test_gate_on_the_lower_end_of_the_bootstrap_interval(ou_arrays, tmp_path):
     assert m["r2_h_to_z_heldout_ci_low"] <= m["r2_h_to_z_heldout"]
     assert_one_line_error(run("audit", tmp_path / "ou.npz", "--min",
                               "r2_h_to_z_heldout_ci_low=0.5"), "needs --bootstrap")
+
+
+def test_a_crash_is_exit_5_never_a_verdict(npz_files, monkeypatch):
+    """An unexpected exception inside idaudit is a bug: one line and exit 5, not exit 1."""
+    import idaudit.auditing
+
+    def boom(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(idaudit.auditing, "audit_inputs", boom)
+    res = run("audit", npz_files["good"], "--min-r2", "0.9")
+    assert res.exit_code == 5 and "Traceback" not in res.output, res.output
+    assert res.output.strip().splitlines() == [res.output.strip()]
+    assert res.output.startswith("internal error: IndexError: list index out of range")
+    monkeypatch.setenv("IDAUDIT_TRACEBACK", "1")
+    res = run("audit", npz_files["good"])
+    assert isinstance(res.exception, IndexError)
+
+
+def test_test_fraction_is_refused_where_it_does_not_apply(npz_files):
+    """Fixed evaluation rows (the Reacher world's images) and label-free audits fit no split:
+    --test-fraction there is refused, not silently ignored."""
+    from idaudit.auditing import AuditInputs, audit_inputs
+    from idaudit.errors import IdauditError
+
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((400, 2))
+    inp = AuditInputs(z=z, h=z, test_rows=np.arange(300, 400))
+    assert audit_inputs(inp, gauss_sims=0).metrics["n_test"] == 100
+    with pytest.raises(IdauditError, match="fixes the held-out rows"):
+        audit_inputs(inp, test_fraction=0.3)
+    assert_one_line_error(run("audit", npz_files["good"], "--label-free", "--test-fraction",
+                              "0.3"), "label-free")
+    assert run("audit", npz_files["good"], "--test-fraction", "0.3").exit_code == 0

@@ -267,3 +267,19 @@ def test_heldout_r2_follows_the_documented_finite_sample_formula():
     expected = 1 - (1 - pop) * (1 + m / (n / 2 - m - 1))
     assert np.mean(vals) == pytest.approx(expected, abs=0.004)
     assert np.mean(vals) < pop - 0.003  # and measurably below the population value
+
+
+@pytest.mark.parametrize("with_x", [False, True])
+def test_bootstrap_interval_is_the_same_with_circular_latents(with_x):
+    """Marking a latent as an angle adds sin/cos targets; the bootstrap of R²(h → z) must
+    still resample h against z (it once picked the wrong block, or none)."""
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((1500, 2))
+    h = z @ rng.standard_normal((2, 3)) + 0.3 * rng.standard_normal((1500, 3))
+    x = rng.standard_normal((1500, 4)) if with_x else None
+    plain = audit_metrics(z, h, x=x, bootstrap=30, gauss_slices=0, seed=3)
+    circ = audit_metrics(z, h, x=x, circular=[1], bootstrap=30, gauss_slices=0, seed=3)
+    assert circ["r2_h_to_z_heldout_ci"] == pytest.approx(plain["r2_h_to_z_heldout_ci"],
+                                                         abs=1e-9)
+    lo, hi = plain["r2_h_to_z_heldout_ci"]
+    assert lo < plain["r2_h_to_z_heldout"] < hi

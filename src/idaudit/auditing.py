@@ -317,10 +317,18 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
 
 
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
-                 bootstrap: int = 0, test_fraction: float = 0.5, seed: int = 0,
+                 bootstrap: int = 0, test_fraction: float | None = None, seed: int = 0,
                  gauss_sims: int = 0, label_free: bool = False) -> AuditReport:
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ); without z (or with
-    ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`)."""
+    ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`). ``test_fraction``
+    (default 0.5) is refused where the held-out rows are fixed or nothing is fitted."""
+    if test_fraction is not None and (inp.z is None or label_free):
+        raise IdauditError("--test-fraction does not apply to a label-free audit: it fits no "
+                           "map from h to z")
+    if test_fraction is not None and inp.test_rows is not None:
+        raise IdauditError("--test-fraction does not apply: this world fixes the held-out rows "
+                           "(its evaluation images)")
+    test_fraction = 0.5 if test_fraction is None else test_fraction
     if inp.z is None or label_free:
         if bootstrap:  # a world's own angle indices (inp.circular) simply do not apply
             raise IdauditError("--bootstrap needs the true latents z; a label-free audit has "
@@ -390,7 +398,7 @@ def combine_reports(reports: list[AuditReport], thresholds: list[Threshold] | No
 def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,
           encoder: Any = None, world: Any = None, data: str | Path | None = None,
           x: Any = None, circular: tuple[int, ...] = (), n_eval: int | None = None,
-          seed: int | None = None, bootstrap: int = 0, test_fraction: float = 0.5,
+          seed: int | None = None, bootstrap: int = 0, test_fraction: float | None = None,
           gauss_sims: int = 0, min_r2: float | None = None,
           max_orthogonality_error: float | None = None,
           gate: dict[str, dict[str, float]] | None = None, arch: str | None = None,

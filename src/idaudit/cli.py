@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .errors import EXIT_RUNS_FAILED, IdauditError, check_seed
+from .errors import EXIT_INTERNAL, EXIT_RUNS_FAILED, IdauditError, check_seed
 from .io import check_writable
 
 app = typer.Typer(
@@ -24,7 +26,9 @@ err = Console(stderr=True)
 
 
 def cli_errors(fn):
-    """Turn IdauditError into one line on stderr and its exit code."""
+    """Turn IdauditError into one line on stderr and its exit code; anything else that escapes
+    is a bug in idaudit: one line and exit 5 (``IDAUDIT_TRACEBACK=1`` shows where), so that a
+    crash never reads as a verdict (exit 1 is a failed gate and nothing else)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -36,6 +40,16 @@ def cli_errors(fn):
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
+        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            if os.environ.get("IDAUDIT_TRACEBACK"):
+                raise
+            err.print(f"[red]internal error:[/red] {escape(type(exc).__name__)}: "
+                      f"{escape(str(exc))} (a bug in idaudit; rerun with IDAUDIT_TRACEBACK=1 "
+                      "for the traceback and please report it)", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper
 
@@ -278,7 +292,9 @@ def audit(
     seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed (default: "
                                     "a checkpoint's training seed, else 0)"),
     bootstrap: int = typer.Option(0, "--bootstrap", help="bootstrap resamples for CIs"),
-    test_fraction: float = typer.Option(0.5, "--test-fraction", help="held-out share of rows"),
+    test_fraction: float | None = typer.Option(None, "--test-fraction", help="held-out share "
+                                               "of rows (default 0.5; not where a world fixes "
+                                               "its evaluation images, as Reacher does)"),
     circular: str | None = typer.Option(None, "--circular", help="comma-separated latent "
                                         "indices that are angles"),
     gauss_sims: int = typer.Option(0, "--gauss-sims", help="Gaussianity p-value: 0 from the "

@@ -7,6 +7,7 @@ EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INCONCLUSIVE = 3
 EXIT_RUNS_FAILED = 4  # a sweep finished with some runs failed (rerun to retry them)
+EXIT_INTERNAL = 5  # idaudit itself failed (a bug): never mistaken for a failed gate
 
 
 class IdauditError(ValueError):

@@ -617,7 +617,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     if gauss_slices > 0 and not core:
         out.update(sliced_gaussianity(ht, n_slices=gauss_slices, sims=gauss_sims, seed=seed))
     if bootstrap > 0 and not core:
-        h_block = blocks[1 + 2 * bool(circ)]
+        h_block = blocks[2 if circ else 1]  # [z, sin/cos z_circ?, h, x?]
         out.update(_bootstrap_r2([h_block, blocks[0]], np.concatenate([shift[ih], shift[iz]]),
                                  m_tr.restricted(np.r_[ih, iz]), test_rows, bootstrap,
                                  confidence, rng))
