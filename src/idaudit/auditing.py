@@ -317,23 +317,27 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
 
 
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
-                 bootstrap: int = 0, test_fraction: float | None = None, seed: int = 0,
-                 gauss_sims: int = 0, label_free: bool = False) -> AuditReport:
+                 circular: tuple[int, ...] | list[int] = (), bootstrap: int = 0,
+                 test_fraction: float | None = None, seed: int = 0, gauss_sims: int = 0,
+                 label_free: bool = False) -> AuditReport:
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ); without z (or with
-    ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`). ``test_fraction``
-    (default 0.5) is refused where the held-out rows are fixed or nothing is fitted."""
-    if test_fraction is not None and (inp.z is None or label_free):
-        raise IdauditError("--test-fraction does not apply to a label-free audit: it fits no "
-                           "map from h to z")
+    ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`), where the user's
+    ``circular``, ``bootstrap`` and ``test_fraction`` are refused (a world's own angle indices
+    simply do not apply). ``test_fraction`` (default 0.5) is also refused where the world
+    fixes the held-out rows."""
+    if inp.z is None or label_free:
+        given = [flag for flag, v in (("--circular", circular), ("--bootstrap", bootstrap),
+                                      ("--test-fraction", test_fraction is not None)) if v]
+        if given:
+            raise IdauditError(f"{given[0]} needs the true latents z; a label-free audit has "
+                               "none")
+        return audit_label_free(inp, thresholds, seed=seed, gauss_sims=gauss_sims)
     if test_fraction is not None and inp.test_rows is not None:
         raise IdauditError("--test-fraction does not apply: this world fixes the held-out rows "
                            "(its evaluation images)")
     test_fraction = 0.5 if test_fraction is None else test_fraction
-    if inp.z is None or label_free:
-        if bootstrap:  # a world's own angle indices (inp.circular) simply do not apply
-            raise IdauditError("--bootstrap needs the true latents z; a label-free audit has "
-                               "none")
-        return audit_label_free(inp, thresholds, seed=seed, gauss_sims=gauss_sims)
+    if circular:
+        inp.circular = tuple(int(i) for i in circular)
     inp = check_shapes(inp)
     if not 0.0 < test_fraction < 1.0:
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
@@ -440,21 +444,9 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
         inp = AuditInputs(z=_tensor(z, "z"), h=_tensor(h, "h"),
                           h_prime=None if h_prime is None else _tensor(h_prime, "h_prime"),
                           rho=None if rho is None else float(rho),
-                          x=None if x is None else _tensor(x, "x"), circular=tuple(circular))
-    return audit_inputs(with_circular(inp, circular), thresholds, bootstrap=bootstrap,
+                          x=None if x is None else _tensor(x, "x"))
+    return audit_inputs(inp, thresholds, circular=circular, bootstrap=bootstrap,
                         test_fraction=test_fraction, seed=seed or 0, gauss_sims=gauss_sims)
-
-
-def with_circular(inp: AuditInputs, circular: tuple[int, ...] | list[int],
-                  label_free: bool = False) -> AuditInputs:
-    """Mark the user's latent indices as angles (sin/cos R²); refused where no latents are
-    audited (arrays without z, a label-free audit)."""
-    if circular:
-        if label_free or inp.z is None:
-            raise IdauditError("--circular needs the true latents z; a label-free audit has "
-                               "none")
-        inp.circular = tuple(int(i) for i in circular)
-    return inp
 
 
 def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float | None = None,

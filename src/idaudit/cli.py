@@ -327,7 +327,6 @@ def audit(
         inputs_from_arrays,
         load_gate_file,
         parse_threshold,
-        with_circular,
     )
     from .loaders import Arrays, load_target, parse_json_object
     from .report import audit_table
@@ -370,10 +369,9 @@ def audit(
                                         seed=seed, options=options)
             run_seed = inputs.seed
         gates = [] if len(targets) > 1 else thresholds
-        reports.append(audit_inputs(with_circular(inputs, circ, label_free), gates,
-                                    bootstrap=bootstrap, test_fraction=test_fraction,
-                                    seed=run_seed or 0, gauss_sims=gauss_sims,
-                                    label_free=label_free))
+        reports.append(audit_inputs(inputs, gates, circular=circ, bootstrap=bootstrap,
+                                    test_fraction=test_fraction, seed=run_seed or 0,
+                                    gauss_sims=gauss_sims, label_free=label_free))
     report = reports[0] if len(targets) == 1 else combine_reports(reports, thresholds, reduce)
     _finish(report, audit_table(report), json_path, junit, markdown)
 

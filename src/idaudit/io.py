@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .errors import IdauditError
+
 MAX_TEXT_INPUT = 1 << 20  # gate and suite files larger than 1 MiB are refused
 CHECKPOINT_FORMAT = "idaudit-checkpoint"  # safetensors metadata "format" of a checkpoint
 PAIRS_FORMAT = "idaudit-world"  # … of a pairs file written by `idaudit world`
@@ -50,8 +52,6 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     The file gets the user's usual mode (0666 minus the umask), and temporaries that a killed
     earlier writer left beside ``path`` are removed first.
     """
-    from .errors import IdauditError
-
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,8 +93,6 @@ def check_writable(path: str | Path | None, flag: str, *, directory: bool = Fals
     ``flag`` otherwise). ``directory``: the path is an output folder. ``remove_stale``: delete
     an existing file there, so a run that ends in an error leaves no report of an earlier
     run behind."""
-    from .errors import IdauditError
-
     if path is None:
         return None
     if str(path).strip() == "" or (not directory and str(path).strip() == "."):
@@ -114,7 +112,7 @@ def check_writable(path: str | Path | None, flag: str, *, directory: bool = Fals
         if parent.exists():
             if not parent.is_dir():
                 raise IdauditError(f"{flag} {path}: {parent} is a file, not a directory")
-            if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
+            if not _can_create_in(parent):
                 raise IdauditError(f"{flag} {path}: {parent} is not writable")
             break
     if remove_stale and not directory and path.is_file():
@@ -151,8 +149,6 @@ def load_toml(path: str | Path, kind: str) -> dict[str, Any]:
     """Parse a TOML file; a missing or malformed file is a one-line input error naming ``kind``."""
     import tomllib
 
-    from .errors import IdauditError
-
     path = Path(path)
     if not path.exists():
         raise IdauditError(f"{kind} file not found: {path}")
@@ -169,8 +165,6 @@ def load_toml(path: str | Path, kind: str) -> dict[str, Any]:
 def read_metadata(path: str | Path) -> dict[str, str]:
     """The raw metadata dict of a safetensors file (errors are one-line, exit 2)."""
     from safetensors import safe_open
-
-    from .errors import IdauditError
 
     path = Path(path)
     if not path.exists():
