@@ -30,7 +30,7 @@ def test_api_surface():
     from idaudit.auditing import AuditReport
 
     hints = typing.get_type_hints(AuditReport)
-    assert typing.get_args(hints["verdict"]) == ("pass", "fail", "inconclusive")
+    assert typing.get_args(hints["verdict"]) == ("pass", "fail", "inconclusive", "ungated")
 
 
 @pytest.mark.skipif(shutil.which("ruff") is None and not (ROOT / ".venv/bin/ruff").exists(),

@@ -17,10 +17,19 @@ from typing import Any, Literal
 import numpy as np
 
 from .errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, IdauditError, check_seed
-from .loaders import Arrays, LoadedEncoder, load_target, numeric_array, world_for_encoder
+from .loaders import (
+    Arrays,
+    LoadedEncoder,
+    latent_indices,
+    load_target,
+    numeric_array,
+    world_for_encoder,
+)
 from .metrics import audit_metrics, to_numpy
 
-Verdict = Literal["pass", "fail", "inconclusive"]
+# "ungated": no threshold was given, so nothing was checked (a report only, exit 0); never
+# shown as a pass, so a CI step that forgot its gate cannot pass for ever unnoticed.
+Verdict = Literal["pass", "fail", "inconclusive", "ungated"]
 
 # Every numeric or boolean key audit_metrics can report; a gate may name any of them.
 KNOWN_METRICS = {
@@ -66,7 +75,8 @@ class Threshold:
 class AuditReport:
     """Metrics, the gate's thresholds (each with its actual value) and the verdict.
 
-    ``passed`` is True only for a pass; ``exit_code`` is what ``idaudit audit`` exits with;
+    ``passed`` is True only for a pass (not for "ungated": no threshold, nothing checked);
+    ``exit_code`` is what ``idaudit audit`` exits with (0 for pass and ungated);
     ``to_dict()`` is its ``--json``; in a notebook the report shows as a Markdown table.
     """
 
@@ -88,7 +98,8 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        return {"pass": EXIT_OK, "fail": EXIT_GATE_FAILED}.get(self.verdict, EXIT_INCONCLUSIVE)
+        return {"pass": EXIT_OK, "ungated": EXIT_OK,
+                "fail": EXIT_GATE_FAILED}.get(self.verdict, EXIT_INCONCLUSIVE)
 
     def markdown(self) -> str:
         from .report import audit_markdown
@@ -115,39 +126,54 @@ def parse_threshold(text: str, op: str, known: set[str] = KNOWN_METRICS) -> Thre
     key, sep, value = text.partition("=")
     if not sep:
         raise IdauditError(f"--{op} expects METRIC=VALUE, got {text!r}")
-    return make_threshold(key.strip(), op, value.strip(), known)
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise IdauditError(f"--{op} {key.strip()}: the value must be a number, got "
+                           f"{value.strip()!r}") from None
+    return make_threshold(key.strip(), op, number, known)
 
 
 def make_threshold(key: str, op: str, value: Any, known: set[str] = KNOWN_METRICS) -> Threshold:
+    """One threshold; ``value`` must be a number (a string such as ``"0.9"`` in a gate file or
+    dictionary is refused, not read as one: a quoted value is usually a mistake)."""
     if key not in known:
         raise IdauditError(f"unknown metric {key!r} in the gate; valid: "
                            f"{', '.join(sorted(known))}")
     if op not in ("min", "max"):
         raise IdauditError(f"gate operator must be min or max, got {op!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise IdauditError(f"gate value for {key} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise IdauditError(f"gate value for {key} must be a number, got {value!r} "
+                           f"({type(value).__name__})")
+    v = float(value)
     if math.isnan(v):
         raise IdauditError(f"gate value for {key} is NaN")
     return Threshold(key, op, v)
+
+
+def table_thresholds(gate: Any, where: str = "gate",
+                     known: set[str] = KNOWN_METRICS) -> list[Threshold]:
+    """``{"min": {metric: value}, "max": {...}}`` (a TOML gate file or a dict) → thresholds."""
+    if not isinstance(gate, dict):
+        raise IdauditError(f"{where} must be a table with min and max tables, got "
+                           f"{type(gate).__name__}")
+    extra = set(gate) - {"min", "max"}
+    if extra:
+        raise IdauditError(f"{where}: unknown tables {sorted(extra)}; use [min] and [max]")
+    out = []
+    for op in ("min", "max"):
+        table = gate.get(op, {})
+        if not isinstance(table, dict):
+            raise IdauditError(f"{where}: [{op}] must be a table of metric = value")
+        out += [make_threshold(k, op, v, known) for k, v in table.items()]
+    return out
 
 
 def load_gate_file(path: str | Path, known: set[str] = KNOWN_METRICS) -> list[Threshold]:
     """A TOML gate: ``[min]`` and ``[max]`` tables of ``metric = value``."""
     from .io import load_toml
 
-    data = load_toml(path, "gate")
-    extra = set(data) - {"min", "max"}
-    if extra:
-        raise IdauditError(f"gate file {path}: unknown tables {sorted(extra)}; use [min] and [max]")
-    out = []
-    for op in ("min", "max"):
-        table = data.get(op, {})
-        if not isinstance(table, dict):
-            raise IdauditError(f"gate file {path}: [{op}] must be a table of metric = value")
-        out += [make_threshold(k, op, v, known) for k, v in table.items()]
-    return out
+    return table_thresholds(load_toml(path, "gate"), f"gate file {path}", known)
 
 
 def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[Threshold]:
@@ -275,12 +301,13 @@ def _checked_pair(inp: AuditInputs, h: np.ndarray) -> np.ndarray | None:
 def gated_report(metrics: dict[str, Any], thresholds: list[Threshold], source: str = "",
                  world: dict[str, Any] | None = None,
                  runs: list[dict[str, Any]] | None = None) -> AuditReport:
-    """The report of metrics under a gate: each threshold evaluated, pass unless one fails."""
+    """The report of metrics under a gate: each threshold evaluated, pass unless one fails;
+    "ungated" when there is no threshold (a report only)."""
     evaluate_gate(metrics, thresholds)
     failed = [t for t in thresholds if not t.passed]
-    return AuditReport(metrics=metrics, thresholds=thresholds,
-                       verdict="fail" if failed else "pass", source=source, world=world,
-                       runs=runs)
+    verdict = "fail" if failed else "pass" if thresholds else "ungated"
+    return AuditReport(metrics=metrics, thresholds=thresholds, verdict=verdict, source=source,
+                       world=world, runs=runs)
 
 
 # ---- the audit --------------------------------------------------------------------------
@@ -325,6 +352,9 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     ``circular``, ``bootstrap`` and ``test_fraction`` are refused (a world's own angle indices
     simply do not apply). ``test_fraction`` (default 0.5) is also refused where the world
     fixes the held-out rows."""
+    for value, flag in ((bootstrap, "--bootstrap"), (gauss_sims, "--gauss-sims")):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise IdauditError(f"{flag} must be an integer ≥ 0, got {value!r}")
     if inp.z is None or label_free:
         given = [flag for flag, v in (("--circular", circular), ("--bootstrap", bootstrap),
                                       ("--test-fraction", test_fraction is not None)) if v]
@@ -337,7 +367,7 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                            "(its evaluation images)")
     test_fraction = 0.5 if test_fraction is None else test_fraction
     if circular:
-        inp.circular = tuple(int(i) for i in circular)
+        inp.circular = latent_indices(circular, "--circular")
     inp = check_shapes(inp)
     if not 0.0 < test_fraction < 1.0:
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
@@ -456,11 +486,8 @@ def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float 
         out.append(make_threshold("r2_h_to_z_heldout", "min", min_r2))
     if max_orthogonality_error is not None:
         out.append(make_threshold("orthogonality_error", "max", max_orthogonality_error))
-    extra = set(gate or {}) - {"min", "max"}
-    if extra:
-        raise IdauditError(f"gate has unknown tables {sorted(extra)}; use min and max")
-    out += [make_threshold(k, op, v) for op in ("min", "max")
-            for k, v in (gate or {}).get(op, {}).items()]
+    if gate is not None:
+        out += table_thresholds(gate)
     return out
 
 

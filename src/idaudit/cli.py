@@ -6,11 +6,11 @@ import functools
 import os
 from pathlib import Path
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ._version import __version__
 from .errors import EXIT_INTERNAL, EXIT_RUNS_FAILED, IdauditError, check_seed
 from .io import check_writable
 
@@ -20,9 +20,18 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 out = Console()
 err = Console(stderr=True)
+
+
+# Exceptions the command layer hands on to typer as they are: exits, aborts and usage errors.
+# typer ≥ 0.28 carries its own copy of click (typer._click) and older ones use click itself;
+# both raise their usage errors as subclasses of a ClickException that typer.BadParameter
+# derives from, so it is found there rather than imported from a package we do not depend on.
+_PASS_THROUGH = (typer.Exit, typer.Abort,
+                 *(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"))
 
 
 def cli_errors(fn):
@@ -40,7 +49,7 @@ def cli_errors(fn):
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
-        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+        except _PASS_THROUGH:
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             if os.environ.get("IDAUDIT_TRACEBACK"):
@@ -90,6 +99,21 @@ def _world_options(**kw) -> dict:
 
 def say(message: str) -> None:
     err.print(escape(message), soft_wrap=True, highlight=False)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"idaudit {__version__}", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", callback=_print_version,
+                                 is_eager=True, help="print idaudit's version and exit"),
+) -> None:
+    """Did your self-supervised encoder learn the world? Worlds with known latents,
+    LeJEPA/VICReg/InfoNCE training, identifiability audits and latent planning."""
 
 
 # ---- commands --------------------------------------------------------------------------
@@ -658,12 +682,41 @@ def doctor() -> None:
         raise typer.Exit(1)
 
 
+def _plain_help_texts(app: typer.Typer) -> None:
+    """Escape rich markup in every help text and docstring, so that ``[min]``, ``[, h_prime]``
+    and the like print as written (typer renders help through rich, which takes ``[word]`` for
+    a style tag and drops it). Options shared by several commands are escaped once."""
+    import inspect
+
+    seen: set[int] = set()
+    for cmd in app.registered_commands:
+        doc = cmd.help if cmd.help is not None else inspect.getdoc(cmd.callback)
+        if doc:
+            cmd.help = escape(doc)
+        for param in inspect.signature(cmd.callback).parameters.values():
+            info = param.default
+            if isinstance(info, typer.models.ParameterInfo) and id(info) not in seen:
+                seen.add(id(info))
+                if info.help:
+                    info.help = escape(info.help)
+
+
+_plain_help_texts(app)
+
+
 def main() -> None:
+    from ._entry import internal_error
+
     try:
         app()
     except IdauditError as exc:  # raised outside a command (should not happen)
-        err.print(f"error: {exc}")
+        err.print(f"error: {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - outside every command's own error layer
+        raise internal_error(exc, "outside a command") from None
 
 
 if __name__ == "__main__":

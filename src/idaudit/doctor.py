@@ -128,7 +128,10 @@ def _check_gl() -> dict[str, Any]:
 
 def run_checks() -> list[dict[str, Any]]:
     """Run every check; each result is ``{"name", "ok", "detail", "fix"}``."""
-    checks: list[dict[str, Any]] = []
+    from ._version import __version__
+
+    checks: list[dict[str, Any]] = [_check("idaudit", True, f"idaudit {__version__} "
+                                           f"({os.path.dirname(os.path.abspath(__file__))})")]
     py = sys.version_info
     py_ok = py[:2] >= MIN_PYTHON
     checks.append(_check("python", py_ok, f"Python {py.major}.{py.minor}.{py.micro}",

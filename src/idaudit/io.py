@@ -182,3 +182,49 @@ def read_metadata(path: str | Path) -> dict[str, str]:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate, or None if unknown: the smallest of the
+    machine's available memory (``MemAvailable``), the cgroup's headroom (``memory.max`` −
+    ``memory.current``) and the address-space limit's headroom (``ulimit -v`` − ``VmSize``)."""
+    import resource
+
+    limits = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    cg_max, cg_cur = _read_int("/sys/fs/cgroup/memory.max"), _read_int(
+        "/sys/fs/cgroup/memory.current")
+    if cg_max is not None and cg_cur is not None:
+        limits.append(max(cg_max - cg_cur, 0))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        used = 0
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        limits.append(max(soft - used, 0))
+    return min(limits) if limits else None
+
+
+def check_fits_in_memory(nbytes: int, what: str) -> None:
+    """Refuse (exit 2, before reading) data that would not fit in the memory left."""
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise IdauditError(f"{what} needs {nbytes / 2**30:.1f} GiB of memory to read, but only "
+                           f"{free / 2**30:.1f} GiB is available")

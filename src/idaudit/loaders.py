@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 import zipfile
@@ -65,9 +66,28 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
                                f"{tuple(rho_t.shape)}")
         rho = float(rho_t.reshape(()))
     circ = t("circular")
-    circular = tuple(int(i) for i in circ.reshape(-1).tolist()) if circ is not None else ()
+    circular = latent_indices(circ.reshape(-1).tolist(), f"{source}: circular") \
+        if circ is not None else ()
     return Arrays(z=t("z"), h=t("h"), h_prime=t("h_prime"), rho=rho, x=t("x"),
                   circular=circular, source=source)
+
+
+def latent_indices(values: Any, what: str) -> tuple[int, ...]:
+    """Latent indices (e.g. which latents are angles) as distinct non-negative integers; NaN,
+    ±inf, fractions, negatives and repeats are refused with a line naming the value."""
+    out: list[int] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise IdauditError(f"{what}: latent indices must be integers, got {v!r}")
+        if not math.isfinite(v) or v != int(v):
+            raise IdauditError(f"{what}: latent indices must be integers, got {v!r}")
+        i = int(v)
+        if i < 0:
+            raise IdauditError(f"{what}: latent indices must be ≥ 0, got {i}")
+        if i in out:
+            raise IdauditError(f"{what}: latent index {i} is given twice")
+        out.append(i)
+    return tuple(out)
 
 
 def sniff(path: Path) -> str:
@@ -119,6 +139,17 @@ def numeric_array(a: Any, what: str) -> np.ndarray:
     raise IdauditError(f"{what} has dtype {arr.dtype}, not real numbers")
 
 
+def _npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """(shape, fortran order, dtype) from the header of a ``.npy`` stream, or None."""
+    try:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        return None if read_header is None else read_header(f)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        return None
+
+
 def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
     """A read-only memory map of a large uncompressed ``.npy`` member of a zip (what
     ``numpy.savez`` writes), or None when the member is small or cannot be mapped so."""
@@ -132,12 +163,10 @@ def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
         start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
             int.from_bytes(local[28:30], "little")
         f.seek(start)
-        version = np.lib.format.read_magic(f)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        if read_header is None:
+        header = _npy_header(f)
+        if header is None:
             return None
-        shape, fortran, dtype = read_header(f)
+        shape, fortran, dtype = header
         offset = f.tell()
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if dtype.hasobject or offset - start + nbytes != info.file_size:
@@ -147,11 +176,33 @@ def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
     return mapped.view(np.ndarray)
 
 
+def _npz_bytes_to_read(path: Path, zf: zipfile.ZipFile) -> int:
+    """Bytes the members of an .npz take once read into memory (compressed members, and small
+    stored ones; large stored members are memory-mapped), from each member's .npy header, so
+    that a small file that inflates to many GiB is refused before it is read."""
+    total = 0
+    for info in zf.infolist():
+        if info.compress_type == zipfile.ZIP_STORED and info.file_size >= (1 << 20):
+            continue  # memory-mapped (or, if not mappable, read below by numpy: counted there)
+        with zf.open(info) as member:
+            header = _npy_header(member)
+        if header is not None:
+            shape, _, dtype = header
+            n = 1
+            for d in shape:
+                n *= int(d)
+            total += n * dtype.itemsize
+    return total
+
+
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     """The arrays of an .npz; uncompressed members are memory-mapped (no copy into fresh
-    memory), the others read by numpy."""
+    memory), the others read by numpy once their headers say they fit in memory."""
+    from .io import check_fits_in_memory
+
     out: dict[str, np.ndarray] = {}
     with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
+        check_fits_in_memory(_npz_bytes_to_read(path, zf), str(path))
         for name in f.files:
             arr = None
             try:
@@ -166,6 +217,8 @@ def load_array_file(path: Path, kind: str | None = None) -> Arrays:
     if (kind or sniff(path)) == "npz":
         try:
             d = _read_npz(path)
+        except IdauditError:
+            raise
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
         return arrays_from_mapping(d, str(path))
@@ -356,6 +409,8 @@ def load_embedding_target(target: str | Path, *, arch: str | None = None,
     if kind == "npz":
         try:
             d = _read_npz(path)
+        except IdauditError:
+            raise
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
         if "h" not in d:

@@ -109,15 +109,31 @@ AUDIT_ROWS = [
 ]
 
 
+# verdict → (style, label, Markdown icon): every report's one source for how a verdict reads
+VERDICTS = {
+    "pass": ("green", "PASS", "✅"),
+    "fail": ("red", "FAIL", "❌"),
+    "inconclusive": ("yellow", "INCONCLUSIVE", "⚠️"),
+    "ungated": ("cyan", "NO GATE", "ℹ️"),
+}
+NO_GATE_NOTE = ("no gate: no threshold was given, so nothing was checked (a report only; "
+                "add --min-r2, --min/--max or --gate to gate on it)")
+
+
+def verdict_markup(verdict: str) -> str:
+    """The verdict as rich markup for a table title ("NO GATE (report only)" when ungated)."""
+    style, label, _ = VERDICTS[verdict]
+    suffix = " (report only)" if verdict == "ungated" else ""
+    return f"[{style}]{label}{suffix}[/{style}]"
+
+
 def _threshold_text(t) -> str:
     return f"{'≥' if t.op == 'min' else '≤'} {t.value:g}"
 
 
 def audit_table(report) -> Table:
     """The audit as a table; gated rows show their threshold, failing rows in red."""
-    verdict_style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}[report.verdict]
-    table = Table(title=f"audit · {report.source} · [{verdict_style}]{report.verdict.upper()}"
-                        f"[/{verdict_style}]")
+    table = Table(title=f"audit · {escape(report.source)} · {verdict_markup(report.verdict)}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("gate", justify="right")
@@ -165,9 +181,8 @@ CONSISTENCY_ROWS = [
 def consistency_table(report) -> Table:
     """Every ordered pair of runs: R² of the map between them, its orthogonality error, the
     Procrustes error; gated worst values below."""
-    verdict_style = {"pass": "green", "fail": "red", "inconclusive": "yellow"}[report.verdict]
     table = Table(title=f"consistency · {report.metrics.get('n_runs', 0)} runs · "
-                        f"[{verdict_style}]{report.verdict.upper()}[/{verdict_style}]")
+                        f"{verdict_markup(report.verdict)}")
     for col in ("from → to", "R² held-out", "orthogonality error", "Procrustes MSE"):
         table.add_column(col, justify="left" if col == "from → to" else "right")
     for p in report.metrics.get("pairs", []):
@@ -188,8 +203,10 @@ def consistency_table(report) -> Table:
 def audit_markdown(report, rows: list[tuple[str, str]] | None = None) -> str:
     """A Markdown summary (for a CI job summary); ``rows`` the metrics to list (the audit's by
     default; gated metrics always)."""
-    icon = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}[report.verdict]
-    lines = [f"## idaudit · {icon} {report.verdict}", ""]
+    _, label, icon = VERDICTS[report.verdict]
+    lines = [f"## idaudit · {icon} {label}", ""]
+    if report.verdict == "ungated":
+        lines += [f"> {NO_GATE_NOTE}", ""]
     if report.reason:
         lines += [f"> {report.reason}", ""]
     lines += ["| metric | value | gate | result |", "|---|---:|---:|---|"]
@@ -215,10 +232,15 @@ def audit_junit(report) -> str:
     """JUnit XML: one testcase per threshold (an inconclusive audit is one error)."""
     from xml.etree import ElementTree as ET
 
-    n_cases = 1 if report.verdict == "inconclusive" else len(report.thresholds)
+    n_cases = len(report.thresholds) if report.thresholds and report.verdict != "inconclusive" \
+        else 1
     suite = ET.Element("testsuite", name="idaudit", tests=str(n_cases))
-    failures = errors = 0
-    if report.verdict == "inconclusive":
+    failures = errors = skipped = 0
+    if report.verdict == "ungated":  # nothing was checked: say so, never an empty green suite
+        case = ET.SubElement(suite, "testcase", classname="idaudit", name="audit")
+        ET.SubElement(case, "skipped", message=NO_GATE_NOTE)
+        skipped = 1
+    elif report.verdict == "inconclusive":
         case = ET.SubElement(suite, "testcase", classname="idaudit", name="audit")
         ET.SubElement(case, "error", message=report.reason or "inconclusive").text = report.reason
         errors = 1
@@ -233,6 +255,7 @@ def audit_junit(report) -> str:
                                       f"{_threshold_text(t)}")
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 

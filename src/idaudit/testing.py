@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .auditing import AuditReport, audit
+from .errors import IdauditError
 
 __all__ = ["assert_identifiable"]
 
@@ -28,9 +29,14 @@ def assert_identifiable(z: Any, h: Any, h_prime: Any = None, rho: float | None =
     Passes when held-out R²(h → z) ≥ ``min_r2`` and, if given, the orthogonality error of
     the fitted map ≤ ``max_orthogonality_error`` (plus any ``gate`` of other metrics). An
     inconclusive audit (collapsed embedding, NaN/Inf, too few rows) fails unless
-    ``allow_inconclusive``. Extra keyword arguments go to :func:`idaudit.audit.audit`.
-    Returns the report.
+    ``allow_inconclusive``. Extra keyword arguments go to :func:`idaudit.audit`.
+    Returns the report. At least one threshold is needed: an assertion that checks nothing
+    is refused (``ValueError``).
     """
+    __tracebackhide__ = True  # pytest shows the caller's line and the table, not idaudit's frames
+    if min_r2 is None and max_orthogonality_error is None and not gate:
+        raise IdauditError("assert_identifiable needs a threshold (min_r2, "
+                           "max_orthogonality_error or gate): without one nothing is checked")
     report = audit(z, h, h_prime, rho, min_r2=min_r2,
                    max_orthogonality_error=max_orthogonality_error, gate=gate,
                    gauss_sims=kwargs.pop("gauss_sims", 0), **kwargs)
