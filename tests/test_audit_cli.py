@@ -708,3 +708,43 @@ def test_test_fraction_is_refused_where_it_does_not_apply(npz_files):
     assert_one_line_error(run("audit", npz_files["good"], "--label-free", "--test-fraction",
                               "0.3"), "label-free")
     assert run("audit", npz_files["good"], "--test-fraction", "0.3").exit_code == 0
+
+
+def test_an_audit_without_thresholds_says_no_gate(npz_files, tmp_path):
+    out, junit, md = tmp_path / "a.json", tmp_path / "junit.xml", tmp_path / "summary.md"
+    res = run("audit", npz_files["good"], *FAST, "--json", out, "--junit", junit,
+              "--markdown", md)
+    assert res.exit_code == 0, res.output  # a report only: not a failure
+    assert "NO GATE (report only)" in res.output and "PASS" not in res.output
+    report = read_json(out)
+    assert report["verdict"] == "ungated" and report["gate"] == []
+    assert report["metrics"]["r2_h_to_z_heldout"] > 0.99999
+    text = md.read_text()
+    assert text.splitlines()[0].endswith("no gate") and "nothing was checked" in text
+    suite = ET.parse(junit).getroot()
+    assert suite.get("tests") == "1" and suite.get("skipped") == "1"
+    assert suite.get("failures") == "0" and suite.get("errors") == "0"
+    assert "nothing was checked" in suite.find("testcase/skipped").get("message")
+    # the library says the same: not passed, exit code 0
+    import idaudit
+
+    data = np.load(npz_files["good"])
+    lib = idaudit.audit(data["z"], data["h"], gauss_sims=0)
+    assert lib.verdict == "ungated" and lib.passed is False and lib.exit_code == 0
+    gated = idaudit.audit(data["z"], data["h"], gauss_sims=0, min_r2=0.9)
+    assert gated.verdict == "pass" and gated.passed
+
+
+def test_library_refuses_what_the_cli_refuses(npz_files):
+    import idaudit
+    from idaudit.errors import IdauditError
+
+    data = np.load(npz_files["good"])
+    for kwargs, fragment in [({"bootstrap": -1}, "--bootstrap must be an integer ≥ 0"),
+                             ({"gauss_sims": -2}, "--gauss-sims must be an integer ≥ 0"),
+                             ({"circular": (0, 0)}, "latent index 0 is given twice"),
+                             ({"circular": (0.5,)}, "must be integers, got 0.5"),
+                             ({"min_r2": "0.9"}, "must be a number, got '0.9'"),
+                             ({"gate": {"min": {"mcc": "0.9"}}}, "must be a number")]:
+        with pytest.raises(IdauditError, match=fragment):
+            idaudit.audit(data["z"], data["h"], **kwargs)

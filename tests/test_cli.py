@@ -127,3 +127,103 @@ def test_corrupt_and_foreign_checkpoints(tmp_path, ckpt):
             expected = "neither an idaudit checkpoint" if path == foreign else fragment
             assert expected in res.output, res.output
             assert "Traceback" not in res.output
+
+
+def test_version_and_short_help():
+    from idaudit import __version__
+
+    for flag in ("--version", "-V"):
+        res = run(flag)
+        assert res.exit_code == 0 and res.output.strip() == f"idaudit {__version__}", res.output
+    for args in (["-h"], ["audit", "-h"], ["train", "-h"]):
+        res = run(*args)
+        assert res.exit_code == 0 and "Usage:" in res.output, res.output
+
+
+def _commands():
+    from idaudit.cli import app
+
+    return [c.name or c.callback.__name__ for c in app.registered_commands]
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_help_texts_print_as_written(command, monkeypatch):
+    """rich takes [word] for markup and drops it: every bracketed piece of every help text
+    (e.g. "[min] / [max]", "[, h_prime, rho]") must reach the rendered --help."""
+    import inspect
+    import re
+
+    import typer
+
+    from idaudit.cli import app
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: no wrapping inside brackets
+    cmd = next(c for c in app.registered_commands if (c.name or c.callback.__name__) == command)
+    res = run(command, "--help")
+    assert res.exit_code == 0, res.output
+    shown = " ".join(res.output.split())
+    texts = [p.default.help for p in inspect.signature(cmd.callback).parameters.values()
+             if isinstance(p.default, typer.models.ParameterInfo) and p.default.help]
+    texts.append(cmd.help or "")
+    from rich.markup import render
+
+    for text in texts:
+        plain = " ".join(render(text).plain.split())  # the help as the user should read it
+        for piece in re.findall(r"\[[^\]]*\]", plain):
+            assert piece in shown, (command, piece)
+    if command in ("audit", "consistency"):
+        assert "TOML file with [min] / [max] tables" in shown
+    if command == "plan":
+        assert "holding z, h [, h_prime, rho]" in shown
+
+
+def test_doctor_names_idaudits_own_version():
+    from idaudit import __version__
+
+    res = run("doctor")
+    assert f"idaudit {__version__}" in " ".join(res.output.split())
+
+
+def test_a_cli_that_cannot_import_is_one_line_exit_5(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['typer'] = None  # typer missing: the CLI cannot import\n"
+            "from idaudit._entry import main\nmain()\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={k: v for k, v in __import__("os").environ.items()
+                              if k != "IDAUDIT_TRACEBACK"})
+    assert res.returncode == 5, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("internal error: idaudit could not start")
+    assert "typer" in lines[0] and "Traceback" not in res.stderr
+
+
+def test_assert_identifiable_hides_idaudits_frames(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_user.py").write_text(
+        "import numpy as np\nfrom idaudit.testing import assert_identifiable\n\n"
+        "def test_it():\n    z = np.random.default_rng(0).standard_normal((500, 2))\n"
+        "    assert_identifiable(z, np.tanh(3 * z) ** 3, min_r2=0.99)\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                          str(tmp_path / "test_user.py")], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert res.returncode == 1, res.stdout
+    assert "embedding is not identifiable: r2_h_to_z_heldout" in res.stdout
+    assert "test_user.py:6" in res.stdout
+    assert "idaudit/testing.py" not in res.stdout and "auditing.py" not in res.stdout
+    assert "1 failed" in res.stdout  # the summary line a user reads
+
+
+def test_demo_runs_the_whole_loop_and_gates(tmp_path):
+    res = run("demo", "--steps", "1500", "--out", tmp_path / "d")
+    assert res.exit_code == 0, res.output
+    for step in ("1/4 world", "2/4 train", "3/4 audit, gated", "4/4 plan"):
+        assert step in res.output
+    audit = json.loads((tmp_path / "d" / "audit.json").read_text())
+    assert audit["verdict"] == "pass" and audit["metrics"]["r2_h_to_z_heldout"] > 0.95
+    assert [g["metric"] for g in audit["gate"]] == ["r2_h_to_z_heldout"]
+    plan = json.loads((tmp_path / "d" / "plan.json").read_text())
+    assert 0.8 < plan["cost_ratio_median"] < 1.2

@@ -303,3 +303,145 @@ def test_killed_world_leaves_nothing_after_the_next_run(tmp_path):
     assert run("world", "spiral", "--pairs", "50", "--out", tmp_path / "p.safetensors"
                ).exit_code == 0
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+# ---- hostile inputs, third round: each exit 2 (3 where no verdict can be given) ------------
+
+
+def _npz(path, **arrays):
+    np.savez(path, **arrays)
+    return path
+
+
+def _inflating_npz(path, shape):
+    """An .npz whose compressed h member's header claims ``shape`` (float64): a few hundred
+    bytes on disk that would inflate to many GiB (the data after the header is never read)."""
+    import io as _io
+    import zipfile
+
+    header = _io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
+                                                  "shape": shape})
+    buf = _io.BytesIO()
+    np.save(buf, np.zeros((10, 2)))
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("h.npy", header.getvalue() + bytes(1 << 16))
+        zf.writestr("z.npy", buf.getvalue())
+    return path
+
+
+def _lying_safetensors(path, good, change):
+    """A copy of safetensors file ``good`` whose JSON header is edited by ``change``."""
+    raw = good.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    change(header)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+    return path
+
+
+def _set_offsets(name, offsets):
+    def change(h):
+        h[name]["data_offsets"] = offsets
+    return change
+
+
+def _set_shape(name, shape):
+    def change(h):
+        h[name]["shape"] = shape
+    return change
+
+
+Z = np.random.default_rng(5).standard_normal((400, 3))
+HOSTILE = [  # (name, how to build the input in a directory, exit code, fragment)
+    ("circular NaN", lambda d: _npz(d / "a.npz", z=Z, h=Z, circular=np.array([np.nan])), 2,
+     "latent indices must be integers, got nan"),
+    ("circular inf", lambda d: _npz(d / "a.npz", z=Z, h=Z, circular=np.array([np.inf])), 2,
+     "latent indices must be integers, got inf"),
+    ("circular -inf", lambda d: _npz(d / "a.npz", z=Z, h=Z, circular=np.array([-np.inf])), 2,
+     "latent indices must be integers, got -inf"),
+    ("circular 0.5", lambda d: _npz(d / "a.npz", z=Z, h=Z, circular=np.array([0.5])), 2,
+     "latent indices must be integers, got 0.5"),
+    ("circular repeated", lambda d: _npz(d / "a.npz", z=Z, h=Z, circular=np.array([1, 1])), 2,
+     "latent index 1 is given twice"),
+    ("circular negative", lambda d: _npz(d / "a.npz", z=Z, h=Z, circular=np.array([-1])), 2,
+     "latent indices must be ≥ 0"),
+    ("npz inflating to 8 TiB", lambda d: _inflating_npz(d / "a.npz", (2**40, 1)), 2,
+     "needs 8192.0 GiB of memory to read"),
+    ("object array", lambda d: _npz(d / "a.npz", z=Z, h=np.array([None] * 400, dtype=object)),
+     2, "cannot read"),
+    ("bool h", lambda d: _npz(d / "a.npz", z=Z, h=Z > 0), 2, "dtype bool, not real numbers"),
+    ("complex h", lambda d: _npz(d / "a.npz", z=Z, h=Z + 1j * Z), 2, "dtype complex128"),
+    ("string h", lambda d: _npz(d / "a.npz", z=Z, h=Z.astype(str)), 2, "not real numbers"),
+    ("datetime h", lambda d: _npz(d / "a.npz", z=Z, h=np.zeros((400, 3), "datetime64[s]")),
+     2, "datetime64"),
+    ("NaN in h", lambda d: _npz(d / "a.npz", z=Z, h=np.where(Z > 2, np.nan, Z)), 3, "NaN"),
+    ("Inf in h", lambda d: _npz(d / "a.npz", z=Z, h=np.where(Z > 2, np.inf, Z)), 3, "Inf"),
+]
+
+
+@pytest.mark.parametrize("name,build,code,fragment", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_hostile_array_files(tmp_path, name, build, code, fragment):
+    res = run("audit", build(tmp_path), "--min-r2", "0.5", "--gauss-sims", "0")
+    one_line(res, code, fragment)
+
+
+@pytest.mark.parametrize("change,fragment", [
+    (_set_offsets("h", [0, 10**12]), "safetensors file"),
+    (_set_offsets("h", [10**6, 0]), "safetensors file"),
+    (_set_shape("h", [400, 3000]), "safetensors file"),
+    (_set_shape("z", [-1, 3]), "safetensors file"),
+])
+def test_safetensors_headers_that_lie(tmp_path, change, fragment):
+    good = tmp_path / "good.safetensors"
+    save_file({"z": torch.from_numpy(Z), "h": torch.from_numpy(Z.copy())}, str(good))
+    res = run("audit", _lying_safetensors(tmp_path / "lie.safetensors", good, change),
+              "--min-r2", "0.5")
+    one_line(res, 2, fragment)
+
+
+@pytest.mark.parametrize("value", ['"0.9"', "true", "[0.9]", '{ a = 1 }'])
+def test_gate_values_that_are_not_numbers(files, tmp_path, value):
+    gate = tmp_path / "g.toml"
+    gate.write_text(f"[min]\nr2_h_to_z_heldout = {value}\n")
+    one_line(run("audit", files / "good.npz", "--gate", gate), 2,
+             "gate value for r2_h_to_z_heldout must be a number")
+
+
+def test_symlinked_output_replaces_the_link_not_its_target(files, tmp_path):
+    target = tmp_path / "target.json"
+    target.write_text("keep me")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    res = run("audit", files / "good.npz", "--json", link, "--min-r2", "0.9", "--gauss-sims", "0")
+    assert res.exit_code == 0, res.output
+    assert not link.is_symlink() and json.loads(link.read_text())["verdict"] == "pass"
+    assert target.read_text() == "keep me"
+
+
+def test_four_audits_writing_one_report_at_once(files, tmp_path):
+    report = tmp_path / "r.json"
+    cmd = [_idaudit_exe(), "audit", str(files / "good.npz"), "--json", str(report),
+           "--min-r2", "0.9"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(4)]
+    codes = [p.wait(timeout=300) for p in procs]
+    assert codes == [0, 0, 0, 0], [p.stderr.read() for p in procs]
+    assert json.loads(report.read_text())["verdict"] == "pass"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_sigterm_during_train_leaves_nothing_partial(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "c.safetensors"
+    proc = subprocess.Popen([_idaudit_exe(), "train", "--steps", "1000000", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # start-up takes ~2 s: by now it is training
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) in (-signal.SIGTERM, 128 + signal.SIGTERM)
+    assert not out.exists() and list(tmp_path.iterdir()) == []

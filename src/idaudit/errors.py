@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
@@ -36,3 +38,15 @@ def check_seed(seed: int | None, flag: str = "--seed") -> None:
     """Seeds are integers in [0, 2³² − 1] (every generator idaudit seeds takes them)."""
     if seed is not None and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
         raise IdauditError(f"{flag} must be an integer in [0, {MAX_SEED}], got {seed}")
+
+
+def internal_error_line(exc: BaseException, what: str | None = None) -> str:
+    """The one line for an exception nothing handled (exit 5, never mistaken for a verdict).
+    Callers re-raise instead when :func:`show_tracebacks` (``IDAUDIT_TRACEBACK=1``)."""
+    where = f"{what}: " if what else ""
+    return (f"internal error: {where}{type(exc).__name__}: {exc} (a bug in idaudit or a broken "
+            "install; rerun with IDAUDIT_TRACEBACK=1 for the traceback and please report it)")
+
+
+def show_tracebacks() -> bool:
+    return bool(os.environ.get("IDAUDIT_TRACEBACK"))

@@ -204,7 +204,7 @@ def audit_markdown(report, rows: list[tuple[str, str]] | None = None) -> str:
     """A Markdown summary (for a CI job summary); ``rows`` the metrics to list (the audit's by
     default; gated metrics always)."""
     _, label, icon = VERDICTS[report.verdict]
-    lines = [f"## idaudit · {icon} {label}", ""]
+    lines = [f"## idaudit · {icon} {label.lower()}", ""]
     if report.verdict == "ungated":
         lines += [f"> {NO_GATE_NOTE}", ""]
     if report.reason:
