@@ -115,7 +115,7 @@ def import_all() -> list[str]:
 
 def run_cli() -> list[str]:
     """The CLI on what the base install promises: version, help, audit of arrays, a short
-    training on the spiral world, and an unexpected failure ending in one line (exit 5)."""
+    training on the spiral world, its audit and its plans."""
     import numpy as np
     from typer.testing import CliRunner
 
@@ -136,6 +136,8 @@ def run_cli() -> list[str]:
             (["train", "--world", "spiral", "--steps", "30", "--n-eval", "500", "--eval-every",
               "0", "--quiet", "--out", str(Path(tmp) / "s.safetensors")], 0, "checkpoint"),
             (["audit", str(Path(tmp) / "s.safetensors"), "--n-eval", "500"], 0, "NO GATE"),
+            (["plan", str(Path(tmp) / "s.safetensors"), "--pairs", "5", "--gallery", "500"], 0,
+             "cost ratio"),
         ]
         for args, code, fragment in cases:
             res = runner.invoke(app, args)
