@@ -40,6 +40,24 @@ def setup(d: Path) -> dict[str, str]:
     torch.jit.script(Empty()).save(str(d / "empty.pt"))
     torch.jit.script(Cplx()).save(str(d / "complex.pt"))
     (d / "exits.py").write_text("import sys\nsys.exit(0)\n")
+    # issues 17 and 18: hostile array files, gates and paths
+    np.savez(d / "circ_nan.npz", z=z, h=z, circular=np.array([np.nan]))
+    np.savez(d / "circ_dup.npz", z=z, h=z, circular=np.array([1, 1]))
+    np.savez(d / "x_rows.npz", z=z, h=z, x=z[:10])
+    np.savez(d / "const_z.npz", z=np.ones_like(z), h=z)
+    np.save(d / "h3d.npy", np.zeros((600, 2, 2)))
+    np.save(d / "h2d.npy", z)
+    import io
+    import zipfile
+
+    header = io.BytesIO()  # an .npz whose h claims 8 TiB: a few bytes that would inflate
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
+                                                  "shape": (2**40, 1)})
+    with zipfile.ZipFile(d / "bomb.npz", "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("h.npy", header.getvalue() + bytes(1 << 16))
+    (d / "string_gate.toml").write_text('[min]\nr2_h_to_z_heldout = "0.9"\n')
+    (d / "copy.npz").write_bytes((d / "ok.npz").read_bytes())
+    (d / "deep.json").write_text('{"a": ' + "[" * 100_000 + "}")
     return {"d": str(d)}
 
 
@@ -69,6 +87,25 @@ CASES = [
      "audit {d}/ok.npz.safetensors --arch exits:make --world spiral"),
     ("sweep --steps 0", "sweep 2d --steps 0 --list"),
     ("sweep --seeds 0", "sweep 2d --seeds 0 --list"),
+    # issue 17
+    ("circular index NaN in the arrays", "audit {d}/circ_nan.npz"),
+    ("circular index given twice", "audit {d}/circ_dup.npz"),
+    (".npz member inflating to 8 TiB", "audit {d}/bomb.npz"),
+    ("gate value a string (\"0.9\")", "audit {d}/ok.npz --gate {d}/string_gate.toml"),
+    # issue 18
+    ("--json onto the audited file", "audit {d}/copy.npz --json {d}/copy.npz"),
+    ("train --out onto its --data", "world spiral --pairs 300 --out {d}/w.safetensors && "
+     "{python} -m idaudit.cli train --data {d}/w.safetensors --epochs 1 --n-eval 100 "
+     "--out {d}/w.safetensors"),
+    ("x with the wrong row count", "audit {d}/x_rows.npz"),
+    ("constant true latents z", "audit {d}/const_z.npz --min-r2 0.5"),
+    ("consistency on 3-D h", "consistency {d}/h3d.npy {d}/h2d.npy"),
+    ("sweep --set batch=2.5", "sweep 2d --steps 5 --set batch=2.5 --out {d}/sw"),
+    ("sweep --set device=5", "sweep 2d --steps 5 --set device=5 --list"),
+    ("--arch-kwargs nested 100 000 deep",
+     "audit {d}/ok.npz.safetensors --arch exits:make --world spiral --arch-kwargs "
+     "\"$(cat {d}/deep.json)\""),
+    ("--n-eval 10^11", "train --world spiral --steps 5 --n-eval 100000000000"),
 ]
 
 
@@ -95,7 +132,7 @@ def main() -> None:
         print(head)
         print("|---|---|---|" if args.base_src else "|---|---|")
         for name, cmd in CASES:
-            c = cmd.format(**fmt)
+            c = cmd.format(python=sys.executable, **fmt)
             after = run(c, None, tmp)
             cell = f"{after[0]}{' (traceback)' if after[1] else ''}"
             if args.base_src:

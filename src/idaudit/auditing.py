@@ -16,11 +16,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, IdauditError, check_seed
+from .errors import (
+    EXIT_GATE_FAILED,
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    IdauditError,
+    check_seed,
+    latent_indices,
+)
 from .loaders import (
     Arrays,
     LoadedEncoder,
-    latent_indices,
     load_target,
     numeric_array,
     world_for_encoder,
@@ -195,21 +201,65 @@ def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[
 
 
 def inconclusive_reason(inp: AuditInputs) -> str | None:
-    """Why no verdict can be given (NaN/Inf, collapse, too few samples), or None."""
-    sums = {}
+    """Why no verdict can be given (NaN/Inf or overflowing values, a collapsed h, constant
+    true latents z, too few samples), or None."""
+    constant = {}
     for name, arr in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime)):
         if arr is not None:
-            sums[name], problem = column_sums(arr, name)
+            problem, constant[name] = value_problem(arr, name, spread=name != "h_prime")
             if problem:
                 return problem
     n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    if collapsed(inp.h, sums["h"]):
+    if constant["h"]:
         return "the embedding collapsed: h has (near-)zero variance, every input maps to one point"
+    if constant["z"]:
+        return ("the true latents z are constant: every row of z is the same, so there is "
+                "nothing for h to recover (check that z holds the latents of these inputs)")
     need = 2 * (n + m) + 10
     if n_rows < need:
         return (f"too few samples: {n_rows} rows for a {n}-dimensional latent and a "
                 f"{m}-dimensional embedding (need at least {need} for held-out fits)")
     return None
+
+
+def as_matrix(arr: np.ndarray, name: str) -> np.ndarray:
+    """``arr`` as a samples × dims array (a 1-D array is one column), or a one-line error
+    (exit 2): another number of dimensions, no rows or no columns."""
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise IdauditError(f"{name} must be a 2-D array (samples × dims), got shape "
+                           f"{tuple(arr.shape)}")
+    if arr.shape[0] == 0:
+        raise IdauditError(f"{name} has no rows (shape {tuple(arr.shape)})")
+    if arr.shape[1] == 0:
+        raise IdauditError(f"{name} has no columns (shape {tuple(arr.shape)}); it needs at "
+                           "least one column")
+    return arr
+
+
+def value_problem(arr: np.ndarray, name: str, spread: bool = True) -> tuple[str | None, bool]:
+    """(what is wrong with the values of the 2-D array ``arr`` for the float64 moments every
+    metric comes from, or None; whether its rows are all (nearly) the same).
+
+    Wrong: NaN or Inf, or values too large to sum or (with ``spread``) to square in float64.
+    The same: (near-)zero total variance relative to its scale — a collapsed embedding, or
+    constant latents (only judged with ``spread``). One pass for the column sums, one for
+    the spread, a block of rows at a time (no copy of ``arr``)."""
+    sums = arr.sum(0, dtype=np.float64)
+    if not np.isfinite(sums).all():
+        if not bool(np.isfinite(arr).all()):
+            return f"{name} contains NaN or Inf values", False
+        return f"{name} holds values too large to sum in float64", False
+    if not spread:
+        return None, False
+    with np.errstate(over="ignore", invalid="ignore"):
+        var, scale = _column_spread(arr, sums)
+    if not (math.isfinite(var) and math.isfinite(scale)):
+        big = max(abs(float(arr.max())), abs(float(arr.min())))
+        return (f"{name} holds values too large for float64 second moments (up to {big:.3g} "
+                "in magnitude: their squares overflow)"), False
+    return None, var <= 1e-12 * max(scale, 1e-30) or var == 0.0
 
 
 def column_sums(arr: np.ndarray, name: str) -> tuple[np.ndarray, str | None]:
@@ -218,9 +268,7 @@ def column_sums(arr: np.ndarray, name: str) -> tuple[np.ndarray, str | None]:
     sums = arr.sum(0, dtype=np.float64)
     if np.isfinite(sums).all():
         return sums, None
-    if not bool(np.isfinite(arr).all()):
-        return sums, f"{name} contains NaN or Inf values"
-    return sums, f"{name} holds values too large to sum in float64"
+    return sums, value_problem(arr, name, spread=False)[0]
 
 
 def collapsed(h: np.ndarray, sums: np.ndarray) -> bool:
@@ -265,19 +313,13 @@ def split_reason_rows(rows: int, width: int, test_fraction: float) -> str | None
 
 def check_shapes(inp: AuditInputs) -> AuditInputs:
     """Shape and type checks that are input errors (exit 2), not inconclusive audits."""
-    z, h = inp.z, inp.h
-    if z.ndim == 1:
-        z = z[:, None]
-    if h.ndim == 1:
-        h = h[:, None]
-    if z.ndim != 2 or h.ndim != 2:
-        raise IdauditError(f"z and h must be 2-D arrays (samples × dims), got {tuple(inp.z.shape)}"
-                           f" and {tuple(inp.h.shape)}")
+    z, h = as_matrix(inp.z, "z"), as_matrix(inp.h, "h")
     if z.shape[0] != h.shape[0]:
         raise IdauditError(f"z has {z.shape[0]} rows but h has {h.shape[0]}")
-    if z.shape[1] == 0 or h.shape[1] == 0:
-        raise IdauditError(f"z and h need at least one column, got shapes {tuple(z.shape)} and "
-                           f"{tuple(h.shape)}")
+    if inp.x is not None and (inp.x.ndim == 0 or inp.x.shape[0] != z.shape[0]):
+        rows = f"{inp.x.shape[0]} rows" if inp.x.ndim else "no rows (a 0-d array)"
+        raise IdauditError(f"x has {rows} but z has {z.shape[0]}: x holds the observations "
+                           "of the same inputs, one row each")
     hp = _checked_pair(inp, h)
     for i in inp.circular:
         if not 0 <= i < z.shape[1]:
@@ -318,16 +360,14 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
     """The verdict from h (and h′, ρ) alone: :func:`idaudit.labelfree.label_free_metrics`."""
     from .labelfree import label_free_metrics
 
-    h = inp.h[:, None] if inp.h.ndim == 1 else inp.h
-    if h.ndim != 2 or h.shape[1] == 0:
-        raise IdauditError(f"h must be a 2-D array with columns, got shape {tuple(inp.h.shape)}")
+    h = as_matrix(inp.h, "h")
     hp = _checked_pair(inp, h)
     thresholds = list(thresholds or [])
     reason = None
     for name, arr in (("h", h), ("h_prime", hp)):
         if arr is not None and reason is None:
-            sums, reason = column_sums(arr, name)
-            if reason is None and name == "h" and collapsed(h, sums):
+            reason, constant = value_problem(arr, name, spread=name == "h")
+            if reason is None and constant:
                 reason = ("the embedding collapsed: h has (near-)zero variance, every input "
                           "maps to one point")
     if reason is None and h.shape[0] < h.shape[1] + 10:
@@ -349,9 +389,10 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                  label_free: bool = False) -> AuditReport:
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ); without z (or with
     ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`), where the user's
-    ``circular``, ``bootstrap`` and ``test_fraction`` are refused (a world's own angle indices
-    simply do not apply). ``test_fraction`` (default 0.5) is also refused where the world
-    fixes the held-out rows."""
+    ``circular``, ``bootstrap`` and ``test_fraction`` are refused, and so are ``circular`` or
+    ``x`` stored in an array file that has no z (a world's own angle indices, and a file's own
+    with its z set aside by ``label_free``, simply do not apply). ``test_fraction`` (default
+    0.5) is also refused where the world fixes the held-out rows."""
     for value, flag in ((bootstrap, "--bootstrap"), (gauss_sims, "--gauss-sims")):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise IdauditError(f"{flag} must be an integer ≥ 0, got {value!r}")
@@ -361,6 +402,14 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
         if given:
             raise IdauditError(f"{given[0]} needs the true latents z; a label-free audit has "
                                "none")
+        # arrays a file holds beside h that only mean something with its z (a world's own
+        # angle indices, or a file's z set aside by --label-free, simply do not apply)
+        stored = ["circular"] * bool(inp.circular) + ["x"] * (inp.x is not None)
+        if stored and inp.z is None and inp.world is None:
+            them = " and ".join(stored)
+            raise IdauditError(f"{inp.source}: {them} need{'s' if len(stored) == 1 else ''} the "
+                               "true latents z, which this file does not hold (a label-free "
+                               f"audit); remove {them} from the file or add z")
         return audit_label_free(inp, thresholds, seed=seed, gauss_sims=gauss_sims)
     if test_fraction is not None and inp.test_rows is not None:
         raise IdauditError("--test-fraction does not apply: this world fixes the held-out rows "

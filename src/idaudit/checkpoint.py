@@ -22,6 +22,7 @@ from ._version import __version__
 from .encoders import build_encoder
 from .errors import MAX_SEED, IdauditError
 from .io import CHECKPOINT_FORMAT, atomic_write, first_line, jsonable, read_metadata
+from .jsontext import parse_json_object
 from .worlds import WorldSpec, validate_spec
 
 FORMAT = CHECKPOINT_FORMAT
@@ -87,12 +88,14 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise IdauditError(f"{path} has checkpoint format version {version}; this idaudit "
                            f"reads version {FORMAT_VERSION}")
     try:
-        enc = json.loads(meta["encoder"])
-        world = validate_spec(WorldSpec.from_dict(json.loads(meta["world"])))
-        train = json.loads(meta.get("train", "{}"))
-        metrics = json.loads(meta.get("metrics", "{}"))
+        missing = [k for k in ("encoder", "world") if k not in meta]
+        if missing:
+            raise ValueError(f"no {missing[0]!r} section")
+        enc, world, train, metrics = (parse_json_object(meta.get(k, "{}"), f"section {k!r}")
+                                      for k in ("encoder", "world", "train", "metrics"))
+        world = validate_spec(WorldSpec.from_dict(world))
         _check_metadata(enc, train, metrics)
-    except (KeyError, ValueError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:  # IdauditError is a ValueError
         raise IdauditError(f"{path} has malformed idaudit metadata ({first_line(exc)})") \
             from None
     encoder = build_encoder(enc["name"], enc.get("kwargs") or {})

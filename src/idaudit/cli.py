@@ -18,7 +18,7 @@ from .errors import (
     internal_error_line,
     show_tracebacks,
 )
-from .io import check_writable
+from .io import check_outputs
 
 app = typer.Typer(
     help="Did your self-supervised encoder learn the world? Worlds with known latents, "
@@ -159,7 +159,7 @@ def world(
         dim=dim, source=source, alpha=alpha, rho=rho, layers=layers, trajectory=trajectory,
         stride=stride, n_eval=n_eval, image_size=image_size))
     kind = KINDS.get(spec.name)
-    check_writable(out_path, "--out", directory=kind.writes_directory)
+    check_outputs([(out_path, "--out")], directory=kind.writes_directory)
     out.print(kind.write(spec, out_path, pairs, seed, workers, progress=True))
 
 
@@ -244,8 +244,9 @@ def train(
     resolved = resolve(options)
     if out_path is None:
         out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"
-    check_writable(out_path, "--out")
-    check_writable(log_path_for(out_path), "--out (its log)")
+    # an earlier run's checkpoint and log go first: a run that fails leaves neither behind
+    check_outputs([(out_path, "--out"), (log_path_for(out_path), "--out (its log)")],
+                  [(data, "--data")], remove_stale=True)
     record = run(resolved, out_path, workers=workers, progress=not quiet,
                  say=None if quiet else say)
     out.print(metrics_table(record.metrics,
@@ -359,8 +360,9 @@ def audit(
     from .report import audit_table
 
     check_seed(seed)
-    for path, flag in ((json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")):
-        check_writable(path, flag, remove_stale=True)
+    check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
+                  [*((t, "the input") for t in targets), (gate, "--gate"), (data, "--data")],
+                  remove_stale=True)
     thresholds = gate_thresholds(min_r2, max_orth)
     thresholds += [parse_threshold(t, "min") for t in min_]
     thresholds += [parse_threshold(t, "max") for t in max_]
@@ -454,8 +456,9 @@ def consistency(
     check_seed(seed)
     if len(targets) < 2:
         raise IdauditError(f"consistency needs at least two runs, got {len(targets)}")
-    for path, flag in ((json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")):
-        check_writable(path, flag, remove_stale=True)
+    check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
+                  [*((t, "the run") for t in targets), (gate, "--gate"), (data, "--data")],
+                  remove_stale=True)
     known = CONSISTENCY_METRICS
     thresholds = []
     if min_r2 is not None:
@@ -517,8 +520,8 @@ def plan(
     from .report import plan_table
 
     check_seed(seed, "--seed")
-    check_writable(json_path, "--json", remove_stale=True)
-    check_writable(plot, "--plot", remove_stale=True)
+    check_outputs([(json_path, "--json"), (plot, "--plot")],
+                  [(target, "the target"), (data, "--data")], remove_stale=True)
     report = run_plan(target, world=world_, data=data, pairs=pairs, waypoints=waypoints,
                       gallery=gallery, seed=seed, arch=arch, trust_pickle=trust_pickle,
                       arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
@@ -552,7 +555,7 @@ def demo(
     from .runs import run
     from .worlds import KINDS, make_spec
 
-    check_writable(out_dir, "--out", directory=True)
+    check_outputs([(out_dir, "--out")], directory=True)
     spec = make_spec("spiral", rho=0.95)
     pairs_path = out_dir / "spiral-pairs.safetensors"
     KINDS.get(spec.name).write(spec, pairs_path, 10_000, seed, None, progress=False)
@@ -618,7 +621,7 @@ def sweep(
     for value, flag in ((seeds, "--seeds"), (steps, "--steps"), (workers, "--workers")):
         if value is not None and value < 1:
             raise IdauditError(f"{flag} must be ≥ 1, got {value}")
-    check_writable(out_dir, "--out", directory=True)
+    check_outputs([(out_dir, "--out")], directory=True)
     runs = shrink(load_suite(suite), seeds=seeds, steps=steps, dims=dim_list,
                   objectives=objectives.split(",") if objectives else None,
                   only=parse_assignments(only, "--only"),

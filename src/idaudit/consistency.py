@@ -20,10 +20,10 @@ import numpy as np
 from .auditing import (
     AuditReport,
     Threshold,
-    collapsed,
-    column_sums,
+    as_matrix,
     gated_report,
     split_reason_rows,
+    value_problem,
 )
 from .metrics import audit_metrics, to_numpy
 
@@ -42,10 +42,10 @@ def inconclusive_runs(embeddings: list[np.ndarray], names: list[str],
         counts = ", ".join(f"{n}: {h.shape[0]}" for n, h in zip(names, embeddings))
         return f"the runs embed different numbers of inputs ({counts}); they must be the same"
     for name, h in zip(names, embeddings):
-        sums, problem = column_sums(h, name)
+        problem, constant = value_problem(h, name)
         if problem:
             return problem
-        if collapsed(h, sums):
+        if constant:
             return f"{name} collapsed: its embedding has (near-)zero variance"
     widest = max(h.shape[1] for h in embeddings)
     return split_reason_rows(embeddings[0].shape[0], widest, test_fraction)
@@ -112,7 +112,9 @@ def check_consistency(embeddings: list[np.ndarray], names: list[str],
         raise IdauditError(f"consistency needs at least two runs, got {len(embeddings)}")
     if not 0.0 < test_fraction < 1.0:
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
-    embeddings = [e.reshape(e.shape[0], -1) for e in embeddings]
+    if len(names) != len(embeddings):
+        raise IdauditError(f"{len(embeddings)} runs but {len(names)} names")
+    embeddings = [as_matrix(to_numpy(e), name) for e, name in zip(embeddings, names)]
     thresholds = list(thresholds or [])
     reason = inconclusive_runs(embeddings, names, test_fraction)
     if reason is not None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
+from typing import Any
 
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
@@ -50,3 +53,21 @@ def internal_error_line(exc: BaseException, what: str | None = None) -> str:
 
 def show_tracebacks() -> bool:
     return bool(os.environ.get("IDAUDIT_TRACEBACK"))
+
+
+def latent_indices(values: Any, what: str) -> tuple[int, ...]:
+    """Latent indices (e.g. which latents are angles) as distinct non-negative integers; NaN,
+    ±inf, fractions, negatives and repeats are refused with a line naming the value."""
+    out: list[int] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise IdauditError(f"{what}: latent indices must be integers, got {v!r}")
+        if not math.isfinite(v) or v != int(v):
+            raise IdauditError(f"{what}: latent indices must be integers, got {v!r}")
+        i = int(v)
+        if i < 0:
+            raise IdauditError(f"{what}: latent indices must be ≥ 0, got {i}")
+        if i in out:
+            raise IdauditError(f"{what}: latent index {i} is given twice")
+        out.append(i)
+    return tuple(out)

@@ -14,8 +14,6 @@ and consistency checks all start here:
 from __future__ import annotations
 
 import importlib
-import json
-import math
 import os
 import sys
 import zipfile
@@ -25,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import IdauditError
+from .errors import IdauditError, latent_indices
 from .io import CHECKPOINT_FORMAT as CHECKPOINT
 from .io import PAIRS_FORMAT, read_metadata
 from .io import first_line as _first_line
+from .jsontext import parse_json_object  # noqa: F401 - the CLI imports it from here
 
 if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
     from .worlds import World, WorldSpec
@@ -70,24 +69,6 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
         if circ is not None else ()
     return Arrays(z=t("z"), h=t("h"), h_prime=t("h_prime"), rho=rho, x=t("x"),
                   circular=circular, source=source)
-
-
-def latent_indices(values: Any, what: str) -> tuple[int, ...]:
-    """Latent indices (e.g. which latents are angles) as distinct non-negative integers; NaN,
-    ±inf, fractions, negatives and repeats are refused with a line naming the value."""
-    out: list[int] = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise IdauditError(f"{what}: latent indices must be integers, got {v!r}")
-        if not math.isfinite(v) or v != int(v):
-            raise IdauditError(f"{what}: latent indices must be integers, got {v!r}")
-        i = int(v)
-        if i < 0:
-            raise IdauditError(f"{what}: latent indices must be ≥ 0, got {i}")
-        if i in out:
-            raise IdauditError(f"{what}: latent index {i} is given twice")
-        out.append(i)
-    return tuple(out)
 
 
 def sniff(path: Path) -> str:
@@ -232,13 +213,18 @@ def load_array_file(path: Path, kind: str | None = None) -> Arrays:
 
 
 def import_factory(spec: str):
-    """``package.module:callable`` → the callable (the current directory is importable)."""
+    """``package.module:callable`` → the callable. The module (and what it imports as it
+    loads) may come from the current directory, searched after the installed packages (a
+    stray scipy.py never shadows scipy) and only during that import: ``sys.path`` is restored
+    exactly afterwards, so no later import finds files there (a stray pandas.py stays unrun)."""
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
         raise IdauditError(f"--arch must look like module.path:factory, got {spec!r}")
+    path_list = sys.path
+    saved = list(path_list)
     cwd = os.getcwd()
-    if not any(p in ("", ".", cwd) for p in sys.path):
-        sys.path.append(cwd)  # searched after site-packages: a stray scipy.py never shadows
+    if not any(p in ("", ".", cwd) for p in path_list):
+        path_list.append(cwd)
     try:
         module = importlib.import_module(mod_name)
     except SystemExit as exc:
@@ -246,6 +232,9 @@ def import_factory(spec: str):
                            "the encoder factory exited instead of building a model") from None
     except Exception as exc:
         raise IdauditError(f"--arch: cannot import {mod_name!r} ({_first_line(exc)})") from None
+    finally:  # the same list object, with the same entries, even if the module rebound it
+        path_list[:] = saved
+        sys.path = path_list
     try:
         fn = getattr(module, attr)
     except AttributeError:
@@ -317,12 +306,9 @@ def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] 
     if arch is not None:
         raise IdauditError("--arch goes with plain .safetensors weights")
     if kind == "export":
-        try:
-            program = torch.export.load(str(path))
-        except Exception as exc:
-            raise IdauditError(f"cannot load {path} as a torch.export program "
-                               f"({_first_line(exc)})") from None
-        return LoadedEncoder(program.module(), None, {}, path)
+        from .export_archive import load_export_program
+
+        return LoadedEncoder(load_export_program(path, trust_pickle), None, {}, path)
     if kind == "torchscript":
         try:
             return LoadedEncoder(torch.jit.load(str(path), map_location="cpu"), None, {}, path)
@@ -455,15 +441,3 @@ def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path
         return build_world(loaded.world, base_dir=loaded.path.parent)
     raise IdauditError("no world to evaluate the encoder on: pass --world … (as in train) "
                        "or --data DATASET (from idaudit world)")
-
-
-def parse_json_object(text: str | None, flag: str) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise IdauditError(f"{flag} is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise IdauditError(f"{flag} must be a JSON object")
-    return value

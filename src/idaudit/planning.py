@@ -216,6 +216,7 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None
                                "the true latents of the gallery")
         return plan_gallery(loaded.z, loaded.h, pairs, waypoints, seed, k, loaded.source)
     w = world_for_encoder(loaded, world, data, options)
+    check_plan_memory(pairs, waypoints, w.latent_dim, w.latent_dim)
     ps = w.plan_set(pairs, gallery, seed)
     hg = embed(loaded.module, ps.gallery_x).numpy()
     res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(loaded.module, ps.start_x).numpy(),
@@ -225,17 +226,34 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None
                    w.latent_labels)
 
 
+def check_plan_memory(pairs: int, waypoints: int, latent_dim: int, embed_dim: int) -> None:
+    """Refuse (exit 2) plans whose paths would not fit in memory: the embedding-space lines,
+    their decoded and oracle latent paths and the k-NN's work, all float64."""
+    from .worlds.base import check_memory
+
+    per_point = 8 * (2 * embed_dim + 3 * latent_dim + 10)
+    check_memory(pairs * (waypoints + 1) * per_point,
+                 f"planning {pairs} pairs × {waypoints} waypoints (--pairs, --waypoints)")
+
+
 def plan_gallery(z: Any, h: Any, pairs: int = 100, waypoints: int = 20, seed: int = 0,
                  k: int = 5, source: str = "arrays") -> PlanReport:
-    """Plans between rows of a gallery of latents z and their embeddings h."""
-    z = np.asarray(z, dtype=np.float64).reshape(len(z), -1)
-    h = np.asarray(h, dtype=np.float64).reshape(len(h), -1)
+    """Plans between rows of a gallery of latents z and their embeddings h (each samples ×
+    dims; values whose squared distances overflow float64 are refused, as NaN and Inf are)."""
+    from .auditing import as_matrix, value_problem
+    from .loaders import numeric_array
+
+    z = as_matrix(numeric_array(z, "z").astype(np.float64, copy=False), "z")
+    h = as_matrix(numeric_array(h, "h").astype(np.float64, copy=False), "h")
     if len(z) != len(h):
         raise IdauditError(f"z has {len(z)} rows but h has {len(h)}")
     if len(z) < 2 * k:
         raise IdauditError(f"a gallery of {len(z)} rows is too small to plan on (need ≥ {2 * k})")
-    if not (np.isfinite(z).all() and np.isfinite(h).all()):
-        raise IdauditError("the gallery contains NaN or Inf values")
+    for name, arr in (("z", z), ("h", h)):
+        problem, _ = value_problem(arr, name)
+        if problem:
+            raise IdauditError(f"the gallery cannot be planned on: {problem}")
+    check_plan_memory(pairs, waypoints, z.shape[1], h.shape[1])
     rng = np.random.default_rng(seed)
     idx = rng.choice(len(z), size=(pairs, 2), replace=len(z) < 2 * pairs)
     res = plan_from_embeddings(h, z, h[idx[:, 0]], h[idx[:, 1]], z[idx[:, 0]], z[idx[:, 1]],

@@ -275,17 +275,71 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The finished and the failed run records of a sweep (``DIR/runs/*.json`` and
+    ``*.failed.json``).
+
+    A record that is not one the sweep writes — not a regular file, not a JSON object, no
+    ``run`` or ``metrics`` object, a metric or run option the tables use that is not a number,
+    an embedding sample that is not rows of numbers — is refused (exit 2, one line naming the
+    file), not skipped: the tables would silently leave a run out while looking complete, and
+    the sweep itself skips a run whose record exists. Delete the file and rerun the sweep:
+    it redoes that run."""
+    from .jsontext import parse_json_object
+
     runs_dir = Path(out_dir) / "runs"
     if not runs_dir.is_dir():
         raise IdauditError(f"{out_dir} has no runs/ directory (run `idaudit sweep` first)")
     ok, failed = [], []
     for path in sorted(runs_dir.glob("*.json")):
+        is_failed = path.name.endswith(".failed.json")
         try:
-            rec = json.loads(path.read_text())
-        except ValueError:
-            raise IdauditError(f"{path} is not valid JSON") from None
-        (failed if path.name.endswith(".failed.json") else ok).append(rec)
+            if not path.is_file():
+                raise IdauditError(f"{path} is not a regular file")
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise IdauditError(f"cannot read {path} ({exc})") from None
+            rec = parse_json_object(text, str(path))
+            if not is_failed:
+                check_record(rec, str(path))
+        except IdauditError as exc:
+            raise IdauditError(f"{exc} — not a run record of `idaudit sweep`; delete it and "
+                               "rerun the sweep to redo that run") from None
+        (failed if is_failed else ok).append(rec)
     return ok, failed
+
+
+RECORD_NUMBERS = ("lamb", "rho", "alpha", "dim", "stride", "seed", "sigma")  # run options
+
+
+def check_record(rec: dict[str, Any], where: str) -> None:
+    """What the tables and figures read of a finished run's record: ``run`` and ``metrics``
+    objects, numbers (or null) where numbers are read, an embedding sample of numeric rows."""
+    from .worlds.spec import check_fields, check_type
+
+    check_fields(rec, where, set(rec), ("run", "metrics"))
+    run, metrics = (check_type(rec[k], "object", f"{where}: {k}") for k in ("run", "metrics"))
+    for key in RECORD_NUMBERS:
+        if key in run and not (key == "sigma" and isinstance(run[key], str)):
+            check_type(run[key], "number", f"{where}: run option {key}", optional=True)
+    for key in (*REPORT_METRICS, "bound", "procrustes_mse"):
+        check_type(metrics.get(key), "number", f"{where}: metric {key}", optional=True)
+    per_dim = check_type(metrics.get("r2_h_to_z_per_dim"), "list",
+                         f"{where}: metric r2_h_to_z_per_dim", optional=True) or []
+    for v in per_dim:
+        check_type(v, "number", f"{where}: metric r2_h_to_z_per_dim", optional=True)
+    sample = check_type(rec.get("embedding_sample"), "object", f"{where}: embedding_sample",
+                        optional=True)
+    if sample is not None:
+        check_fields(sample, f"{where}: embedding_sample", {"z", "h"}, ("z", "h"))
+        try:
+            z, h = (np.asarray(sample[k], dtype=np.float64) for k in ("z", "h"))
+        except (TypeError, ValueError):
+            z = h = np.zeros(0)
+        if z.ndim != 2 or h.ndim != 2 or len(z) != len(h) or min(z.shape[1:] + h.shape[1:],
+                                                                 default=0) < 2:
+            raise IdauditError(f"{where}: embedding_sample must hold z and h as rows of at "
+                               "least two numbers each, as many of one as of the other")
 
 
 def method_label(run: dict[str, Any]) -> str:

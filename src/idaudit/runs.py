@@ -24,7 +24,7 @@ from ._version import __version__
 from .checkpoint import save_checkpoint
 from .encoders import embed
 from .errors import IdauditError
-from .io import write_json
+from .io import check_outputs, write_json
 from .train import TrainConfig, estimate_seconds, train
 from .worlds import KINDS, World, WorldSpec, build_world, make_spec, world_name
 
@@ -168,8 +168,14 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     ``data_root`` unless ``data`` names the place), train, and — with ``out`` — write the
     checkpoint and ``NAME.log.json`` beside it. ``say`` gets a line with the expected
     training time when the run will take more than two minutes. ``label_free`` adds the
-    label-free signals of the evaluation set (:mod:`idaudit.labelfree`) to the record."""
+    label-free signals of the evaluation set (:mod:`idaudit.labelfree`) to the record.
+    ``out`` and its log are checked (never the ``data`` file) and an earlier run's removed
+    before any work, so a run that fails leaves no stale checkpoint to be audited."""
     resolved = options if isinstance(options, ResolvedRun) else resolve(options)
+    if out is not None:
+        out = Path(out)
+        check_outputs([(out, "out"), (log_path_for(out), "out (its log)")],
+                      [(resolved.options.get("data"), "data")], remove_stale=True)
     if say is not None and resolved.recipe_note:
         say(resolved.recipe_note)
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,
@@ -195,7 +201,6 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
         label_free=(label_free_signals(world, result.encoder, result.config)
                     if label_free else None))
     if out is not None:
-        out = Path(out)
         stored = world.spec_for(out.parent)
         save_checkpoint(out, result.encoder, result.encoder_name, result.encoder_kwargs, stored,
                         result.config.to_dict(), metrics)

@@ -14,6 +14,7 @@ from typing import Any
 from .errors import IdauditError
 from .runs import RUN_OPTIONS
 from .worlds import KINDS, world_name
+from .worlds.spec import check_fields, check_type
 
 SEEDS_2D = [1337, 1338, 1339]
 RHOS = [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
@@ -79,7 +80,11 @@ SUITES: dict[str, Callable[[], list[dict[str, Any]]]] = {
 }
 
 def load_suite(name: str) -> list[dict[str, Any]]:
-    """A built-in suite by name, or a TOML file: ``[fixed]`` options and ``[grid]`` lists."""
+    """A built-in suite by name, or a TOML file: ``[fixed]`` options and ``[grid]`` lists.
+
+    The file's layout is checked here (tables, known options, non-empty lists); the values'
+    types and ranges when the runs are resolved (:func:`idaudit.runs.resolve`), every run
+    before any starts."""
     if name in SUITES:
         return SUITES[name]()
     path = Path(name)
@@ -87,22 +92,36 @@ def load_suite(name: str) -> list[dict[str, Any]]:
         raise IdauditError(f"unknown suite {name!r}; valid: {', '.join(SUITES)} or a .toml file")
     from .io import load_toml
 
-    data = load_toml(path, "suite")
-    fixed, grid = data.get("fixed", {}), data.get("grid", {})
-    unknown = (set(fixed) | set(grid)) - RUN_OPTIONS
-    if unknown:
-        raise IdauditError(f"suite file {path}: unknown run options {sorted(unknown)}; "
-                           f"valid: {', '.join(sorted(RUN_OPTIONS))}")
+    where = f"suite file {path}"
+    data = check_fields(load_toml(path, "suite"), where, {"fixed", "grid"})
+    fixed = check_type(data.get("fixed", {}), "table", f"{where}: [fixed]")
+    grid = check_type(data.get("grid", {}), "table", f"{where}: [grid]")
+    check_options([*fixed, *grid], where)
     if not all(isinstance(v, list) and v for v in grid.values()):
-        raise IdauditError(f"suite file {path}: every [grid] entry must be a non-empty list")
+        raise IdauditError(f"{where}: every [grid] entry must be a non-empty list")
     return _runs(fixed, grid)
+
+
+def check_options(keys: list[str], where: str) -> None:
+    """Every key is a run option that a sweep run can take (``device`` is not one: each
+    worker gives its runs its own device, the CPU or one GPU)."""
+    unknown = sorted(set(keys) - RUN_OPTIONS)
+    if unknown:
+        raise IdauditError(f"{where}: unknown run options {unknown}; valid: "
+                           f"{', '.join(sorted(RUN_OPTIONS - {'device'}))}")
+    if "device" in keys:
+        raise IdauditError(f"{where}: device does not apply to a sweep (each worker runs on its "
+                           "own device: the CPU, or one GPU per worker)")
 
 
 OPTION_DEFAULTS = {"dim": 2, "objective": "lejepa", "world": "spiral", "source": "gaussian"}
 
 
 def parse_value(text: str) -> Any:
-    """``"3"`` → 3, ``"1e-3"`` → 0.001, anything else stays a string."""
+    """``"3"`` → 3, ``"1e-3"`` → 0.001, ``"true"``/``"false"`` → True/False, anything else
+    stays a string."""
+    if text in ("true", "false"):
+        return text == "true"
     for kind in (int, float):
         try:
             return kind(text)
@@ -120,7 +139,8 @@ def parse_assignments(items: list[str], what: str) -> dict[str, list[Any]]:
             raise IdauditError(f"{what} expects KEY=VALUE, got {item!r}")
         if key not in RUN_OPTIONS:
             raise IdauditError(f"{what}: unknown run option {key!r}; valid: "
-                               f"{', '.join(sorted(RUN_OPTIONS))}")
+                               f"{', '.join(sorted(RUN_OPTIONS - {'device'}))}")
+        check_options([key], what)
         out[key] = [parse_value(v) for v in values.split(",")]
     return out
 

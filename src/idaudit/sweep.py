@@ -9,7 +9,10 @@ need data on disk (Reacher) have it prepared first, under ``OUT/data``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -139,11 +142,55 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
             for device in devices:
                 queue.put(device)
             with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(queue,)) as pool:
+                                     initargs=(queue,)) as pool, _stop_on_sigterm(pool):
                 futures = [pool.submit(execute, r, str(data_root), None, ckpt_dir) for r in todo]
                 for fut in as_completed(futures):
                     _record(out, fut.result(), counts, bar)
     return counts
+
+
+EXIT_TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
+_EXIT_GRACE = 10.0  # seconds a terminated sweep has to wind down before it exits regardless
+
+
+def _stop_workers(pool: ProcessPoolExecutor, grace: float = 5.0) -> None:
+    """Terminate the pool's worker processes (SIGTERM, then SIGKILL after ``grace`` s)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(pool: ProcessPoolExecutor):
+    """While the pool runs, SIGTERM to this process stops its workers first (so none is left
+    training, or blocked on a parent that is gone, with the multiprocessing resource tracker
+    waiting on them) and then exits 143. Finished runs are already on disk: a rerun resumes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM changes nothing
+        _stop_workers(pool)  # (no pool.shutdown here: the interrupted code may hold its lock;
+        # leaving the with-block shuts the broken pool down; should that ever hang, this exits)
+        watchdog = threading.Timer(_EXIT_GRACE, os._exit, (EXIT_TERMINATED,))
+        watchdog.daemon = True
+        watchdog.start()
+        raise SystemExit(EXIT_TERMINATED)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _ray_results(todo: list[dict[str, Any]], address: str | None, data_root: str,

@@ -23,6 +23,18 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# each field's type (sigma: a number or the name of a rule); None means "not given" except
+# for the REQUIRED fields
+FIELD_TYPES = {
+    "objective": "string", "lamb": "number", "steps": "integer", "epochs": "integer",
+    "batch": "integer", "lr": "number", "weight_decay": "number", "clip": "number",
+    "schedule": "string", "seed": "integer", "inits": "integer", "eval_every": "integer",
+    "n_eval": "integer", "n_slices": "integer", "views": "string", "device": "string",
+    "encoder": "string", "encoder_kwargs": "object",
+}
+REQUIRED = frozenset({"objective", "batch", "lr", "seed", "inits", "n_slices", "device"})
+
+
 @dataclass
 class TrainConfig:
     objective: str = "lejepa"
@@ -53,6 +65,17 @@ class TrainConfig:
                 pass  # validate() names the problem
 
     def validate(self) -> TrainConfig:
+        """Types, ranges and names (a one-line error naming the option); returns self."""
+        from ..worlds.spec import check_type
+
+        for name, kind in FIELD_TYPES.items():  # from a suite, --set or a dict, not only typer
+            check_type(getattr(self, name), kind, "--" + name.replace("_", "-"),
+                       optional=name not in REQUIRED)
+        if not isinstance(self.sigma, str):
+            check_type(self.sigma, "number", "--sigma", optional=True)
+        require(self.encoder_kwargs is None or self.encoder is not None,
+                "--encoder-kwargs needs --encoder (the world's own encoder takes its own "
+                "arguments)")
         OBJECTIVES.get(self.objective)
         if self.encoder is not None:
             from ..encoders import ENCODERS
@@ -82,7 +105,26 @@ class TrainConfig:
         require(self.schedule is None or self.schedule in SCHEDULES,
                 f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         require(self.clip is None or self.clip > 0, f"clip must be > 0, got {self.clip}")
+        require(self.weight_decay is None or (math.isfinite(self.weight_decay)
+                                              and self.weight_decay >= 0),
+                f"weight_decay must be ≥ 0, got {self.weight_decay}")
+        self._check_memory()
         return self
+
+    def _check_memory(self) -> None:
+        """Refuse sizes that cannot fit in memory before any work (the timing estimate that
+        precedes training included): the evaluation set and a batch take at least 48 bytes a
+        pair (z, z′, x, x′, h, h′ of one float32 each; each world checks its own size too),
+        the loss curve 8 bytes a step."""
+        from ..worlds.base import check_memory
+
+        for name, value, per_row, what in (
+                ("n_eval", self.n_eval, 48, "an evaluation set of {} pairs"),
+                ("batch", self.batch, 48, "a training batch of {} pairs"),
+                ("steps", self.steps, 8, "the loss curve of {} steps")):
+            if value is not None:
+                check_memory(value * per_row, f"--{name.replace('_', '-')} {value}: "
+                             + what.format(value), "at least")
 
     def resolved(self, refuses: frozenset[str] = frozenset(),
                  world_defaults: dict[str, Any] | None = None, world: str = "") -> TrainConfig:

@@ -18,7 +18,7 @@ from .mixings import MIXINGS, CouplingMixing
 from .reacher_world import NAME as REACHER
 from .reacher_world import ReacherWorld
 from .sources import SOURCES, gennorm_scale, ou_step, sample_source
-from .spec import WorldSpec
+from .spec import WorldSpec, check_type
 from .synthetic import SYNTHETIC_WORLDS, SyntheticWorld, save_pairs
 
 __all__ = [
@@ -53,6 +53,8 @@ def data_world(path: str | Path) -> str:
 
 def world_name(name: str | None, options: dict[str, Any]) -> str:
     """The registered world that ``name`` and the options (``data``) select."""
+    check_type(name, "string", "--world", optional=True)
+    check_type(options.get("data"), "path", "--data", optional=True)
     if "data" in options:
         found = data_world(options["data"]) if Path(options["data"]).exists() else None
         if found is not None and name in (None, found):

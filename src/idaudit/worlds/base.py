@@ -8,6 +8,7 @@ outside ``idaudit.worlds`` branches on a world's name.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,34 @@ import torch
 
 from ..errors import IdauditError
 from ..registry import Registry
-from .spec import WorldSpec
+from .spec import WorldSpec, check_type
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+SMALL = 1 << 26  # 64 MiB: never worth a look at the memory left
+
+
+def check_memory(nbytes: float, what: str, bound: str = "about") -> None:
+    """Refuse (exit 2, before anything is allocated) work whose arrays would not fit in the
+    memory this process can still get (:func:`idaudit.io.available_memory`: free memory, the
+    cgroup's and ``ulimit -v``'s headroom; else the machine's memory): one line saying what
+    needs how many GiB, e.g. "an evaluation set of 10¹¹ pairs … needs about 5960.5 GiB"
+    (``bound``: "at least" where ``nbytes`` is a lower bound)."""
+    from ..io import available_memory
+
+    if nbytes < SMALL:
+        return
+    have = available_memory()
+    have = physical_memory() if have is None else have
+    if have is not None and nbytes > have:
+        raise IdauditError(f"{what} needs {bound} {nbytes / 2**30:.1f} GiB of memory, but only "
+                           f"{have / 2**30:.1f} GiB is available")
 
 
 @dataclass
@@ -127,13 +155,17 @@ class World(ABC):
         """Validate a spec read from a file (types and ranges); return it."""
         import math
 
-        if not (isinstance(spec.dim, int) and spec.dim >= 1):
+        from ..errors import latent_indices
+
+        if not (isinstance(spec.dim, int) and not isinstance(spec.dim, bool) and spec.dim >= 1):
             raise IdauditError(f"dim must be a positive integer, got {spec.dim!r}")
-        if not (isinstance(spec.rho, (int, float)) and math.isfinite(spec.rho)
-                and 0.0 < spec.rho < 1.0):
+        check_type(spec.rho, "number", "rho")
+        if not (math.isfinite(spec.rho) and 0.0 < spec.rho < 1.0):
             raise IdauditError(f"rho must lie strictly between 0 and 1, got {spec.rho!r}")
-        if not isinstance(spec.extra, dict):
-            raise IdauditError(f"extra must be an object, got {spec.extra!r}")
+        check_type(spec.extra, "object", "extra")
+        if "circular" in spec.extra:
+            what = f"world {spec.name!r}: extra.circular"
+            latent_indices(check_type(spec.extra["circular"], "list", what), what)
         return spec
 
     @classmethod

@@ -7,7 +7,6 @@ wrote the file (its spec is in the file's metadata).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,9 +14,9 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import IdauditError, require
-from ..io import read_metadata
+from ..io import first_line, read_metadata
 from .base import KINDS, EpochPairs, EvalSet, PlanSet, World
-from .spec import WorldSpec
+from .spec import WorldSpec, check_fields, check_type
 from .synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SyntheticWorld
 
 NAME = "pairs"
@@ -41,17 +40,41 @@ def read_pairs_spec(path: str | Path) -> WorldSpec:
     if meta.get("format_version") != str(PAIRS_FORMAT_VERSION):
         raise IdauditError(f"{path} has dataset format version {meta.get('format_version')}; "
                            f"this idaudit reads version {PAIRS_FORMAT_VERSION}")
+    from ..jsontext import parse_json_object
+    from . import SYNTHETIC_WORLDS, validate_spec
+
     try:
-        return WorldSpec.from_dict(json.loads(meta["world"]))
-    except (KeyError, ValueError, TypeError) as exc:
-        raise IdauditError(f"{path} has a malformed world spec ({exc})") from None
+        spec = validate_spec(WorldSpec.from_dict(parse_json_object(meta.get("world"),
+                                                                   "metadata 'world'")))
+        if spec.name not in SYNTHETIC_WORLDS:
+            raise IdauditError(f"world {spec.name!r} is not a synthetic world")
+    except (ValueError, TypeError) as exc:  # IdauditError is a ValueError
+        raise IdauditError(f"{path} has a malformed world spec ({first_line(exc)})") from None
+    return spec
+
+
+PAIR_TENSORS = ("z", "z_prime", "x", "x_prime")
 
 
 def load_pairs(path: str | Path) -> tuple[WorldSpec, dict[str, torch.Tensor]]:
-    """The spec of the world that wrote ``path`` and its tensors z, z′, x, x′."""
+    """The spec of the world that wrote ``path`` and its tensors z, z′, x, x′ (rows × the
+    world's dimension, one row per pair)."""
     from safetensors.torch import load_file
 
-    return read_pairs_spec(path), load_file(str(path))
+    spec = read_pairs_spec(path)
+    try:
+        t = load_file(str(path))
+    except Exception as exc:  # safetensors raises several types for corrupt files
+        raise IdauditError(f"cannot read the tensors in {path} ({first_line(exc)})") from None
+    missing = [k for k in PAIR_TENSORS if k not in t]
+    if missing:
+        raise IdauditError(f"{path} lacks the tensors {missing} of a pairs file")
+    shape = (len(t["z"]), spec.dim)
+    for k in PAIR_TENSORS:
+        if tuple(t[k].shape) != shape or not t[k].is_floating_point():
+            raise IdauditError(f"{path}: {k} has shape {tuple(t[k].shape)} and dtype "
+                               f"{t[k].dtype}; a pairs file's are {shape} floats")
+    return spec, t
 
 
 def relative_path(path: str | Path, base_dir: Path | None) -> str:
@@ -96,10 +119,23 @@ class PairsFileWorld(World):
         require("data" in options, "the pairs world reads a file: pass --data PAIRS.safetensors")
         path = Path(options["data"])
         inner = read_pairs_spec(path)
-        pairs = int(read_metadata(path).get("pairs", 0))
+        pairs = read_metadata(path).get("pairs", "0")
+        pairs = int(pairs) if pairs.isdigit() else 0  # only a summary: the tensors say
         return WorldSpec(name=NAME, dim=inner.dim, source=inner.source, alpha=inner.alpha,
                          rho=inner.rho, layers=inner.layers, mixing_seed=inner.mixing_seed,
                          extra={"data": str(path), "world": inner.to_dict(), "pairs": pairs})
+
+    @classmethod
+    def check_spec(cls, spec: WorldSpec) -> WorldSpec:
+        """A spec read from a checkpoint: ``extra`` holds the pairs file's path (a string),
+        the spec of the world that wrote it and its number of pairs."""
+        super().check_spec(spec)
+        what = f"world {spec.name!r}: extra"
+        check_fields(spec.extra, what, {"data", "world", "pairs", "circular"})
+        check_type(spec.extra.get("data"), "string", f"{what}.data")
+        check_type(spec.extra.get("world"), "object", f"{what}.world", optional=True)
+        check_type(spec.extra.get("pairs"), "integer", f"{what}.pairs", optional=True)
+        return spec
 
     @classmethod
     def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> PairsFileWorld:

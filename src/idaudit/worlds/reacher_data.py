@@ -12,8 +12,8 @@ command renders only the chunks that do not exist yet.
 
 from __future__ import annotations
 
-import json
 import math
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,14 +21,21 @@ from typing import Any
 import numpy as np
 
 from ..errors import IdauditError, check_seed
-from ..io import atomic_write, write_json
+from ..io import MAX_TEXT_INPUT, atomic_write, first_line, write_json
 from ..progress import ProgressBar
+from .base import check_memory
 from .reacher import WRIST_LIMIT
+from .spec import check_fields, check_numbers, check_type
 
 FORMAT = "idaudit-reacher"
 FORMAT_VERSION = 1
 CHUNK = 1000
 EVAL_SEED = 20_260_525  # the evaluation set is shared by every condition
+
+
+FIELD_TYPES = {"mode": "string", "rho": "number", "stride": "integer", "pairs": "integer",
+               "n_eval": "integer", "seed": "integer", "image_size": "integer"}
+FLAGS = {"seed": "--data-seed", "mode": "mode"}  # the other fields: --name
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class ReacherSpec:
     image_size: int = 64
 
     def validate(self) -> ReacherSpec:
+        for name, kind in FIELD_TYPES.items():
+            check_type(getattr(self, name), kind, FLAGS.get(name, "--" + name.replace("_", "-")))
         check_seed(self.seed, "--data-seed")
         if not 16 <= self.image_size <= 256:
             raise IdauditError(f"--image-size must lie in [16, 256] pixels, got {self.image_size}")
@@ -56,6 +65,20 @@ class ReacherSpec:
         if self.pairs < 1 or self.n_eval < 10:
             raise IdauditError("--pairs must be ≥ 1 and the evaluation set ≥ 10 images")
         return self
+
+    @classmethod
+    def from_dict(cls, d: Any, what: str) -> ReacherSpec:
+        """A spec read from a file (``what``: e.g. "…/meta.json: spec"): an object of known,
+        typed fields (a missing one takes its default, as in datasets written before it
+        existed), validated."""
+        check_fields(d, what, set(FIELD_TYPES))
+        for name, value in d.items():
+            check_type(value, FIELD_TYPES[name], f"{what}.{name}")
+        return cls(**d).validate()
+
+    def images(self) -> int:
+        """Images the dataset holds: both views of each pair and the evaluation images."""
+        return 2 * self.pairs + self.n_eval
 
     def default_dir(self, root: str | Path = "data") -> Path:
         tag = f"ou-rho{self.rho:g}" if self.mode == "ou" else f"traj-stride{self.stride}"
@@ -135,20 +158,54 @@ def _meta_path(root: Path) -> Path:
     return root / "meta.json"
 
 
+META_FIELDS = {"format", "format_version", "spec", "status", "channel_mean", "channel_std",
+               "rho_0", "rho_1"}
+
+
 def read_meta(root: str | Path) -> dict[str, Any]:
+    """A dataset's meta.json, checked as a checkpoint's metadata is: a JSON object of known
+    fields, each of its type and range (a partly rendered dataset has no channel statistics
+    yet; trajectory datasets carry their per-joint ρ₀, ρ₁). Any problem is one line, exit 2."""
+    from ..jsontext import parse_json_object
+
     root = Path(root)
     path = _meta_path(root)
     if not path.exists():
         raise IdauditError(f"{root} is not a Reacher dataset (no meta.json)")
+    if not path.is_file():
+        raise IdauditError(f"{path} is not a regular file")
     try:
-        meta = json.loads(path.read_text())
-    except ValueError as exc:
-        raise IdauditError(f"{path} is not valid JSON ({exc})") from None
+        if path.stat().st_size > MAX_TEXT_INPUT:
+            raise IdauditError(f"{path} is larger than 1 MiB; not a Reacher dataset's meta.json")
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IdauditError(f"cannot read {path} ({first_line(exc)})") from None
+    meta = parse_json_object(text, str(path))
     if meta.get("format") != FORMAT:
         raise IdauditError(f"{root} holds a {meta.get('format')!r} dataset, not a Reacher one")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise IdauditError(f"{root} has dataset format version {meta.get('format_version')}; "
-                           f"this idaudit reads version {FORMAT_VERSION}")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise IdauditError(f"{root} has dataset format version {version!r}; this idaudit "
+                           f"reads version {FORMAT_VERSION}")
+    check_fields(meta, str(path), META_FIELDS, ("spec", "status"))
+    spec = ReacherSpec.from_dict(meta["spec"], f"{path}: spec")
+    if meta["status"] not in ("rendering", "complete"):
+        raise IdauditError(f"{path}: status must be 'rendering' or 'complete', got "
+                           f"{meta['status']!r}")
+    stats = ("channel_mean", "channel_std") if meta["status"] == "complete" else ()
+    joints = ("rho_0", "rho_1") if spec.mode == "trajectory" else ()
+    check_fields(meta, str(path), META_FIELDS, (*stats, *joints))
+    for key in ("channel_mean", "channel_std"):
+        if key in meta:
+            values = check_numbers(meta[key], f"{path}: {key}", 3)
+            if key == "channel_std" and min(values) <= 0:
+                raise IdauditError(f"{path}: channel_std must be positive, got {values}")
+    for key in ("rho_0", "rho_1"):
+        if key in meta:
+            check_type(meta[key], "number", f"{path}: {key}")
+            if not -1.0 <= meta[key] <= 1.0:
+                raise IdauditError(f"{path}: {key} must be a correlation in [-1, 1], got "
+                                   f"{meta[key]!r}")
     return meta
 
 
@@ -167,6 +224,9 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
 
     spec = spec.validate()
     root = Path(root)
+    # the angles of every pair (z, z′ and the generator's draws) are made at once
+    check_memory(64 * spec.pairs + 16 * spec.n_eval,
+                 f"rendering {spec.pairs} Reacher pairs and {spec.n_eval} evaluation images")
     if _meta_path(root).exists():
         meta = read_meta(root)
         if ReacherSpec(**meta["spec"]) != spec:
@@ -196,8 +256,8 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
     hist = np.zeros((3, 256), dtype=np.int64)  # per-channel pixel histograms of train x
     for name, _, _ in jobs:
         if name.startswith("train") and (root / name).exists():
-            with np.load(root / name) as f:
-                hist += _histograms(f["x"])
+            hist += _histograms(read_chunk(root / name, ("z", "z_prime", "x", "x_prime"),
+                                           spec)["x"])
     with bar, RenderPool(workers, size=spec.image_size) as pool:
         for (name, a, b), images in zip(todo, pool.imap_batches(batches)):
             if b is None:
@@ -247,21 +307,58 @@ class ReacherData:
         return np.asarray(self.meta["channel_std"], dtype=np.float32)
 
 
+def read_chunk(path: Path, keys: tuple[str, ...], spec: ReacherSpec) -> dict[str, np.ndarray]:
+    """The arrays ``keys`` of one chunk, checked: angles z (and z′) of shape (k, 2), images x
+    (and x′) uint8 of shape (k, S, S, 3) with S the dataset's image size; never unpickled."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            missing = [k for k in keys if k not in f.files]
+            if missing:
+                raise IdauditError(f"{path}: lacks the arrays {missing} (found: {f.files})")
+            out = {k: f[k] for k in keys}
+    except IdauditError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise IdauditError(f"{path}: cannot read ({first_line(exc)})") from None
+    k = len(out["z"]) if out["z"].ndim else 0
+    size = spec.image_size
+    for key, arr in out.items():
+        image = key.startswith("x")
+        shape, kinds = ((k, size, size, 3), "u") if image else ((k, 2), "fiu")
+        if arr.shape != shape or arr.dtype.kind not in kinds or (image and arr.itemsize != 1):
+            want = f"(k, {size}, {size}, 3) uint8" if image else "(k, 2) numbers"
+            raise IdauditError(f"{path}: {key} has shape {arr.shape} and dtype {arr.dtype}; "
+                               f"this dataset's {key} are {want}, with k = {k} as z")
+    return out
+
+
 def load_dataset(root: str | Path) -> ReacherData:
     root = Path(root)
     meta = read_meta(root)
     if meta.get("status") != "complete":
         raise IdauditError(f"{root} is only partly rendered; rerun the same `idaudit world "
                            "reacher` command to finish it")
+    spec = ReacherSpec(**meta["spec"])
+    # the chunks, then their concatenation
+    check_memory(2 * spec.images() * spec.image_size**2 * 3,
+                 f"loading the Reacher dataset {root} ({spec.images()} images of "
+                 f"{spec.image_size}×{spec.image_size})")
 
-    def cat(prefix: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    def cat(prefix: str, keys: tuple[str, ...], rows: int) -> dict[str, np.ndarray]:
+        paths = sorted(root.glob(f"{prefix}-*.npz"))
+        if not paths:
+            raise IdauditError(f"{root} has no {prefix}-*.npz chunks; it is not a complete "
+                               "Reacher dataset (render it again with `idaudit world reacher`)")
         parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
-        for path in sorted(root.glob(f"{prefix}-*.npz")):
-            with np.load(path) as f:
-                for k in keys:
-                    parts[k].append(f[k])
-        return {k: np.concatenate(v) for k, v in parts.items()}
+        for path in paths:
+            for k, arr in read_chunk(path, keys, spec).items():
+                parts[k].append(arr)
+        out = {k: np.concatenate(v) for k, v in parts.items()}
+        if len(out["z"]) != rows:
+            raise IdauditError(f"{root}: the {prefix}-*.npz chunks hold {len(out['z'])} rows, "
+                               f"but meta.json says {rows}")
+        return out
 
-    tr = cat("train", ("z", "z_prime", "x", "x_prime"))
-    ev = cat("eval", ("z", "x"))
+    tr = cat("train", ("z", "z_prime", "x", "x_prime"), spec.pairs)
+    ev = cat("eval", ("z", "x"), spec.n_eval)
     return ReacherData(meta, tr["z"], tr["z_prime"], tr["x"], tr["x_prime"], ev["z"], ev["x"])

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from ..errors import IdauditError, require
-from .base import KINDS, EpochPairs, EvalSet, PlanSet, Recipe, World
+from .base import KINDS, EpochPairs, EvalSet, PlanSet, Recipe, World, check_memory
 from .dataset import locate, relative_path
 from .reacher_data import ReacherData, ReacherSpec, build_dataset, load_dataset, read_meta
-from .spec import WorldSpec
+from .spec import WorldSpec, check_fields, check_type
 
 NAME = "reacher"
 N_FIT = 10_000  # training images the audit's linear maps are fitted on
@@ -37,7 +37,9 @@ def dataset_spec(options: dict[str, Any]) -> dict[str, Any]:
     for opt, field in DATASET_OPTIONS.items():
         if opt in options:
             value = options[opt]
-            out[field] = ("trajectory" if value else "ou") if opt == "trajectory" else value
+            if opt == "trajectory":
+                value = "trajectory" if check_type(value, "boolean", "--trajectory") else "ou"
+            out[field] = value
     if "mode" in options and "trajectory" in options and out["mode"] != options["mode"]:
         raise IdauditError("--trajectory contradicts mode " + repr(options["mode"]))
     return out
@@ -92,12 +94,25 @@ class ReacherWorld(World):
                          rho=rho, extra=extra)
 
     @classmethod
+    def check_spec(cls, spec: WorldSpec) -> WorldSpec:
+        """A spec read from a checkpoint: ``extra`` holds the dataset's path (a string, or
+        None before it is rendered), its spec, the angle indices and the per-joint ρ."""
+        super().check_spec(spec)
+        what = f"world {spec.name!r}: extra"
+        check_fields(spec.extra, what, {"data", "dataset", "circular", "rho_0", "rho_1"})
+        check_type(spec.extra.get("data"), "string", f"{what}.data", optional=True)
+        cls._rspec(spec)
+        for key in ("rho_0", "rho_1"):
+            check_type(spec.extra.get(key), "number", f"{what}.{key}", optional=True)
+        return spec
+
+    @classmethod
     def _rspec(cls, spec: WorldSpec) -> ReacherSpec:
-        try:
-            return ReacherSpec(**spec.extra["dataset"]).validate()
-        except (KeyError, TypeError):
+        if "dataset" not in spec.extra:
             raise IdauditError("the Reacher world spec lacks its dataset description; "
-                               "pass --data DIR") from None
+                               "pass --data DIR")
+        return ReacherSpec.from_dict(spec.extra["dataset"], f"world {spec.name!r}: "
+                                     "extra.dataset")
 
     @classmethod
     def default_dir(cls, rspec: ReacherSpec, root: Path) -> Path:
@@ -185,6 +200,9 @@ class ReacherWorld(World):
         angles lie within ±2.5 rad (``gallery`` does not apply: the dataset fixes it)."""
         require(gallery is None, "--gallery does not apply to the Reacher world: its "
                 "evaluation images are the gallery")
+        size = self._rspec(self.spec).image_size
+        check_memory(2 * pairs * size * size * 3,
+                     f"drawing {pairs} start/goal pairs of images (--pairs)")
         d = self.data
         z = d.z_eval
         ok = np.flatnonzero((np.abs(z) < PLAN_INSIDE).all(1))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,10 +15,10 @@ import torch
 
 from ..errors import IdauditError, require
 from ..io import PAIRS_FORMAT, atomic_write
-from .base import KINDS, EvalSet, PlanSet, World
+from .base import KINDS, EvalSet, PlanSet, World, check_memory
 from .mixings import MIXINGS, CouplingMixing
 from .sources import SOURCES, ou_step, sample_source
-from .spec import WorldSpec
+from .spec import WorldSpec, check_type
 
 SYNTHETIC_WORLDS = ("spiral", "banana", "sinusoid", "nvp", "coupling")
 TWO_D = ("spiral", "banana", "sinusoid", "nvp")
@@ -27,22 +26,14 @@ COUPLING = ("nvp", "coupling")
 PAIRS_FORMAT_VERSION = 1
 
 
-def physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_memory(name: str, dim: int) -> None:
+def check_mixing_memory(name: str, dim: int) -> None:
     """Refuse a coupling dimension whose mixing weights cannot be made here: each layer's
     (N/2)² orthogonal matrix is drawn by a float64 QR that holds about three such matrices."""
-    need = 3 * 8 * (dim // 2) ** 2
-    have = physical_memory()
-    if have is not None and need > have // 2:
-        raise IdauditError(f"--dim {dim} is too large for world {name!r}: its mixing needs about "
-                           f"{need / 2**30:.1f} GiB of memory at once, this machine has "
-                           f"{have / 2**30:.1f} GiB")
+    check_memory(3 * 8 * (dim // 2) ** 2, f"--dim {dim} is too large for world {name!r}: its "
+                 "mixing")
+
+
+BYTES = 4  # float32 tensors
 
 
 class SyntheticWorld(World):
@@ -64,8 +55,11 @@ class SyntheticWorld(World):
     def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
         dim, source = options.get("dim"), options.get("source", "gaussian")
         alpha, rho, layers = options.get("alpha"), options.get("rho", 0.95), options.get("layers")
+        for key, kind in (("dim", "integer"), ("source", "string"), ("alpha", "number"),
+                          ("rho", "number"), ("layers", "integer"), ("mixing_seed", "integer")):
+            check_type(options.get(key), kind, "--" + key.replace("_", "-"), optional=True)
         SOURCES.get(source)  # raises with the valid names
-        require(isinstance(rho, (int, float)) and math.isfinite(rho) and 0.0 < rho < 1.0,
+        require(math.isfinite(rho) and 0.0 < rho < 1.0,
                 f"--rho must lie strictly between 0 and 1, got {rho}")
         if source == "gennorm":
             require(alpha is not None, "--alpha is required with --source gennorm")
@@ -82,7 +76,7 @@ class SyntheticWorld(World):
         if name in COUPLING:
             layers = 4 if layers is None else layers
             require(layers >= 1, f"--layers must be ≥ 1, got {layers}")
-            check_memory(name, dim)
+            check_mixing_memory(name, dim)
         else:
             require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
         return WorldSpec(name=name, dim=dim, source=source, alpha=alpha, rho=float(rho),
@@ -151,21 +145,34 @@ class SyntheticWorld(World):
     def obs_dim(self) -> int:
         return self.spec.dim
 
+    def check_rows(self, rows: int, per_row: int, what: str) -> None:
+        """Refuse ``rows`` rows of ``per_row`` float32 vectors of this world's dimension that
+        would not fit in memory (``what`` says what they are)."""
+        check_memory(rows * per_row * self.spec.dim * BYTES,
+                     f"{what} of world {self.spec.name!r} (N = {self.spec.dim})")
+
     def eval_set(self, n: int | None, seed: int) -> EvalSet:
+        n = 10_000 if n is None else n
+        # z, z′, x, x′, sampling temporaries, then the embeddings h, h′ and the metrics' blocks
+        self.check_rows(n, 12, f"an evaluation set of {n} pairs (--n-eval)")
         gen = torch.Generator().manual_seed(10_007 * seed + 99_991)
-        z, zp = self.sample_pairs(10_000 if n is None else n, gen)
+        z, zp = self.sample_pairs(n, gen)
         x = self.observe(z)
         return EvalSet(z=z, x=x, x_prime=self.observe(zp), z_prime=zp, rho=self.rho,
                        circular=self.circular, baseline=x)
 
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
+        gallery = 10_000 if gallery is None else gallery
+        self.check_rows(gallery, 4, f"a planning gallery of {gallery} latents (--gallery)")
+        self.check_rows(pairs, 8, f"drawing {pairs} start/goal pairs (--pairs)")
         gen = torch.Generator().manual_seed(seed)
-        gz = self.sample_latents(10_000 if gallery is None else gallery, gen)
+        gz = self.sample_latents(gallery, gen)
         sz, ez = self.sample_latents(pairs, gen), self.sample_latents(pairs, gen)
         return PlanSet(gz, self.observe(gz), sz, self.observe(sz), ez, self.observe(ez))
 
     def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device
                     ) -> OnlinePairs:
+        self.check_rows(batch, 12, f"a training batch of {batch} pairs (--batch)")
         return OnlinePairs(self, views, batch, gen, device)
 
     def default_encoder(self) -> tuple[str, dict[str, Any]]:
@@ -196,6 +203,7 @@ def save_pairs(path: str | Path, world: SyntheticWorld, n: int, seed: int) -> Pa
     """Sample n pairs (z, z′ = OU(z)) and their observations; write them atomically."""
     from safetensors.torch import save_file
 
+    world.check_rows(n, 8, f"writing {n} pairs (--pairs)")  # z, z′, x, x′ and the sampling's
     gen = torch.Generator().manual_seed(seed)
     z, zp = world.sample_pairs(n, gen)
     tensors = {"z": z, "z_prime": zp, "x": world.observe(z), "x_prime": world.observe(zp)}
