@@ -323,6 +323,8 @@ CASES = [  # (name, build, args, exit code before issue 18, after, fragment)
     ("suite fixed a number", suite(top="fixed = 5\n"), SWEEP, 5, 2, "[fixed] must be a table"),
     ("suite grid a string", suite(top='grid = "x"\n'), SWEEP, 2, 2, "[grid] must be a table"),
     ("suite rho a string", suite(rho="0.5"), SWEEP, 2, 2, "rho must be a number, got '0.5'"),
+    ("suite recipe a list", suite(world="reacher", recipe=["cpu"]), SWEEP, 5, 2,
+     "unknown recipe ['cpu']"),
     ("--set steps=abc", suite(), (*SWEEP, "--set", "steps=abc"), 5, 2,
      "steps must be an integer, got 'abc'"),
     ("--set batch=2.5", suite(), (*SWEEP, "--set", "batch=2.5"), 4, 2,

@@ -261,8 +261,9 @@ EncoderArg = typer.Argument(..., help="idaudit checkpoint, .safetensors weights 
 ArchOpt = typer.Option(None, "--arch", help="module.path:factory returning the nn.Module for "
                        "plain safetensors weights")
 ArchKwargsOpt = typer.Option(None, "--arch-kwargs", help="JSON kwargs for the factory")
-TrustOpt = typer.Option(False, "--trust-pickle", help="allow torch.load of a pickled module "
-                        "(runs arbitrary code)")
+TrustOpt = typer.Option(False, "--trust-pickle", help="allow torch.load of a pickled module, "
+                        "and a .pt2 archive idaudit cannot vet as code-free (pickled weights, "
+                        "AOTInductor code, another torch than 2.13): runs arbitrary code")
 EvalWorldOpt = typer.Option(None, "--world", "-w", help="evaluate on this world (default: the "
                             "checkpoint's)")
 DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs file from "

@@ -94,7 +94,7 @@ def apply_recipe(kind: type[World], name: str, given: dict[str, Any]
 
         chosen = "paper" if pick_device(str(given.get("device", "auto"))).type == "cuda" \
             else "cpu"
-    if chosen not in recipes:
+    if not isinstance(chosen, str) or chosen not in recipes:
         raise IdauditError(f"unknown recipe {chosen!r} for world {name!r}; valid: "
                            f"{', '.join(recipes)}")
     recipe = recipes[chosen]
