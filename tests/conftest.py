@@ -19,3 +19,14 @@ def assert_contract(train_metrics, audit_metrics):
         else:
             assert a == b, key
     return shared
+
+
+def one_line(res, code, fragment):
+    """A CLI result that exits ``code`` with ``fragment`` in its output, no traceback and no
+    internal error; for exit 2 the output is exactly one line, ``error: …``."""
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output and "internal error" not in res.output, res.output
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert any(fragment in ln for ln in lines), res.output
+    if code == 2:
+        assert len(lines) == 1 and lines[0].startswith("error:"), res.output

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import one_line
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
@@ -33,16 +34,6 @@ DEEP = "[" * 100_000  # nesting deep enough to hit Python's recursion limit
 
 def run(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line(res, code, fragment):
-    assert res.exit_code == code, res.output
-    assert "Traceback" not in res.output and "internal error" not in res.output
-    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
-    assert any(fragment in ln for ln in lines), res.output
-    if code == 2:
-        errors = [ln for ln in lines if ln.startswith("error:")]
-        assert len(errors) == 1 and len(lines) == 1, res.output
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import one_line
 from typer.testing import CliRunner
 
 from idaudit.cli import app
@@ -27,14 +28,6 @@ IDAUDIT = [sys.executable, "-m", "idaudit.cli"]
 
 def run(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line(res, code, fragment):
-    assert res.exit_code == code, res.output
-    assert "Traceback" not in res.output and "internal error" not in res.output, res.output
-    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), res.output
-    assert fragment in lines[0], res.output
 
 
 @pytest.fixture(scope="module")

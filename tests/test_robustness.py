@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import one_line
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
@@ -23,16 +24,6 @@ runner = CliRunner()
 
 def run(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line(res, code, fragment):
-    assert res.exit_code == code, res.output
-    assert "Traceback" not in res.output
-    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
-    assert any(fragment in ln for ln in lines), res.output
-    errors = [ln for ln in lines if ln.startswith("error:")]
-    if code == 2:
-        assert len(errors) == 1 and len(lines) == 1, res.output
 
 
 @pytest.fixture(scope="module")
