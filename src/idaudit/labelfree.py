@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .bounds import alignment_gap_from_rows, pair_rows
 from .metrics import Moments, to_numpy
 
 
@@ -56,11 +57,7 @@ def pair_metrics(h: Any, hp: Any) -> dict[str, float]:
     if cc.size == 0:
         return {}
     rho = float(np.clip(cc[0], 1e-6, 1 - 1e-6))
-    hc = h - h.mean(0, dtype=np.float64)
-    tr = float(np.einsum("ij,ij->", hc, hc)) / max(h.shape[0] - 1, 1)
-    d = hp - h
-    gap = float(np.einsum("ij,ij->", d, d, dtype=np.float64)) / h.shape[0]
-    delta = max(gap - 2.0 * (1.0 - rho) * tr, 0.0)
+    delta = alignment_gap_from_rows(pair_rows(h, hp, h.mean(0, dtype=np.float64)), rho)
     return {"rho_estimated": rho, "canonical_min": float(cc[-1]),
             "canonical_spread": float(cc[0] - cc.mean()),
             "alignment_gap_rho_estimated": delta,
@@ -74,26 +71,17 @@ def label_free_metrics(h: Any, hp: Any = None, rho: float | None = None, *, seed
     """Every label-free signal of h (and its positive pairs h′): ε, its floor and upper bound,
     δ and D (at the given ρ, and at ρ̂), the canonical correlations, effective rank and the
     Gaussianity test."""
-    from .bounds import alignment_gap_from_rows, approximate_bound, pair_rows, upper_bound
-    from .metrics import (
-        distance_to_identity,
-        effective_rank_from_eigs,
-        sliced_gaussianity,
-        whitening_floor,
-    )
+    from .metrics import bound_terms, effective_rank_from_eigs, sliced_gaussianity, whitening_terms
 
     h = to_numpy(h)
     h = h.reshape(h.shape[0], -1)
     rows, m = h.shape
     mom = Moments([h], np.arange(rows))
     cov = mom.scatter / max(rows - 1, 1)
-    eps = distance_to_identity(cov)
-    floor = whitening_floor(rows, m)
+    white = whitening_terms(cov, rows)
     out: dict[str, Any] = {
-        "whitening_error": eps, "whitening_floor": floor,
-        "whitening_error_corrected": math.sqrt(max(eps**2 - floor**2, 0.0)),
-        "effective_rank": effective_rank_from_eigs(np.linalg.eigvalsh(cov)),
-        "total_variance_h": float(np.trace(cov)), "n_samples": rows, "embed_dim": m,
+        **white, "effective_rank": effective_rank_from_eigs(np.linalg.eigvalsh(cov)),
+        "n_samples": rows, "embed_dim": m,
     }
     if gauss_slices > 0:
         out.update(sliced_gaussianity(h, n_slices=gauss_slices, sims=gauss_sims, seed=seed))
@@ -102,16 +90,8 @@ def label_free_metrics(h: Any, hp: Any = None, rho: float | None = None, *, seed
     hp = to_numpy(hp).reshape(rows, -1)
     out.update(pair_metrics(h, hp))
     if rho is not None:
-        prs = pair_rows(h, hp, mom.mean)
-        delta = alignment_gap_from_rows(prs, float(rho))
-        d, bound = approximate_bound(eps, delta, float(rho))
-        up = upper_bound(eps, eps**2 + 2.0 * float(np.trace(cov)) - m, prs, float(rho),
-                         confidence)
+        out.update(bound_terms(white, m, pair_rows(h, hp, mom.mean), float(rho), confidence))
         cc_mean = out["rho_estimated"] - out["canonical_spread"] if "rho_estimated" in out \
             else float("nan")
-        out.update(alignment_gap=delta, D=d, bound=bound, rho=float(rho),
-                   canonical_shortfall=float(rho) - cc_mean,
-                   whitening_error_upper=up.whitening_error,
-                   alignment_gap_upper=up.alignment_gap, D_upper=up.d, bound_upper=up.bound,
-                   bound_upper_confidence=up.confidence)
+        out["canonical_shortfall"] = float(rho) - cc_mean
     return out

@@ -16,27 +16,22 @@ from collections.abc import Callable
 
 import torch
 
+from .epps_pulley import KNOTS, T_MAX
+from .epps_pulley import grid as ep_grid
 from .registry import Registry
 
-N_SLICES = 256
-N_KNOTS = 17
-T_MAX = 3.0
+N_KNOTS = KNOTS
 
 
 _GRIDS: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
 def epps_pulley_grid(knots: int = N_KNOTS, t_max: float = T_MAX, device=None, dtype=None):
-    """Knots t_k = kΔt, target φ(t) = exp(−t²/2), and weights w_k (trapezoid on [−T, T])."""
+    """:func:`idaudit.epps_pulley.grid` (t, φ(t), w·φ(t)) as tensors, cached per device/dtype."""
     key = (knots, t_max, str(device), dtype)
     if key not in _GRIDS:
-        t = torch.linspace(0.0, t_max, knots, device=device, dtype=dtype)
-        dt = t_max / (knots - 1)
-        w = torch.full((knots,), 2.0 * dt, device=device, dtype=dtype)
-        w[0] = dt
-        w[-1] = dt
-        phi = torch.exp(-0.5 * t * t)
-        _GRIDS[key] = (t, phi, w * phi)
+        _GRIDS[key] = tuple(torch.as_tensor(a, device=device, dtype=dtype)
+                            for a in ep_grid(knots, t_max))
     return _GRIDS[key]
 
 

@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 
 from .bounds import alignment_gap_from_rows, approximate_bound, pair_rows, upper_bound
+from .epps_pulley import KNOTS as EP_KNOTS
+from .epps_pulley import T_MAX as EP_T_MAX
+from .epps_pulley import grid as ep_grid
 from .linalg import explained_psd, linear_sum_assignment, solve_psd
 
 ArrayLike = Any
@@ -337,6 +340,33 @@ def whitening_floor(n_samples: int, dim: int) -> float:
     return math.sqrt(dim * (dim + 1) / max(n_samples - 1, 1))
 
 
+def whitening_terms(cov_h: np.ndarray, rows: int) -> dict[str, float]:
+    """ε = ‖Ĉov(h) − I‖_F, its floor √(m(m+1)/(n−1)), the floor-corrected √(max(ε² − floor², 0))
+    and tr Ĉov(h): the whitening block of every audit, with or without z."""
+    m = cov_h.shape[0]
+    eps = distance_to_identity(cov_h)
+    floor = whitening_floor(rows, m)
+    return {"whitening_error": eps, "whitening_floor": floor,
+            "whitening_error_corrected": math.sqrt(max(eps**2 - floor**2, 0.0)),
+            "total_variance_h": float(np.trace(cov_h))}
+
+
+def bound_terms(white: dict[str, float], m: int, pairs: Any, rho: float,
+                confidence: float | None) -> dict[str, Any]:
+    """δ, D and the Theorem 3 bound D + (ε + D)² from the whitening block and the pair rows;
+    with ``confidence``, their upper bounds too (‖Ĉ‖²_F = ε² + 2 tr Ĉ − m)."""
+    eps = white["whitening_error"]
+    delta = alignment_gap_from_rows(pairs, rho)
+    d, bound = approximate_bound(eps, delta, rho)
+    out: dict[str, Any] = {"alignment_gap": delta, "D": d, "bound": bound, "rho": rho}
+    if confidence is not None:
+        frob_sq = eps**2 + 2.0 * white["total_variance_h"] - m
+        up = upper_bound(eps, frob_sq, pairs, rho, confidence)
+        out.update(whitening_error_upper=up.whitening_error, alignment_gap_upper=up.alignment_gap,
+                   D_upper=up.d, bound_upper=up.bound, bound_upper_confidence=up.confidence)
+    return out
+
+
 def principal_angles_deg(a: np.ndarray, b: np.ndarray) -> list[float]:
     """Principal angles (degrees) between the column spaces of a and b."""
     from scipy.linalg import subspace_angles
@@ -344,24 +374,11 @@ def principal_angles_deg(a: np.ndarray, b: np.ndarray) -> list[float]:
     return [float(np.degrees(v)) for v in subspace_angles(a, b)]
 
 
-EP_KNOTS, EP_T_MAX = 17, 3.0  # as the training loss SIGReg
-
-
-def _ep_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Knots t_k = kΔt on [0, 3], φ(t_k) = e^{−t_k²/2}, and weights w_k = trapezoid·φ(t_k)."""
-    dt = EP_T_MAX / (EP_KNOTS - 1)
-    t = np.linspace(0.0, EP_T_MAX, EP_KNOTS)
-    w = np.full(EP_KNOTS, 2.0 * dt)
-    w[0] = w[-1] = dt
-    phi = np.exp(-0.5 * t * t)
-    return t, phi, w * phi
-
-
 def epps_pulley_rows(pt: np.ndarray) -> float:
     """The SIGReg statistic of standardised projections given slice by slice, pt of shape
     (M, n): n · mean_j Σ_k w_k |φ̂_j(t_k) − e^{−t_k²/2}|², t_k = kΔt on [0, 3]."""
     m, n = pt.shape
-    _, phi, w = _ep_grid()
+    _, phi, w = ep_grid()
     e1 = np.exp(1j * (pt.astype(np.float64) * (EP_T_MAX / (EP_KNOTS - 1))))  # e^{iΔt·x}
     ek = e1.copy()
     total = 0.0
@@ -384,7 +401,7 @@ def ep_null_weights(n_slices: int) -> np.ndarray:
     slice tends to Σ_k λ_k χ²_1 with λ the eigenvalues of W^{1/2} C W^{1/2}; the mean over
     M slices to Σ_k (λ_k / M) χ²_M.
     """
-    t, _, w = _ep_grid()
+    t, _, w = ep_grid()
     t, w = t[1:], w[1:]
 
     def phi(u: np.ndarray) -> np.ndarray:
@@ -555,8 +572,8 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
 
     w_zh = solve_psd(s_zz, s_zh)  # one solve serves Q̂ and R²(z → h)
     q = w_zh.T
-    eps = distance_to_identity(s_hh)
-    floor = whitening_floor(rows, m)
+    white = whitening_terms(s_hh, rows)
+    floor = white["whitening_floor"]
     r2_hz = _r2_block(s, ih, iz)
     r2_hz_ho = heldout_r2_from_moments(m_tr, m_te, ih, iz)
     r2_zh_ho = heldout_r2_from_moments(m_tr, m_te, iz, ih)
@@ -570,10 +587,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         "per_dim_targets": [f"z{i}" for i in range(n)],  # what each *_per_dim entry is
         "orthogonality_error": orthogonality_error(q),
         "procrustes_mse": pop * procrustes_from_cov(s_zz, s_zh, s_hh),  # linear in Σ
-        "whitening_error": eps,
-        "whitening_floor": floor,
-        "whitening_error_corrected": math.sqrt(max(eps**2 - floor**2, 0.0)),
-        "total_variance_h": float(np.trace(s_hh)),
+        **white,
         "n_samples": rows,
         "n_train": int(train_rows.size),
         "n_test": int(test_rows.size),
@@ -599,21 +613,14 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     if h_prime is not None and rho is not None:
         hp = to_numpy(h_prime).reshape(rows, -1)
         pairs = pair_rows(ht, hp, m_pool.mean[ih])
-        delta = alignment_gap_from_rows(pairs, float(rho))
-        d, bound = approximate_bound(eps, delta, float(rho))
+        out.update(bound_terms(white, m, pairs, float(rho), None if core else confidence))
+        bound = out["bound"]
         trivial = float(np.trace(pop * s_zz))  # E‖z − z̄‖²: what a constant h achieves
-        out.update(alignment_gap=delta, D=d, bound=bound,
-                   bound_holds=bool(out["procrustes_mse"] <= bound),
+        out.update(bound_holds=bool(out["procrustes_mse"] <= bound),
                    bound_trivial=trivial, bound_vacuous=bool(bound >= trivial),
-                   bound_floor=floor**2,
-                   bound_floor_dominated=bool(floor**2 >= 0.5 * bound), rho=float(rho))
-        if not core:  # ‖Ĉ‖²_F = ε̂² + 2 tr Ĉ − m
-            frob_sq = eps**2 + 2.0 * float(np.trace(s_hh)) - m
-            up = upper_bound(eps, frob_sq, pairs, float(rho), confidence)
-            out.update(whitening_error_upper=up.whitening_error,
-                       alignment_gap_upper=up.alignment_gap, D_upper=up.d,
-                       bound_upper=up.bound, bound_upper_confidence=up.confidence,
-                       bound_upper_vacuous=bool(up.bound >= trivial))
+                   bound_floor=floor**2, bound_floor_dominated=bool(floor**2 >= 0.5 * bound))
+        if not core:
+            out["bound_upper_vacuous"] = bool(out["bound_upper"] >= trivial)
     if gauss_slices > 0 and not core:
         out.update(sliced_gaussianity(ht, n_slices=gauss_slices, sims=gauss_sims, seed=seed))
     if bootstrap > 0 and not core:
