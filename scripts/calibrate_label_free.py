@@ -90,12 +90,12 @@ def main() -> None:
           f"({int(verdict[~good].sum())} of {int((~good).sum())}), false-fail rate {fn:.3f} "
           f"({int((~verdict[good]).sum())} of {int(good.sum())})")
     if args.figure is not None:
-        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig = Figure(figsize=(10, 4))  # no pyplot: the backend stays the caller's
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(1, 2)
         for suite in sorted({r["suite"] for r in rows}):
             sel = [r for r in rows if r["suite"] == suite]
             axes[0].scatter([max(r["lf"]["canonical_shortfall"], 1e-5) for r in sel],

@@ -117,3 +117,31 @@ def test_bound_figure_separates_non_gaussian_sources():
     assert gaussian_source({"source": "gennorm", "alpha": 2.0})
     assert not gaussian_source({"source": "gennorm", "alpha": 1.0})
     assert not gaussian_source({"source": "laplace"})
+
+
+def test_drawing_leaves_the_callers_backend_and_figures(tmp_path):
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from idaudit.planning import plan_gallery
+
+    recs = [_rec({"world": "coupling", "dim": dim, "objective": "lejepa", "lamb": lam,
+                  "rho": rho, "source": "gennorm", "alpha": a}, 0.8 + 0.01 * dim + 0.1 * lam,
+                 with_sample=dim == 2)
+            for dim in (2, 8) for lam in (1e-3, 0.5) for rho in (0.5, 0.9) for a in (1.0, 2.0)]
+    z = np.random.default_rng(0).standard_normal((500, 2))
+    before = matplotlib.get_backend()
+    try:
+        plt.switch_backend("svg")  # a caller's own (headless) backend, not Agg
+        mine = plt.figure()
+        paths = draw_figures(recs, aggregate(recs), tmp_path)
+        plan_gallery(z, z @ [[0.0, -1.0], [1.0, 0.0]], pairs=5).plot(tmp_path / "plan.png")
+        assert matplotlib.get_backend() == "svg"
+        assert plt.get_fignums() == [mine.number]  # the caller's figure, and no other, open
+    finally:
+        plt.close("all")
+        plt.switch_backend(before)
+    assert sorted(p.name for p in paths) == ["bound.png", "embeddings.png", "grid_heatmaps.png",
+                                             "r2_vs_alpha.png", "r2_vs_n.png"]
+    for p in [*paths, tmp_path / "plan.png"]:
+        assert p.read_bytes()[:8] == PNG

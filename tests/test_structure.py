@@ -23,8 +23,16 @@ def test_api_surface():
     from idaudit.errors import IdauditError
 
     assert issubclass(IdauditError, ValueError)
-    for name in idaudit.__all__:
-        assert getattr(idaudit, name) is not None, name
+    import importlib
+
+    home = {"audit": "auditing", "AuditReport": "auditing", "plan": "planning",
+            "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds.base",
+            "WorldSpec": "worlds.spec", "build_world": "worlds", "make_spec": "worlds",
+            "IdauditError": "errors", "__version__": "_version"}
+    assert sorted(idaudit.__all__) == sorted(home)
+    for name, module in home.items():  # each public name is the real object where it is defined
+        real = getattr(importlib.import_module(f"idaudit.{module}"), name)
+        assert getattr(idaudit, name) is real, name
     import typing
 
     from idaudit.auditing import AuditReport

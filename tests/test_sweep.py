@@ -77,6 +77,33 @@ def test_pool_gives_the_same_numbers_as_one_process(tmp_path):
         assert a["metrics"] == b["metrics"]
 
 
+def test_one_worker_sweep_leaves_the_callers_threads(tmp_path, monkeypatch):
+    import torch
+
+    import idaudit.sweep as sweep
+
+    runs = load_suite(str(_write(tmp_path, TINY.replace("dim = [2, 4]", "dim = [2]"))))
+    seen = []
+
+    def counting(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        if len(seen) == 2:
+            raise RuntimeError("a failed run restores them too")
+        return sweep_run(*args, **kwargs)
+
+    sweep_run = sweep.run_one
+    monkeypatch.setattr(sweep, "run_one", counting)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)  # the caller's choice, whatever it is, but not 1
+        counts = run_sweep(runs, tmp_path / "o", workers=1)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert counts == {"total": 2, "skipped": 0, "ok": 1, "failed": 1}
+    assert seen == [1, 1]  # each run single-threaded, in this process
+
+
 def test_out_of_range_options_are_refused_before_any_run(tmp_path):
     bad = _write(tmp_path, TINY.replace("rho = 0.9", "rho = 1.5").replace("dim = [2, 4]",
                                                                           "dim = [2]"))

@@ -10,12 +10,14 @@ world's evaluation set (:meth:`World.eval_set`), the one training used.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from .catalogue import gate_keys, missing_need
 from .errors import (
     EXIT_GATE_FAILED,
     EXIT_INCONCLUSIVE,
@@ -37,22 +39,8 @@ from .metrics import audit_metrics, to_numpy
 # shown as a pass, so a CI step that forgot its gate cannot pass for ever unnoticed.
 Verdict = Literal["pass", "fail", "inconclusive", "ungated"]
 
-# Every numeric or boolean key audit_metrics can report; a gate may name any of them.
-KNOWN_METRICS = {
-    "r2_h_to_z", "r2_z_to_h", "r2_h_to_z_heldout", "r2_z_to_h_heldout", "mcc",
-    "orthogonality_error", "procrustes_mse", "whitening_error", "whitening_floor",
-    "whitening_error_corrected", "effective_rank", "total_variance_h", "alignment_gap", "D",
-    "bound", "bound_holds", "bound_upper", "bound_upper_vacuous", "whitening_error_upper",
-    "alignment_gap_upper", "D_upper", "bound_trivial", "bound_vacuous", "bound_floor",
-    "bound_floor_dominated", "mixing_r2_x_to_z", "r2_h_to_sincos", "principal_angle_max_deg",
-    "gaussianity_statistic", "gaussianity_p_value", "n_samples", "latent_dim", "embed_dim",
-    "r2_h_to_z_heldout_ci_low", "rho_estimated", "canonical_min", "canonical_spread",
-    "canonical_shortfall", "alignment_gap_rho_estimated", "D_rho_estimated",
-}
-NEED_Z = {"r2_h_to_z", "r2_z_to_h", "r2_h_to_z_heldout", "r2_z_to_h_heldout", "mcc",
-          "orthogonality_error", "procrustes_mse", "bound_holds", "mixing_r2_x_to_z",
-          "r2_h_to_sincos", "principal_angle_max_deg", "latent_dim", "bound_trivial",
-          "bound_vacuous", "bound_upper_vacuous", "r2_h_to_z_heldout_ci_low"}
+# Every key an audit (with or without z) reports as one number or flag: a gate may name any.
+KNOWN_METRICS = gate_keys("audit", "label_free")
 
 
 @dataclass
@@ -127,7 +115,7 @@ class AuditReport:
 # ---- thresholds -------------------------------------------------------------------------
 
 
-def parse_threshold(text: str, op: str, known: set[str] = KNOWN_METRICS) -> Threshold:
+def parse_threshold(text: str, op: str, known: Collection[str] = KNOWN_METRICS) -> Threshold:
     """``KEY=VALUE`` → Threshold (metric names outside ``known`` are an input error)."""
     key, sep, value = text.partition("=")
     if not sep:
@@ -140,7 +128,7 @@ def parse_threshold(text: str, op: str, known: set[str] = KNOWN_METRICS) -> Thre
     return make_threshold(key.strip(), op, number, known)
 
 
-def make_threshold(key: str, op: str, value: Any, known: set[str] = KNOWN_METRICS) -> Threshold:
+def make_threshold(key: str, op: str, value: Any, known: Collection[str] = KNOWN_METRICS) -> Threshold:
     """One threshold; ``value`` must be a number (a string such as ``"0.9"`` in a gate file or
     dictionary is refused, not read as one: a quoted value is usually a mistake)."""
     if key not in known:
@@ -158,7 +146,7 @@ def make_threshold(key: str, op: str, value: Any, known: set[str] = KNOWN_METRIC
 
 
 def table_thresholds(gate: Any, where: str = "gate",
-                     known: set[str] = KNOWN_METRICS) -> list[Threshold]:
+                     known: Collection[str] = KNOWN_METRICS) -> list[Threshold]:
     """``{"min": {metric: value}, "max": {...}}`` (a TOML gate file or a dict) → thresholds."""
     if not isinstance(gate, dict):
         raise IdauditError(f"{where} must be a table with min and max tables, got "
@@ -175,7 +163,7 @@ def table_thresholds(gate: Any, where: str = "gate",
     return out
 
 
-def load_gate_file(path: str | Path, known: set[str] = KNOWN_METRICS) -> list[Threshold]:
+def load_gate_file(path: str | Path, known: Collection[str] = KNOWN_METRICS) -> list[Threshold]:
     """A TOML gate: ``[min]`` and ``[max]`` tables of ``metric = value``."""
     from .io import load_toml
 
@@ -183,13 +171,11 @@ def load_gate_file(path: str | Path, known: set[str] = KNOWN_METRICS) -> list[Th
 
 
 def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[Threshold]:
+    """Each threshold's actual value and pass/fail; a gated metric these inputs do not give is
+    an input error naming what it needs (from the catalogue)."""
     for t in thresholds:
         if t.metric not in metrics or metrics[t.metric] is None:
-            need = (" (it needs the true latents z)" if t.metric in NEED_Z and
-                    metrics.get("label_free") else
-                    " (it needs h′ and ρ)" if t.metric in
-                    {"alignment_gap", "D", "bound", "bound_holds", "bound_upper"} else
-                    " (it needs --bootstrap B)" if t.metric.endswith("_ci_low") else "")
+            need = missing_need(t.metric, bool(metrics.get("label_free")))
             raise IdauditError(f"metric {t.metric!r} is not available for these inputs{need}")
         actual = float(metrics[t.metric])
         t.actual = actual

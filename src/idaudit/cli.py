@@ -271,7 +271,7 @@ DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs fi
 
 
 def _finish(report, table, json_path: Path | None, junit: Path | None,
-            markdown: Path | None, rows: list | None = None) -> None:
+            markdown: Path | None, kind: str = "audit") -> None:
     """Print a gated report, write its --json/--junit/--markdown files, exit with its code."""
     from .io import atomic_write, write_json
     from .report import audit_junit, audit_markdown
@@ -286,7 +286,7 @@ def _finish(report, table, json_path: Path | None, junit: Path | None,
         text = audit_junit(report)
         atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
     if markdown is not None:
-        text_md = audit_markdown(report, rows)
+        text_md = audit_markdown(report, kind)
         atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
     failed = [t.metric for t in report.failed]
     if failed:
@@ -452,7 +452,7 @@ def consistency(
     from .auditing import load_gate_file, make_threshold, parse_threshold
     from .consistency import CONSISTENCY_METRICS, check_consistency, embed_runs
     from .loaders import load_embedding_target, parse_json_object
-    from .report import CONSISTENCY_ROWS, consistency_table
+    from .report import consistency_table
 
     check_seed(seed)
     if len(targets) < 2:
@@ -483,7 +483,27 @@ def consistency(
     report = check_consistency(embeddings, names, thresholds,
                                test_fraction=test_fraction, seed=seed,
                                source=", ".join(str(t) for t in targets), world=world)
-    _finish(report, consistency_table(report), json_path, junit, markdown, CONSISTENCY_ROWS)
+    _finish(report, consistency_table(report), json_path, junit, markdown, "consistency")
+
+
+@app.command("metrics")
+@cli_errors
+def metrics_(
+    json_path: Path | None = typer.Option(None, "--json", help="write the catalogue here as a "
+                                          "JSON list, one object per metric"),
+) -> None:
+    """Every metric idaudit reports: its key (what --min, --max and gate files name), label,
+    which way is better, what the audit needs to report it (z, h_prime, rho, bootstrap) and
+    what it means."""
+    from .catalogue import catalogue_json
+    from .io import write_json
+    from .report import catalogue_table
+
+    check_outputs([(json_path, "--json")], remove_stale=True)
+    out.print(catalogue_table())
+    if json_path is not None:
+        write_json(json_path, catalogue_json())
+        out.print(f"wrote {json_path}")
 
 
 @app.command()

@@ -25,12 +25,11 @@ from .auditing import (
     split_reason_rows,
     value_problem,
 )
+from .catalogue import gate_keys
 from .metrics import audit_metrics, to_numpy
 
-CONSISTENCY_METRICS = {
-    "consistency_r2", "consistency_r2_in_sample", "consistency_orthogonality_error",
-    "consistency_procrustes_mse", "n_runs", "n_samples",
-}
+# what a consistency gate may name (the catalogue's consistency entries)
+CONSISTENCY_METRICS = gate_keys("consistency")
 
 
 def inconclusive_runs(embeddings: list[np.ndarray], names: list[str],

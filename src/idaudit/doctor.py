@@ -83,21 +83,6 @@ def _import_without_gl(modules: tuple[str, ...]) -> dict[str, tuple[bool, str]]:
     return out
 
 
-def chosen_backend() -> str | None:
-    """The GL backend Reacher rendering will use here, or None if it would not work.
-
-    ``MUJOCO_GL`` from the environment if set (and working), else the first working of
-    ``GL_BACKENDS``.
-    """
-    env_gl = os.environ.get("MUJOCO_GL")
-    if env_gl:
-        return env_gl if probe_backend(env_gl)[0] else None
-    for backend in GL_BACKENDS:
-        if probe_backend(backend)[0]:
-            return backend
-    return None
-
-
 def _check_gl() -> dict[str, Any]:
     """Which headless GL backend renders the Reacher (MUJOCO_GL from the environment if set)."""
     env_gl = os.environ.get("MUJOCO_GL")
@@ -126,6 +111,25 @@ def _check_gl() -> dict[str, Any]:
                   INSTALL_HINT)
 
 
+def _check_cuda(torch: Any) -> dict[str, Any]:
+    """What CUDA this machine has, in ``detail``; ``ok`` either way, CUDA being optional
+    (without it training runs on the CPU). ``torch``: the module, or None if not importable."""
+    if torch is None:
+        return _check("cuda", True, "CUDA not checked: torch is not importable")
+    try:
+        available = bool(torch.cuda.is_available())
+        names = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                 if available else [])
+    except Exception as exc:  # a broken driver or runtime raises all sorts of things
+        return _check("cuda", True, "CUDA not usable (" + " ".join(
+            f"{type(exc).__name__}: {exc}".split())[:160] + "); training runs on the CPU")
+    if not available:
+        built = getattr(torch.version, "cuda", None)
+        why = f"torch built for CUDA {built}, no GPU found" if built else "torch built without CUDA"
+        return _check("cuda", True, f"CUDA not available ({why}); training runs on the CPU")
+    return _check("cuda", True, f"CUDA available: {len(names)} GPU(s) ({', '.join(names)})")
+
+
 def run_checks() -> list[dict[str, Any]]:
     """Run every check; each result is ``{"name", "ok", "detail", "fix"}``."""
     from ._version import __version__
@@ -140,16 +144,7 @@ def run_checks() -> list[dict[str, Any]]:
     torch, info = _import("torch")
     checks.append(_check("torch", torch is not None, f"torch {info}" if torch else info,
                          None if torch else 'pip install "torch>=2.2"'))
-    if torch is not None:
-        try:
-            cuda = bool(torch.cuda.is_available())
-        except Exception:
-            cuda = False
-        detail = (f"CUDA available ({torch.cuda.get_device_name(0)})" if cuda
-                  else "CUDA not available; training runs on the CPU")
-    else:
-        detail = "unknown: torch is not importable"
-    checks.append(_check("cuda", True, detail))
+    checks.append(_check_cuda(torch))
 
     numba, info = _import("numba")
     checks.append(_check("numba", True,

@@ -28,23 +28,22 @@ Record = dict[str, Any]
 Row = dict[str, Any]
 
 
-def _pyplot():
+def _figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], **subplots: Any):
+    """A figure on matplotlib's Agg canvas and its axes, made without pyplot: drawing here
+    changes neither the caller's backend (a notebook's, say) nor pyplot's open figures."""
     try:
-        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         raise IdauditError('figures need matplotlib: pip install "idaudit[plot]" '
                            "(or pass --no-figures)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **subplots)
 
 
 def _save(fig, path: Path) -> Path:
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return path
 
 
@@ -76,11 +75,9 @@ def plot_embeddings(records: list[Record], path: Path, max_runs: int = 8) -> Pat
                                     sort_keys=True), r)
     chosen = _spread(list(first.values()), max_runs)
     varying = _varying([r["run"] for r in chosen]) or ["world"]
-    plt = _pyplot()
     ncols = 4 if len(chosen) > 1 else 2
     nrows = math.ceil(2 * len(chosen) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.3 * nrows), squeeze=False,
-                             layout="constrained")
+    fig, axes = _figure(nrows, ncols, figsize=(3.2 * ncols, 3.3 * nrows), squeeze=False)
     for ax in axes.flat:
         ax.set_axis_off()
     for i, rec in enumerate(chosen):
@@ -119,8 +116,7 @@ def plot_r2_vs_n(rows: list[Row], path: Path) -> Path | None:
         return None
     rows = [{**r, "dim": r.get("dim", 2)} for r in rows]
     series = _series(rows, "dim", lambda r: r["method"])
-    plt = _pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    fig, (a1, a2) = _figure(1, 2, figsize=(11, 4))
     for name, rs in sorted(series.items()):
         n = [r["dim"] for r in rs]
         m = np.array([r["r2_h_to_z_mean"] for r in rs])
@@ -151,9 +147,8 @@ def plot_r2_vs_alpha(rows: list[Row], path: Path) -> Path | None:
     if len({r.get("alpha") for r in rows if r.get("alpha") is not None}) < 2:
         return None
     worlds = sorted({r.get("world", "spiral") for r in rows if r.get("alpha") is not None})
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(worlds), figsize=(4.2 * len(worlds), 3.8), squeeze=False,
-                             sharey=True, layout="constrained")
+    fig, axes = _figure(1, len(worlds), figsize=(4.2 * len(worlds), 3.8), squeeze=False,
+                        sharey=True)
     for ax, world in zip(axes.flat, worlds):
         at = [r for r in rows if r.get("world", "spiral") == world]
         for name, rs in sorted(_series(at, "alpha", lambda r: r["method"]).items()):
@@ -178,8 +173,7 @@ def plot_grid_heatmaps(rows: list[Row], path: Path) -> Path | None:
     if cells is None:
         return None
     world, method, lambs, rhos, mats = cells
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(lambs) + 2.2), layout="constrained")
+    fig, axes = _figure(1, 2, figsize=(12, 0.45 * len(lambs) + 2.2))
     for ax, (metric, title, cmap) in zip(axes, (
             ("r2_h_to_z", "R²(h → z)", "viridis"),
             ("orthogonality_error", "orthogonality error", "magma_r"))):
@@ -221,8 +215,7 @@ def plot_bound(records: list[Record], path: Path) -> Path | None:
             pts.setdefault(name, []).append((float(m["bound"]), float(m["procrustes_mse"])))
     if not pts:
         return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.2, 4.8), layout="constrained")
+    fig, ax = _figure(figsize=(5.2, 4.8))
     allv = np.array([v for p in pts.values() for v in p])
     lo = max(np.min(allv[allv > 0]) / 2, 1e-9) if (allv > 0).any() else 1e-6
     hi = np.max(allv) * 2

@@ -12,7 +12,6 @@ gives P and P̂, and V(z₀) = z₀ᵀ P z₀ should equal V̂(M z₀) exactly w
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,33 +65,25 @@ def plan_from_embeddings(gallery_h: np.ndarray, gallery_z: np.ndarray, start_h: 
     }
 
 
-def straight_line_plans(embed_fn: Callable[[torch.Tensor], torch.Tensor],
-                        gallery_z: torch.Tensor, starts: torch.Tensor, goals: torch.Tensor,
-                        waypoints: int = 20, k: int = 5) -> dict[str, Any]:
-    """Plan in embedding space and score against the oracle line in latent space.
-
-    ``embed_fn`` maps latents to embeddings (observe, then encode).
-    """
-    return plan_from_embeddings(embed_fn(gallery_z).numpy(), gallery_z.numpy(),
-                                embed_fn(starts).numpy(), embed_fn(goals).numpy(),
-                                starts.numpy(), goals.numpy(), waypoints, k)
-
-
 def plot_plans(result: dict[str, Any], path, max_pairs: int = 12,
                labels: tuple[str, str] = ("shoulder (rad)", "wrist (rad)")) -> None:
-    """Planned paths (decoded latent straight lines) next to the oracle's, in latent space."""
+    """Planned paths (decoded latent straight lines) next to the oracle's, in latent space.
+
+    Drawn on a figure of its own with matplotlib's Agg canvas: pyplot and the caller's
+    backend (a notebook's, say) are left as they were."""
     try:
         import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         raise IdauditError('--plot needs matplotlib: pip install "idaudit[plot]"') from None
     from .io import atomic_write
 
     paths, oracle = np.asarray(result["paths"]), np.asarray(result["oracle_paths"])
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    colors = plt.cm.tab10(np.arange(min(max_pairs, len(paths))) % 10)
+    fig = Figure(figsize=(5.5, 5))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    colors = matplotlib.colormaps["tab10"](np.arange(min(max_pairs, len(paths))) % 10)
     for i, c in enumerate(colors):
         ax.plot(oracle[i, :, 0], oracle[i, :, 1], "--", color=c, lw=1, alpha=0.7)
         ax.plot(paths[i, :, 0], paths[i, :, 1], "-o", color=c, ms=2, lw=1.2)
@@ -103,7 +94,6 @@ def plot_plans(result: dict[str, Any], path, max_pairs: int = 12,
     ax.set_aspect("equal", adjustable="datalim")
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
 
 
 def lqr_value_equivalence(m_map: np.ndarray, seed: int = 0, n_states: int = 256,

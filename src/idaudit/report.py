@@ -12,20 +12,8 @@ import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
+from .catalogue import BY_KEY, CATALOGUE, NEEDS, entries, table_rows
 from .errors import IdauditError
-
-METRIC_ROWS = [
-    ("r2_h_to_z", "R²(h → z)", "linear recovery of the latents from the embedding"),
-    ("r2_z_to_h", "R²(z → h)", "how linear the embedding is in the latents"),
-    ("orthogonality_error", "orthogonality error", "‖Q̂ᵀQ̂ − I‖_F/√n of the fitted map z → h"),
-    ("procrustes_mse", "Procrustes MSE", "min over rotations of E‖h − Qz‖²"),
-    ("whitening_error", "ε", "‖Cov(h) − I‖_F"),
-    ("alignment_gap", "δ", "E‖h(z′) − h(z)‖² − 2(1−ρ) tr Cov(h), floored at 0"),
-    ("D", "D", "δ / (2ρ(1−ρ))"),
-    ("bound", "bound", "D + (ε + D)² (Theorem 3)"),
-    ("bound_holds", "bound holds", "Procrustes MSE ≤ bound"),
-    ("mixing_r2_x_to_z", "R²(x → z)", "raw-mixing baseline"),
-]
 
 
 def fmt(v: Any) -> str:
@@ -47,9 +35,24 @@ def metrics_table(metrics: dict[str, Any], title: str = "identifiability") -> Ta
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
-    for key, label, meaning in METRIC_ROWS:
+    for key, label in table_rows("train"):
         if key in metrics:
-            table.add_row(label, fmt(metrics[key]), meaning)
+            table.add_row(label, fmt(metrics[key]), BY_KEY[key].meaning)
+    return table
+
+
+def catalogue_table() -> Table:
+    """The metric catalogue (``idaudit metrics``): key, label, which way is better, what it
+    needs, what it means."""
+    table = Table(title=f"idaudit metrics · {len(CATALOGUE)}")
+    table.add_column("key", no_wrap=True)
+    table.add_column("label", ratio=2)
+    table.add_column("better", no_wrap=True)
+    table.add_column("needs", no_wrap=True)
+    table.add_column("meaning", style="dim", ratio=3)
+    for m in CATALOGUE:
+        table.add_row(m.key, escape(m.label.strip()), m.direction or "—",
+                      " ".join(n for n in NEEDS if n in m.needs) or "—", escape(m.meaning))
     return table
 
 
@@ -74,39 +77,6 @@ def plan_table(result: dict[str, Any]) -> Table:
     for r in rows:
         table.add_row(*r)
     return table
-
-
-AUDIT_ROWS = [
-    ("r2_h_to_z_heldout", "R²(h → z), held-out"),
-    ("r2_h_to_z_heldout_ci", "  bootstrap interval"),
-    ("r2_z_to_h_heldout", "R²(z → h), held-out"),
-    ("r2_h_to_z", "R²(h → z), in-sample"),
-    ("mcc", "MCC"),
-    ("orthogonality_error", "orthogonality error"),
-    ("procrustes_mse", "Procrustes MSE"),
-    ("whitening_error", "ε = ‖Cov(h) − I‖_F"),
-    ("whitening_floor", "ε floor √(m(m+1)/n)"),
-    ("whitening_error_corrected", "ε, floor-corrected"),
-    ("alignment_gap", "δ"),
-    ("D", "D = δ/(2ρ(1−ρ))"),
-    ("bound", "bound D + (ε+D)²"),
-    ("bound_holds", "bound holds"),
-    ("bound_upper", "bound, upper (holds w.p. ≥ 95 %)"),
-    ("effective_rank", "effective rank of h"),
-    ("rho_estimated", "ρ̂, top canonical correlation of (h, h′)"),
-    ("canonical_spread", "ρ̂ − mean canonical correlation"),
-    ("canonical_shortfall", "ρ − mean canonical correlation"),
-    ("alignment_gap_rho_estimated", "δ at ρ̂"),
-    ("principal_angle_max_deg", "largest principal angle (°)"),
-    ("r2_h_to_sincos", "R²(h → sin/cos of angles)"),
-    ("gaussianity_statistic", "sliced Epps–Pulley statistic"),
-    ("gaussianity_p_value", "Gaussianity p-value"),
-    ("mixing_r2_x_to_z", "R²(x → z) raw mixing"),
-    ("n_runs", "runs gated together"),
-    ("n_samples", "samples"),
-    ("latent_dim", "latent dimension n"),
-    ("embed_dim", "embedding dimension m"),
-]
 
 
 # verdict → (style, label, Markdown icon): every report's one source for how a verdict reads
@@ -140,9 +110,8 @@ def audit_table(report) -> Table:
     table.add_column("", justify="center")
     gates = {t.metric: t for t in report.thresholds}
     shown = set()
-    rows = [(k, label) for k, label in AUDIT_ROWS] + [
-        (t.metric, t.metric) for t in report.thresholds
-        if t.metric not in {k for k, _ in AUDIT_ROWS}]
+    rows = table_rows("audit")
+    rows += [(t.metric, t.metric) for t in report.thresholds if t.metric not in dict(rows)]
     for key, label in rows:
         if key not in report.metrics or key in shown:
             continue
@@ -168,16 +137,6 @@ def bound_note(metrics: dict[str, Any]) -> str | None:
     return None
 
 
-CONSISTENCY_ROWS = [
-    ("consistency_r2", "R² of the worst pair, held-out"),
-    ("consistency_r2_in_sample", "R² of the worst pair, in-sample"),
-    ("consistency_orthogonality_error", "orthogonality error, worst pair"),
-    ("consistency_procrustes_mse", "Procrustes MSE, worst pair"),
-    ("n_runs", "runs"),
-    ("n_samples", "inputs"),
-]
-
-
 def consistency_table(report) -> Table:
     """Every ordered pair of runs: R² of the map between them, its orthogonality error, the
     Procrustes error; gated worst values below."""
@@ -189,8 +148,8 @@ def consistency_table(report) -> Table:
         table.add_row(escape(f"{p['from']} → {p['to']}"), fmt(p["r2"]),
                       fmt(p["orthogonality_error"]), fmt(p["procrustes_mse"]))
     gates = {t.metric: t for t in report.thresholds}
-    for key, label in CONSISTENCY_ROWS[:4]:
-        if key in report.metrics:
+    for key, label in table_rows("consistency"):
+        if key in report.metrics and BY_KEY[key].direction is not None:  # not the sizes
             t = gates.get(key)
             mark = "" if t is None or t.passed is None else (
                 " [green]pass[/green]" if t.passed else " [red]FAIL[/red]")
@@ -200,9 +159,9 @@ def consistency_table(report) -> Table:
     return table
 
 
-def audit_markdown(report, rows: list[tuple[str, str]] | None = None) -> str:
-    """A Markdown summary (for a CI job summary); ``rows`` the metrics to list (the audit's by
-    default; gated metrics always)."""
+def audit_markdown(report, table: str = "audit") -> str:
+    """A Markdown summary (for a CI job summary) listing the rows of ``table`` ("audit" or
+    "consistency") and every gated metric."""
     _, label, icon = VERDICTS[report.verdict]
     lines = [f"## idaudit · {icon} {label.lower()}", ""]
     if report.verdict == "ungated":
@@ -211,8 +170,7 @@ def audit_markdown(report, rows: list[tuple[str, str]] | None = None) -> str:
         lines += [f"> {report.reason}", ""]
     lines += ["| metric | value | gate | result |", "|---|---:|---:|---|"]
     gates = {t.metric: t for t in report.thresholds}
-    keys = [k for k, _ in (AUDIT_ROWS if rows is None else rows)] + [
-        t.metric for t in report.thresholds]
+    keys = [k for k, _ in table_rows(table)] + [t.metric for t in report.thresholds]
     seen = set()
     for key in keys:
         if key in seen or key not in report.metrics:
@@ -262,9 +220,8 @@ def audit_junit(report) -> str:
 # ---- sweep tables ----------------------------------------------------------------------
 
 
-REPORT_METRICS = ("r2_h_to_z", "r2_z_to_h", "orthogonality_error", "mixing_r2_x_to_z",
-                  "whitening_error", "procrustes_mse", "bound", "r2_h_to_z0", "r2_h_to_z1",
-                  "rho_0", "rho_1")
+# the metrics the sweep tables average over seeds (their columns)
+REPORT_METRICS = tuple(m.key for m in entries("sweep"))
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -322,7 +279,7 @@ def check_record(rec: dict[str, Any], where: str) -> None:
     for key in RECORD_NUMBERS:
         if key in run and not (key == "sigma" and isinstance(run[key], str)):
             check_type(run[key], "number", f"{where}: run option {key}", optional=True)
-    for key in (*REPORT_METRICS, "bound", "procrustes_mse"):
+    for key in REPORT_METRICS:
         check_type(metrics.get(key), "number", f"{where}: metric {key}", optional=True)
     per_dim = check_type(metrics.get("r2_h_to_z_per_dim"), "list",
                          f"{where}: metric r2_h_to_z_per_dim", optional=True) or []

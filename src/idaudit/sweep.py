@@ -39,6 +39,20 @@ def _init_worker(devices) -> None:
     _WORKER_DEVICE = devices.get()
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """torch single-threaded inside, the caller's thread count restored on the way out (a
+    one-worker sweep runs in the caller's process)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def execute(run: dict[str, Any], data_root: str | None = None,
             device: str | None = None, checkpoint_dir: str | None = None) -> dict[str, Any]:
     """Train one run (single-threaded on CPU) and return its result record (never raises).
@@ -46,16 +60,15 @@ def execute(run: dict[str, Any], data_root: str | None = None,
     ``device`` defaults to this worker's device (CPU, or the GPU a pool assigned it); worlds
     with data on disk read it under ``data_root`` (prepared beforehand). With
     ``checkpoint_dir`` the trained encoder is kept there as ``ID.safetensors`` (+ its log).
+    torch's thread count is 1 during the run and the caller's again afterwards.
     """
-    import torch
-
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
         device = device or _WORKER_DEVICE
         ckpt = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id(run)}.safetensors"
-        rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data", sample=True,
-                      label_free=True)
+        with _one_thread():
+            rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data",
+                          sample=True, label_free=True)
         return {"run": run, "status": "ok", **rec.to_dict(),
                 "config": {"world": rec.world, "train": rec.train},
                 "seconds": time.perf_counter() - t0}

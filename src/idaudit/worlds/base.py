@@ -52,16 +52,16 @@ def check_memory(nbytes: float, what: str, bound: str = "about") -> None:
 class EvalSet:
     """The evaluation set train and audit share.
 
-    ``x``/``x_prime`` are the observations of ``z``/``z_prime`` (a tensor, or a uint8 image
-    array); ``rho`` is the channel's correlation when the pairs follow one known ρ (else None);
-    ``test_rows`` fixes the held-out rows (None: a seeded random split); ``baseline`` is x as
-    a flat float tensor for the raw-mixing R²(x → z) (None where x is not a small vector).
+    ``x`` is the observation of ``z`` and ``x_prime`` that of each row's partner z′ (a tensor,
+    or a uint8 image array); ``rho`` is the channel's correlation when the pairs follow one
+    known ρ (else None); ``test_rows`` fixes the held-out rows (None: a seeded random split);
+    ``baseline`` is x as a flat float tensor for the raw-mixing R²(x → z) (None where x is not
+    a small vector).
     """
 
     z: torch.Tensor
     x: Any
     x_prime: Any | None = None
-    z_prime: torch.Tensor | None = None
     rho: float | None = None
     test_rows: torch.Tensor | None = None
     circular: tuple[int, ...] = ()
@@ -132,10 +132,8 @@ class Recipe:
 
 
 class World(ABC):
-    """What every world answers (see DESIGN.md, "Worlds: one interface")."""
+    """What every world answers: the questions train, audit, plan and sweep ask of it."""
 
-    #: "synthetic" (generated online, counts training in steps) or "dataset" (epochs)
-    kind: ClassVar[str]
     #: world options (CLI names with underscores) this kind accepts
     options: ClassVar[frozenset[str]]
     #: train options that do not apply to worlds of this kind

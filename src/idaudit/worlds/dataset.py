@@ -103,7 +103,6 @@ def locate(stored: str, base_dir: Path | None, what: str) -> Path:
 class PairsFileWorld(World):
     """The pairs in a file written by ``idaudit world`` (a synthetic world, stored)."""
 
-    kind = "dataset"
     options: ClassVar[frozenset[str]] = frozenset({"data"})
     refuses: ClassVar[frozenset[str]] = frozenset({"steps"})
 
@@ -153,9 +152,8 @@ class PairsFileWorld(World):
     def eval_set(self, n: int | None, seed: int) -> EvalSet:
         t = self.tensors
         k = len(t["z"]) if n is None else min(n, len(t["z"]))
-        return EvalSet(z=t["z"][:k], x=t["x"][:k], x_prime=t["x_prime"][:k],
-                       z_prime=t["z_prime"][:k], rho=self.rho, circular=self.circular,
-                       baseline=t["x"][:k])
+        return EvalSet(z=t["z"][:k], x=t["x"][:k], x_prime=t["x_prime"][:k], rho=self.rho,
+                       circular=self.circular, baseline=t["x"][:k])
 
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
         return self.inner.plan_set(pairs, gallery, seed)

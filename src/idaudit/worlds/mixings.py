@@ -87,9 +87,3 @@ class CouplingMixing:
         for i, w in enumerate(self.weights):
             x = coupling_step(x, w.to(x.device, x.dtype), None, coupling_parity(i))
         return x
-
-    def inverse(self, x: torch.Tensor) -> torch.Tensor:
-        z = x
-        for i in reversed(range(self.layers)):
-            z = coupling_step(z, -self.weights[i].to(z.device, z.dtype), None, coupling_parity(i))
-        return z

@@ -48,7 +48,6 @@ def dataset_spec(options: dict[str, Any]) -> dict[str, Any]:
 class ReacherWorld(World):
     """MuJoCo Reacher joint angles (shoulder, wrist) seen as RGB images (64 × 64 by default)."""
 
-    kind = "dataset"
     options: ClassVar[frozenset[str]] = frozenset({*DATASET_OPTIONS, "data"})
     refuses: ClassVar[frozenset[str]] = frozenset({"steps", "n_eval"})
     writes_directory = True

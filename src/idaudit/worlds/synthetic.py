@@ -39,7 +39,6 @@ BYTES = 4  # float32 tensors
 class SyntheticWorld(World):
     """A synthetic world: latent law + OU channel + observation map g."""
 
-    kind = "synthetic"
     options: ClassVar[frozenset[str]] = frozenset(
         {"dim", "source", "alpha", "rho", "layers", "mixing_seed"})
     refuses: ClassVar[frozenset[str]] = frozenset({"epochs"})
@@ -158,8 +157,8 @@ class SyntheticWorld(World):
         gen = torch.Generator().manual_seed(10_007 * seed + 99_991)
         z, zp = self.sample_pairs(n, gen)
         x = self.observe(z)
-        return EvalSet(z=z, x=x, x_prime=self.observe(zp), z_prime=zp, rho=self.rho,
-                       circular=self.circular, baseline=x)
+        return EvalSet(z=z, x=x, x_prime=self.observe(zp), rho=self.rho, circular=self.circular,
+                       baseline=x)
 
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
         gallery = 10_000 if gallery is None else gallery
