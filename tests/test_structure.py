@@ -25,7 +25,8 @@ def test_api_surface():
     assert issubclass(IdauditError, ValueError)
     import importlib
 
-    home = {"audit": "auditing", "AuditReport": "auditing", "plan": "planning",
+    home = {"audit": "auditing", "AuditReport": "auditing", "AuditRequest": "auditing",
+            "run_audit": "auditing", "plan": "planning",
             "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds.base",
             "WorldSpec": "worlds.spec", "build_world": "worlds", "make_spec": "worlds",
             "IdauditError": "errors", "__version__": "_version"}

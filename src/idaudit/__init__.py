@@ -36,19 +36,21 @@ from ._version import __version__
 from .errors import IdauditError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .auditing import AuditReport, audit
+    from .auditing import AuditReport, AuditRequest, audit, run_audit
     from .planning import PlanReport, plan
     from .runs import RunRecord, run
     from .worlds import World, WorldSpec, build_world, make_spec
 
 _LAZY = {
-    "audit": "auditing", "AuditReport": "auditing", "plan": "planning",
+    "audit": "auditing", "AuditReport": "auditing", "AuditRequest": "auditing",
+    "run_audit": "auditing", "plan": "planning",
     "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds",
     "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds",
 }
 
-__all__ = ["AuditReport", "IdauditError", "PlanReport", "RunRecord", "World", "WorldSpec",
-           "__version__", "audit", "build_world", "make_spec", "plan", "run"]
+__all__ = ["AuditReport", "AuditRequest", "IdauditError", "PlanReport", "RunRecord", "World",
+           "WorldSpec", "__version__", "audit", "build_world", "make_spec", "plan", "run",
+           "run_audit"]
 
 
 def __getattr__(name: str) -> Any:

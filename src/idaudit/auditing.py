@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -369,6 +369,16 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
     return gated_report(metrics, thresholds, inp.source, inp.world)
 
 
+def _check_counts(bootstrap: Any, gauss_sims: Any, test_fraction: Any) -> None:
+    """The audit's counts and split share, checked before any work."""
+    for value, flag in ((bootstrap, "--bootstrap"), (gauss_sims, "--gauss-sims")):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise IdauditError(f"{flag} must be an integer ≥ 0, got {value!r}")
+    if test_fraction is not None and not (isinstance(test_fraction, (int, float, np.floating))
+                                          and 0.0 < test_fraction < 1.0):
+        raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction!r}")
+
+
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                  circular: tuple[int, ...] | list[int] = (), bootstrap: int = 0,
                  test_fraction: float | None = None, seed: int = 0, gauss_sims: int = 0,
@@ -379,9 +389,7 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     ``x`` stored in an array file that has no z (a world's own angle indices, and a file's own
     with its z set aside by ``label_free``, simply do not apply). ``test_fraction`` (default
     0.5) is also refused where the world fixes the held-out rows."""
-    for value, flag in ((bootstrap, "--bootstrap"), (gauss_sims, "--gauss-sims")):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise IdauditError(f"{flag} must be an integer ≥ 0, got {value!r}")
+    _check_counts(bootstrap, gauss_sims, test_fraction)
     if inp.z is None or label_free:
         given = [flag for flag, v in (("--circular", circular), ("--bootstrap", bootstrap),
                                       ("--test-fraction", test_fraction is not None)) if v]
@@ -404,8 +412,6 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     if circular:
         inp.circular = latent_indices(circular, "--circular")
     inp = check_shapes(inp)
-    if not 0.0 < test_fraction < 1.0:
-        raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
     thresholds = list(thresholds or [])
     reason = inconclusive_reason(inp) or split_reason(inp, test_fraction)
     if reason is not None:
@@ -464,54 +470,164 @@ def combine_reports(reports: list[AuditReport], thresholds: list[Threshold] | No
     return gated_report(metrics, thresholds, source, reports[0].world, runs)
 
 
-def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,
-          encoder: Any = None, world: Any = None, data: str | Path | None = None,
-          x: Any = None, circular: tuple[int, ...] = (), n_eval: int | None = None,
-          seed: int | None = None, bootstrap: int = 0, test_fraction: float | None = None,
-          gauss_sims: int = 0, min_r2: float | None = None,
-          max_orthogonality_error: float | None = None,
-          gate: dict[str, dict[str, float]] | None = None, arch: str | None = None,
-          arch_kwargs: dict[str, Any] | None = None, trust_pickle: bool = False
-          ) -> AuditReport:
-    """Audit embeddings or an encoder for identifiability; return an :class:`AuditReport`.
+@dataclass
+class AuditRequest:
+    """Every option of an audit, under the CLI's option names (dashes → underscores): what
+    ``idaudit audit`` builds from its flags and :func:`audit` from its keywords; one function,
+    :func:`run_audit`, takes it.
 
-    Give either arrays — ``z`` (true latents, n × d), ``h`` (embeddings, n × m) and
-    optionally ``h_prime`` (embeddings of the OU successors z′) with their ``rho`` — or an
-    ``encoder``: an ``nn.Module``/callable, or a path to an idaudit checkpoint, TorchScript,
-    ``torch.export`` program or plain weights (with ``arch="module:factory"``). An encoder is
-    embedded on ``world`` (a World, WorldSpec or name), on ``data`` (a pairs file or a Reacher
-    dataset), or on the world its checkpoint was trained on; ``n_eval``/``seed`` choose the
-    evaluation set (a checkpoint's own by default).
-
-    The gate: ``min_r2`` (held-out R²(h → z) ≥), ``max_orthogonality_error`` (≤) and
-    ``gate = {"min": {metric: value}, "max": {...}}``. The verdict is "inconclusive" when
-    the data cannot support one (collapse, NaN/Inf, too few rows). Bad input raises
-    :class:`~idaudit.errors.IdauditError` (a ``ValueError``).
+    Inputs: ``targets`` (files the CLI takes: checkpoints, TorchScript, .pt2, weights with
+    ``arch``, array files; or ``nn.Module``/callable encoders), or the arrays ``z``, ``h``
+    (``h_prime``, ``x``). ``rho`` is the OU correlation of the pairs: stored with arrays, a
+    world option with an encoder. World options (``world``, ``data``, ``dim``, ``source``,
+    ``alpha``, ``rho``, ``layers``, ``n_eval``) choose where an encoder is embedded. The gate:
+    ``min_r2``, ``max_orthogonality_error``, ``min``/``max`` (``{metric: value}`` or
+    ``["METRIC=VALUE", …]``) and ``gate`` (a ``{"min": …, "max": …}`` dict or a TOML file).
+    Several targets are gated together on the worst run's value (``reduce="worst"``) or the
+    median.
     """
-    check_seed(seed)
-    thresholds = gate_thresholds(min_r2, max_orthogonality_error, gate)
-    if encoder is not None:
-        if z is not None or h is not None:
-            raise IdauditError("give either arrays (z, h) or an encoder, not both")
-        if isinstance(encoder, (str, Path)):
-            loaded = load_target(encoder, arch=arch, arch_kwargs=arch_kwargs,
-                                 trust_pickle=trust_pickle)
+
+    targets: list[Any] = field(default_factory=list)
+    z: Any = None
+    h: Any = None
+    h_prime: Any = None
+    x: Any = None
+    rho: float | None = None
+    reduce: str = "worst"
+    arch: str | None = None
+    arch_kwargs: dict[str, Any] | None = None
+    trust_pickle: bool = False
+    world: Any = None
+    data: str | Path | None = None
+    dim: int | None = None
+    source: str | None = None
+    alpha: float | None = None
+    layers: int | None = None
+    n_eval: int | None = None
+    seed: int | None = None
+    bootstrap: int = 0
+    test_fraction: float | None = None
+    circular: str | tuple[int, ...] | list[int] = ()
+    gauss_sims: int = 0
+    min_r2: float | None = None
+    max_orthogonality_error: float | None = None
+    min: dict[str, float] | list[str] | None = None
+    max: dict[str, float] | list[str] | None = None
+    gate: dict[str, dict[str, float]] | str | Path | None = None
+    label_free: bool = False
+
+    def thresholds(self) -> list[Threshold]:
+        """The gate's thresholds, from every way of giving one."""
+        out = gate_thresholds(self.min_r2, self.max_orthogonality_error)
+        for op, given in (("min", self.min), ("max", self.max)):
+            if isinstance(given, dict):
+                out += [make_threshold(k, op, v) for k, v in given.items()]
+            else:
+                out += [parse_threshold(t, op) for t in given or []]
+        if isinstance(self.gate, (str, Path)):
+            out += load_gate_file(self.gate)
+        elif self.gate is not None:
+            out += table_thresholds(self.gate)
+        return out
+
+    def circular_indices(self) -> tuple[int, ...]:
+        if isinstance(self.circular, str):
+            try:
+                return tuple(int(c) for c in self.circular.split(",") if c.strip())
+            except ValueError:
+                raise IdauditError("--circular expects comma-separated integers, got "
+                                   f"{self.circular!r}") from None
+        return tuple(self.circular)
+
+    def world_options(self) -> dict[str, Any]:
+        return {k: v for k, v in (("dim", self.dim), ("source", self.source),
+                                  ("alpha", self.alpha), ("rho", self.rho),
+                                  ("layers", self.layers)) if v is not None}
+
+
+def run_audit(req: AuditRequest) -> AuditReport:
+    """The audit of :class:`AuditRequest` ``req``: each target reduced to arrays, its metrics,
+    the gate (several targets: :func:`combine_reports`). Bad input raises
+    :class:`~idaudit.errors.IdauditError` (exit 2 in the CLI) before any work is done."""
+    check_seed(req.seed)
+    _check_counts(req.bootstrap, req.gauss_sims, req.test_fraction)
+    thresholds = req.thresholds()
+    if req.n_eval is not None and (isinstance(req.n_eval, bool) or not isinstance(
+            req.n_eval, (int, np.integer)) or req.n_eval < 10):
+        raise IdauditError(f"--n-eval must be an integer ≥ 10, got {req.n_eval!r}")
+    if req.reduce not in REDUCTIONS:
+        raise IdauditError(f"--reduce must be one of {', '.join(REDUCTIONS)}, got {req.reduce!r}")
+    circular = req.circular_indices()
+    arrays_given = req.z is not None or req.h is not None
+    if arrays_given and req.targets:
+        raise IdauditError("give either arrays (z, h) or an encoder, not both")
+    if not arrays_given and not req.targets:
+        raise IdauditError("audit needs either z and h arrays or an encoder")
+    if len(req.targets) <= 1 and req.reduce != "worst":
+        raise IdauditError("--reduce applies to several targets; one was given")
+    options = req.world_options()
+    inputs: list[tuple[AuditInputs, int | None]] = []
+    if arrays_given:
+        if req.h is None:
+            raise IdauditError("audit needs the embeddings h")
+        extra = [f for f, v in (("--world", req.world), ("--data", req.data),
+                                ("--n-eval", req.n_eval)) if v is not None]
+        extra += [f"--{k}" for k in options if k != "rho"]
+        if extra:
+            raise IdauditError(f"arrays are audited as they are: {', '.join(extra)} do not apply")
+        inputs.append((AuditInputs(
+            z=None if req.z is None else numeric_array(req.z, "z"), h=numeric_array(req.h, "h"),
+            h_prime=None if req.h_prime is None else numeric_array(req.h_prime, "h_prime"),
+            rho=None if req.rho is None else float(req.rho),
+            x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
+    for target in req.targets:
+        if isinstance(target, (str, Path)):
+            loaded = load_target(target, arch=req.arch, arch_kwargs=req.arch_kwargs,
+                                 trust_pickle=req.trust_pickle)
         else:
-            loaded = LoadedEncoder(encoder, None, {}, Path("encoder"))
+            loaded = LoadedEncoder(target, None, {}, Path("encoder"))
         if isinstance(loaded, Arrays):
-            inp = inputs_from_arrays(loaded)
+            if req.world or req.data or options or req.n_eval is not None:
+                raise IdauditError("arrays are audited as they are: --world, --data, --n-eval "
+                                   "and world options do not apply")
+            inputs.append((inputs_from_arrays(loaded), req.seed))
         else:
-            inp = inputs_for_encoder(loaded, world=world, data=data, n_eval=n_eval, seed=seed)
-            seed = inp.seed
-    else:
-        if z is None or h is None:
-            raise IdauditError("audit needs either z and h arrays or an encoder")
-        inp = AuditInputs(z=_tensor(z, "z"), h=_tensor(h, "h"),
-                          h_prime=None if h_prime is None else _tensor(h_prime, "h_prime"),
-                          rho=None if rho is None else float(rho),
-                          x=None if x is None else _tensor(x, "x"))
-    return audit_inputs(inp, thresholds, circular=circular, bootstrap=bootstrap,
-                        test_fraction=test_fraction, seed=seed or 0, gauss_sims=gauss_sims)
+            inp = inputs_for_encoder(loaded, world=req.world, data=req.data, n_eval=req.n_eval,
+                                     seed=req.seed, options=options)
+            inputs.append((inp, inp.seed))
+    several = len(inputs) > 1
+    reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
+                            bootstrap=req.bootstrap, test_fraction=req.test_fraction,
+                            seed=seed or 0, gauss_sims=req.gauss_sims, label_free=req.label_free)
+               for inp, seed in inputs]
+    return combine_reports(reports, thresholds, req.reduce) if several else reports[0]
+
+
+def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,
+          encoder: Any = None, targets: list[Any] | None = None, **options: Any) -> AuditReport:
+    """Audit embeddings or encoders for identifiability; return an :class:`AuditReport`.
+
+    Everything ``idaudit audit`` takes, under its option names (see :class:`AuditRequest`):
+    arrays — ``z`` (true latents, n × d), ``h`` (embeddings, n × m), optionally ``h_prime``
+    (embeddings of the OU successors z′) with their ``rho`` — or an ``encoder`` (an
+    ``nn.Module``/callable, or a path to an idaudit checkpoint, TorchScript, ``torch.export``
+    program, plain weights with ``arch="module:factory"``, an array file), or several
+    ``targets`` gated together (``reduce``). An encoder is embedded on ``world`` (a World,
+    WorldSpec or name) with world options, on ``data``, or on its checkpoint's world.
+
+    The gate: ``min_r2`` (held-out R²(h → z) ≥), ``max_orthogonality_error`` (≤), ``min`` /
+    ``max`` and ``gate``; with none, the verdict is "ungated" (a report only). The verdict is
+    "inconclusive" when the data cannot support one (collapse, NaN/Inf, too few rows). Bad
+    input raises :class:`~idaudit.errors.IdauditError` (a ``ValueError``).
+    """
+    unknown = set(options) - {f.name for f in fields(AuditRequest)}
+    if unknown:
+        raise IdauditError(f"audit() got unknown options: {', '.join(sorted(unknown))}")
+    if encoder is not None and targets is not None:
+        raise IdauditError("give encoder= or targets=, not both")
+    listed = list(targets or []) + ([encoder] if encoder is not None else [])
+    return run_audit(AuditRequest(targets=listed, z=z, h=h, h_prime=h_prime, rho=rho,
+                                  **options))
 
 
 def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float | None = None,
@@ -524,10 +640,6 @@ def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float 
     if gate is not None:
         out += table_thresholds(gate)
     return out
-
-
-def _tensor(a: Any, name: str) -> np.ndarray:
-    return numeric_array(a, name)
 
 
 # ---- encoders and arrays → audit inputs -------------------------------------------------

@@ -176,15 +176,21 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None
          data: str | Path | None = None, pairs: int = 100, waypoints: int = 20,
          gallery: int | None = None, seed: int = 0, k: int = 5, arch: str | None = None,
          arch_kwargs: dict[str, Any] | None = None, trust_pickle: bool = False,
-         options: dict[str, Any] | None = None) -> PlanReport:
+         options: dict[str, Any] | None = None, dim: int | None = None,
+         source: str | None = None, alpha: float | None = None, rho: float | None = None,
+         layers: int | None = None) -> PlanReport:
     """Plan straight lines in embedding space and score them against the oracle.
 
     Give an ``encoder`` — an ``nn.Module``/callable, or a path to anything ``audit`` reads
     (an idaudit checkpoint, TorchScript, ``torch.export``, plain weights with ``arch``) —
     with its ``world`` (a World, WorldSpec or name) or ``data``, or the checkpoint's own
     world; or a gallery of arrays ``z``, ``h`` (a path to an ``.npz``/``.safetensors`` with
-    them works as ``encoder`` too), whose rows are then the starts and goals.
+    them works as ``encoder`` too), whose rows are then the starts and goals. World options
+    (``dim``, ``source``, ``alpha``, ``rho``, ``layers``) as ``idaudit plan`` takes them.
     """
+    given = {k: v for k, v in (("dim", dim), ("source", source), ("alpha", alpha),
+                               ("rho", rho), ("layers", layers)) if v is not None}
+    options = {**(options or {}), **given}
     check_seed(seed)
     if pairs < 1 or waypoints < 1 or (gallery is not None and gallery < 5):
         raise IdauditError("--pairs and --waypoints must be ≥ 1 and --gallery ≥ 5")

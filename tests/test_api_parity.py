@@ -1,0 +1,130 @@
+"""The library does what the CLI does: for each command, the CLI's JSON and the Python call's
+result agree on the same inputs (several targets with --reduce median, --label-free, world
+options, a gate file)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import idaudit
+from idaudit.cli import app
+from idaudit.io import jsonable
+
+runner = CliRunner()
+
+
+def cli_json(tmp_path, *args):
+    out = tmp_path / "cli.json"
+    res = runner.invoke(app, [*map(str, args), "--json", str(out)])
+    assert res.exit_code in (0, 1, 3), res.output
+    return res.exit_code, json.loads(out.read_text())
+
+
+def lib_json(report):
+    return json.loads(json.dumps(jsonable(report.to_dict())))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Three array files of one recipe (rotations of z plus noise of three sizes), with pairs."""
+    d = tmp_path_factory.mktemp("parity")
+    rng = np.random.default_rng(4)
+    z = rng.standard_normal((1500, 3))
+    zp = 0.9 * z + np.sqrt(1 - 0.81) * rng.standard_normal(z.shape)
+    paths = []
+    for i, noise in enumerate((0.02, 0.1, 0.3)):
+        q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+        e, ep = (noise * rng.standard_normal(z.shape) for _ in range(2))
+        p = d / f"run{i}.npz"
+        np.savez(p, z=z, h=z @ q + e, h_prime=zp @ q + ep, rho=np.array(0.9))
+        paths.append(p)
+    gate = d / "gate.toml"
+    gate.write_text(textwrap.dedent("""\
+        [min]
+        r2_h_to_z_heldout = 0.95
+        [max]
+        orthogonality_error = 0.2
+    """))
+    return d, paths, gate
+
+
+def test_several_targets_reduced_by_the_median(runs, tmp_path):
+    _, paths, gate = runs
+    code, cli = cli_json(tmp_path, "audit", *paths, "--reduce", "median", "--gate", gate)
+    lib = idaudit.audit(targets=paths, reduce="median", gate=gate)
+    assert lib_json(lib) == cli and lib.exit_code == code
+    assert cli["metrics"]["reduce"] == "median" and cli["metrics"]["n_runs"] == 3
+    # the gate as a dict and as --min/--max give the same report
+    as_dict = idaudit.audit(targets=paths, reduce="median",
+                            gate={"min": {"r2_h_to_z_heldout": 0.95},
+                                  "max": {"orthogonality_error": 0.2}})
+    as_flags = idaudit.audit(targets=paths, reduce="median", min=["r2_h_to_z_heldout=0.95"],
+                             max={"orthogonality_error": 0.2})
+    assert lib_json(as_dict) == lib_json(as_flags) == cli
+
+
+def test_label_free(runs, tmp_path):
+    _, paths, _ = runs
+    code, cli = cli_json(tmp_path, "audit", paths[1], "--label-free", "--max",
+                         "canonical_spread=0.05")
+    lib = idaudit.audit(encoder=paths[1], label_free=True, max={"canonical_spread": 0.05})
+    assert lib_json(lib) == cli and lib.exit_code == code
+    assert cli["metrics"]["label_free"] is True and "r2_h_to_z_heldout" not in cli["metrics"]
+    # arrays in memory: the same numbers as the file
+    data = np.load(paths[1])
+    mem = idaudit.audit(data["z"], data["h"], data["h_prime"], 0.9, label_free=True,
+                        max={"canonical_spread": 0.05})
+    assert lib_json(mem)["metrics"] == cli["metrics"]
+
+
+def test_world_options_and_an_encoder_file(tmp_path):
+    enc = tmp_path / "enc.pt"
+    q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((4, 4)))
+    lin = torch.nn.Linear(4, 4, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.from_numpy(q).float())
+    torch.jit.trace(lin, torch.zeros(1, 4)).save(str(enc))
+    args = ("--world", "coupling", "--dim", "4", "--rho", "0.8", "--layers", "2", "--n-eval",
+            "600", "--seed", "3", "--bootstrap", "20")
+    code, cli = cli_json(tmp_path, "audit", enc, *args, "--min-r2", "0.1")
+    lib = idaudit.audit(encoder=enc, world="coupling", dim=4, rho=0.8, layers=2, n_eval=600,
+                        seed=3, bootstrap=20, min_r2=0.1)
+    assert lib_json(lib) == cli and lib.exit_code == code
+    assert cli["world"]["rho"] == 0.8 and cli["world"]["layers"] == 2
+    assert cli["metrics"]["n_samples"] == 600 and "r2_h_to_z_heldout_ci_low" in cli["metrics"]
+
+
+def test_the_library_refuses_what_the_cli_refuses(runs):
+    _, paths, _ = runs
+    data = np.load(paths[0])
+    for kwargs, fragment in [
+        ({"targets": paths[:1], "reduce": "median"}, "--reduce applies to several targets"),
+        ({"targets": paths, "reduce": "mean"}, "--reduce must be one of"),
+        ({"targets": paths[:1], "world": "spiral"}, "arrays are audited as they are"),
+        ({"z": data["z"], "h": data["h"], "dim": 3}, "--dim do not apply"),
+        ({"targets": paths[:1], "n_eval": 5}, "--n-eval must be an integer ≥ 10"),
+        ({"targets": paths[:1], "bootstrap": -1}, "--bootstrap must be an integer ≥ 0"),
+        ({"targets": paths[:1], "test_fraction": 1.5}, "--test-fraction must lie in"),
+        ({"targets": paths[:1], "circular": "0,x"}, "--circular expects"),
+        ({"targets": paths[:1], "nonsense": 1}, "unknown options: nonsense"),
+    ]:
+        with pytest.raises(idaudit.IdauditError, match=fragment):
+            idaudit.audit(**kwargs)
+
+
+def test_plan(tmp_path):
+    enc = tmp_path / "enc.pt"
+    torch.jit.trace(torch.nn.Identity(), torch.zeros(1, 4)).save(str(enc))
+    out = tmp_path / "p.json"
+    args = ["plan", str(enc), "--world", "coupling", "--dim", "4", "--rho", "0.8", "--pairs",
+            "12", "--gallery", "800", "--seed", "2", "--json", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    lib = idaudit.plan(enc, world="coupling", dim=4, rho=0.8, pairs=12, gallery=800, seed=2)
+    assert lib_json(lib) == json.loads(out.read_text())
