@@ -128,3 +128,22 @@ def test_plan(tmp_path):
     assert res.exit_code == 0, res.output
     lib = idaudit.plan(enc, world="coupling", dim=4, rho=0.8, pairs=12, gallery=800, seed=2)
     assert lib_json(lib) == json.loads(out.read_text())
+
+
+def test_consistency(runs, tmp_path):
+    d, paths, gate = runs
+    hs = []
+    for i, p in enumerate(paths):
+        np.save(d / f"h{i}.npy", np.load(p)["h"])
+        hs.append(d / f"h{i}.npy")
+    code, cli = cli_json(tmp_path, "consistency", *hs, "--min-r2", "0.9", "--max",
+                         "consistency_procrustes_mse=0.5", "--seed", "1")
+    lib = idaudit.consistency(*hs, min_r2=0.9, max={"consistency_procrustes_mse": 0.5}, seed=1)
+    assert lib_json(lib) == cli and lib.exit_code == code
+    assert cli["metrics"]["n_runs"] == 3 and len(cli["metrics"]["pairs"]) == 6
+    # arrays in memory give the same numbers (names run0, run1, … instead of file names)
+    mem = idaudit.consistency(*(np.load(p) for p in hs), min_r2=0.9, seed=1)
+    assert mem.metrics["consistency_r2"] == cli["metrics"]["consistency_r2"]
+    with pytest.raises(idaudit.IdauditError, match="unknown options: gates"):
+        idaudit.consistency(*hs, gates=1)
+    assert idaudit.consistency is idaudit.agreement.consistency  # not shadowed by a module

@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import ortho_group
 from typer.testing import CliRunner
 
+from idaudit.agreement import CONSISTENCY_METRICS, check_consistency
 from idaudit.auditing import (
     KNOWN_METRICS,
     AuditInputs,
@@ -30,7 +31,6 @@ from idaudit.catalogue import (
     gate_keys,
 )
 from idaudit.cli import app
-from idaudit.consistency import CONSISTENCY_METRICS, check_consistency
 from idaudit.errors import IdauditError
 from idaudit.metrics import audit_metrics
 from idaudit.report import REPORT_METRICS, _scalars, aggregate

@@ -9,8 +9,8 @@ from scipy.linalg import orthogonal_procrustes
 from sklearn.linear_model import LinearRegression
 from typer.testing import CliRunner
 
+from idaudit.agreement import check_consistency
 from idaudit.cli import app
-from idaudit.consistency import check_consistency
 
 runner = CliRunner()
 

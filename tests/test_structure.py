@@ -26,7 +26,9 @@ def test_api_surface():
     import importlib
 
     home = {"audit": "auditing", "AuditReport": "auditing", "AuditRequest": "auditing",
-            "run_audit": "auditing", "plan": "planning",
+            "run_audit": "auditing", "consistency": "agreement",
+            "ConsistencyRequest": "agreement", "run_consistency": "agreement",
+            "plan": "planning",
             "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds.base",
             "WorldSpec": "worlds.spec", "build_world": "worlds", "make_spec": "worlds",
             "IdauditError": "errors", "__version__": "_version"}

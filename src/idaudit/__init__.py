@@ -36,6 +36,7 @@ from ._version import __version__
 from .errors import IdauditError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .agreement import ConsistencyRequest, consistency, run_consistency
     from .auditing import AuditReport, AuditRequest, audit, run_audit
     from .planning import PlanReport, plan
     from .runs import RunRecord, run
@@ -43,14 +44,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _LAZY = {
     "audit": "auditing", "AuditReport": "auditing", "AuditRequest": "auditing",
-    "run_audit": "auditing", "plan": "planning",
+    "run_audit": "auditing", "consistency": "agreement",
+    "ConsistencyRequest": "agreement", "run_consistency": "agreement", "plan": "planning",
     "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds",
     "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds",
 }
 
-__all__ = ["AuditReport", "AuditRequest", "IdauditError", "PlanReport", "RunRecord", "World",
-           "WorldSpec", "__version__", "audit", "build_world", "make_spec", "plan", "run",
-           "run_audit"]
+__all__ = ["AuditReport", "AuditRequest", "ConsistencyRequest", "IdauditError", "PlanReport",
+           "RunRecord", "World", "WorldSpec", "__version__", "audit", "build_world",
+           "consistency", "make_spec", "plan", "run", "run_audit", "run_consistency"]
 
 
 def __getattr__(name: str) -> Any:

@@ -186,21 +186,39 @@ def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[
 # ---- checks -----------------------------------------------------------------------------
 
 
+def values_reason(items: list[tuple[str, np.ndarray | None, str]]) -> str | None:
+    """The one check of whether arrays can support a verdict: the first of NaN/Inf or values
+    that overflow float64 moments (in any array), then a collapsed embedding, then constant
+    true latents; None when there is none. ``items`` are (name, array or None, kind), kind
+    ``"embedding"`` (collapse is inconclusive), ``"latents"`` (constant is inconclusive) or
+    ``"values"`` (only the values are checked)."""
+    same: dict[str, list[str]] = {"embedding": [], "latents": []}
+    for name, arr, kind in items:
+        if arr is None:
+            continue
+        problem, constant = value_problem(arr, name, spread=kind != "values")
+        if problem:
+            return problem
+        if constant:
+            same[kind].append(name)
+    if same["embedding"]:
+        return (f"the embedding collapsed: {same['embedding'][0]} has (near-)zero variance, "
+                "every input maps to one point")
+    if same["latents"]:
+        return (f"the true latents {same['latents'][0]} are constant: every row is the same, "
+                "so there is nothing for h to recover (check that it holds the latents of "
+                "these inputs)")
+    return None
+
+
 def inconclusive_reason(inp: AuditInputs) -> str | None:
-    """Why no verdict can be given (NaN/Inf or overflowing values, a collapsed h, constant
-    true latents z, too few samples), or None."""
-    constant = {}
-    for name, arr in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime)):
-        if arr is not None:
-            problem, constant[name] = value_problem(arr, name, spread=name != "h_prime")
-            if problem:
-                return problem
+    """Why no verdict can be given (:func:`values_reason` of z, h, h′; too few samples), or
+    None."""
+    reason = values_reason([("z", inp.z, "latents"), ("h", inp.h, "embedding"),
+                            ("h_prime", inp.h_prime, "values")])
+    if reason is not None:
+        return reason
     n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    if constant["h"]:
-        return "the embedding collapsed: h has (near-)zero variance, every input maps to one point"
-    if constant["z"]:
-        return ("the true latents z are constant: every row of z is the same, so there is "
-                "nothing for h to recover (check that z holds the latents of these inputs)")
     need = 2 * (n + m) + 10
     if n_rows < need:
         return (f"too few samples: {n_rows} rows for a {n}-dimensional latent and a "
@@ -246,21 +264,6 @@ def value_problem(arr: np.ndarray, name: str, spread: bool = True) -> tuple[str 
         return (f"{name} holds values too large for float64 second moments (up to {big:.3g} "
                 "in magnitude: their squares overflow)"), False
     return None, var <= 1e-12 * max(scale, 1e-30) or var == 0.0
-
-
-def column_sums(arr: np.ndarray, name: str) -> tuple[np.ndarray, str | None]:
-    """The float64 column sums of arr, and what is wrong with its values (NaN, Inf, too large)
-    or None: a NaN or Inf anywhere makes its column's sum non-finite (no copy of arr)."""
-    sums = arr.sum(0, dtype=np.float64)
-    if np.isfinite(sums).all():
-        return sums, None
-    return sums, value_problem(arr, name, spread=False)[0]
-
-
-def collapsed(h: np.ndarray, sums: np.ndarray) -> bool:
-    """Whether h has (near-)zero total variance relative to its scale (every input → one point)."""
-    var, scale = _column_spread(h, sums)
-    return var <= 1e-12 * max(scale, 1e-30) or var == 0.0
 
 
 def _column_spread(h: np.ndarray, sums: np.ndarray) -> tuple[float, float]:
@@ -349,13 +352,7 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
     h = as_matrix(inp.h, "h")
     hp = _checked_pair(inp, h)
     thresholds = list(thresholds or [])
-    reason = None
-    for name, arr in (("h", h), ("h_prime", hp)):
-        if arr is not None and reason is None:
-            reason, constant = value_problem(arr, name, spread=name == "h")
-            if reason is None and constant:
-                reason = ("the embedding collapsed: h has (near-)zero variance, every input "
-                          "maps to one point")
+    reason = values_reason([("h", h, "embedding"), ("h_prime", hp, "values")])
     if reason is None and h.shape[0] < h.shape[1] + 10:
         reason = (f"too few samples: {h.shape[0]} rows for a {h.shape[1]}-dimensional "
                   f"embedding (need at least {h.shape[1] + 10})")
@@ -470,6 +467,27 @@ def combine_reports(reports: list[AuditReport], thresholds: list[Threshold] | No
     return gated_report(metrics, thresholds, source, reports[0].world, runs)
 
 
+def collect_thresholds(req: Any, known: set[str], r2_key: str, orth_key: str) -> list[Threshold]:
+    """A request's thresholds from every way of giving one: ``min_r2`` (on ``r2_key``),
+    ``max_orthogonality_error`` (on ``orth_key``), ``min``/``max`` (``{metric: value}`` or
+    ``["METRIC=VALUE", …]``) and ``gate`` (a ``{"min": …, "max": …}`` dict or a TOML file)."""
+    out = []
+    if req.min_r2 is not None:
+        out.append(make_threshold(r2_key, "min", req.min_r2, known))
+    if req.max_orthogonality_error is not None:
+        out.append(make_threshold(orth_key, "max", req.max_orthogonality_error, known))
+    for op, given in (("min", req.min), ("max", req.max)):
+        if isinstance(given, dict):
+            out += [make_threshold(k, op, v, known) for k, v in given.items()]
+        else:
+            out += [parse_threshold(t, op, known) for t in given or []]
+    if isinstance(req.gate, (str, Path)):
+        out += load_gate_file(req.gate, known)
+    elif req.gate is not None:
+        out += table_thresholds(req.gate, known=known)
+    return out
+
+
 @dataclass
 class AuditRequest:
     """Every option of an audit, under the CLI's option names (dashes → underscores): what
@@ -518,17 +536,7 @@ class AuditRequest:
 
     def thresholds(self) -> list[Threshold]:
         """The gate's thresholds, from every way of giving one."""
-        out = gate_thresholds(self.min_r2, self.max_orthogonality_error)
-        for op, given in (("min", self.min), ("max", self.max)):
-            if isinstance(given, dict):
-                out += [make_threshold(k, op, v) for k, v in given.items()]
-            else:
-                out += [parse_threshold(t, op) for t in given or []]
-        if isinstance(self.gate, (str, Path)):
-            out += load_gate_file(self.gate)
-        elif self.gate is not None:
-            out += table_thresholds(self.gate)
-        return out
+        return collect_thresholds(self, KNOWN_METRICS, "r2_h_to_z_heldout", "orthogonality_error")
 
     def circular_indices(self) -> tuple[int, ...]:
         if isinstance(self.circular, str):

@@ -172,25 +172,24 @@ def train(
     alpha: float | None = AlphaOpt,
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
-    objective: str = typer.Option("lejepa", "--objective", "-O",
-                                  help="lejepa (SIGReg + alignment) | whiten (VICReg-style) | "
-                                       "infonce"),
-    lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1] "
-                                      "(default 1e-3; reacher 5e-3)"),
-    sigma: str | None = typer.Option(None, "--sigma", help="InfoNCE kernel width σ (default 1); "
+    objective: str | None = typer.Option(None, "--objective", "-O",
+                                         help="lejepa (SIGReg + alignment) | whiten "
+                                              "(VICReg-style) | infonce"),
+    lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1]"),
+    sigma: str | None = typer.Option(None, "--sigma", help="InfoNCE kernel width σ; "
                                      "'auto' = √((1−ρ_v²)/ρ_v), matched to the views' OU "
                                      "channel; 'sqrtn' = √(N/2)"),
-    steps: int | None = typer.Option(None, "--steps", help="training steps on synthetic worlds "
-                                     "(default 20 000)"),
+    steps: int | None = typer.Option(None, "--steps", help="training steps on synthetic worlds"),
     epochs: int | None = typer.Option(None, "--epochs", help="epochs over the pairs on dataset "
-                                      "worlds (reacher, --data; default 100)"),
-    batch: int = typer.Option(256, "--batch", help="pairs per step (two views each)"),
-    lr: float = typer.Option(3e-3, "--lr"),
-    seed: int = typer.Option(0, "--seed", help="training seed (initialisation, batches, the "
-                             "evaluation set of synthetic worlds)"),
-    inits: int = typer.Option(1, "--inits", help="train K encoders, keep the lowest final loss"),
+                                      "worlds (reacher, --data)"),
+    batch: int | None = typer.Option(None, "--batch", help="pairs per step (two views each)"),
+    lr: float | None = typer.Option(None, "--lr", help="peak learning rate"),
+    seed: int | None = typer.Option(None, "--seed", help="training seed (initialisation, "
+                                    "batches, the evaluation set of synthetic worlds)"),
+    inits: int | None = typer.Option(None, "--inits", help="train K encoders, keep the lowest "
+                                     "final loss"),
     eval_every: int | None = typer.Option(None, "--eval-every", help="steps between curve "
-                                          "points (default 500; reacher 0: only at the end)"),
+                                          "points (0: only at the end)"),
     n_eval: int | None = typer.Option(None, "--n-eval", help="size of the fixed evaluation set "
                                       "(reacher: of the rendered evaluation images)"),
     views: str | None = typer.Option(None, "--views",
@@ -201,24 +200,27 @@ def train(
                                        help="mlp | coupling | cnn | pixel_cnn (default: the "
                                             "world's)"),
     encoder_kwargs: str | None = typer.Option(None, "--encoder-kwargs", help="JSON object"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    device: str | None = typer.Option(None, "--device", help="auto (CUDA when present) | cpu "
+                                      "| cuda; it chooses the reacher recipe"),
     out_path: Path | None = typer.Option(None, "--out", "-o",
                                          help="checkpoint path (.safetensors)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
-    pairs: int | None = typer.Option(None, "--pairs", help="reacher: rendered training pairs "
-                                     "(default 100 000)"),
+    pairs: int | None = typer.Option(None, "--pairs", help="reacher: rendered training pairs"),
     trajectory: bool | None = TrajectoryOpt,
     stride: int | None = StrideOpt,
     data_seed: int | None = DataSeedOpt,
     image_size: int | None = ImageSizeOpt,
-    recipe: str | None = typer.Option(None, "--recipe", help="reacher: cpu (the default "
-                                      "without CUDA: small images, a lighter CNN, a run of "
-                                      "minutes) | paper (the default on CUDA); options given "
-                                      "explicitly win"),
+    recipe: str | None = typer.Option(None, "--recipe", help="reacher: cpu (chosen on a CPU: "
+                                      "small images, a lighter CNN, a run of minutes) | paper "
+                                      "(chosen on CUDA); options given explicitly win"),
     data: Path | None = typer.Option(None, "--data", help="train on stored pairs: a file from "
                                      "`idaudit world`, or a Reacher dataset directory "
                                      "(rendered there if missing)"),
     workers: int | None = WorkersOpt,
+    show_config: bool = typer.Option(False, "--show-config", help="print every resolved "
+                                     "option with where its value comes from (given, recipe, "
+                                     "world, default) and exit: nothing is trained, rendered "
+                                     "or written"),
 ) -> None:
     """Train an encoder on a world; write a self-describing checkpoint and a JSON log.
 
@@ -226,7 +228,9 @@ def train(
     dataset and trains a CNN over epochs, following a recipe: without CUDA the CPU recipe
     (announced in one line), on CUDA the paper's (64×64, 100 000 pairs, 100 epochs); any
     option given explicitly wins. Options that do not apply to the world are refused.
+    Defaults left unsaid here: `--show-config` prints each one and its source.
     """
+    from .encoders import pick_device
     from .loaders import parse_json_object
     from .report import metrics_table
     from .runs import log_path_for, resolve, run
@@ -241,7 +245,13 @@ def train(
                    device=device, pairs=pairs, trajectory=trajectory, stride=stride,
                    data_seed=data_seed, image_size=image_size, recipe=recipe,
                    data=None if data is None else str(data))
-    resolved = resolve(options)
+    # the device this run trains on is an input of the resolver (it chooses the recipe)
+    resolved = resolve(options, str(pick_device(device or "auto")))
+    if show_config:
+        for line in resolved.config_lines():
+            typer.echo(line)
+        return
+    objective, seed = resolved.train.objective, resolved.train.seed
     if out_path is None:
         out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"
     # an earlier run's checkpoint and log go first: a run that fails leaves neither behind
@@ -347,62 +357,22 @@ def audit(
     Exit codes: 0 pass, 1 a threshold failed, 2 bad input or usage, 3 inconclusive
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
-    from .auditing import (
-        REDUCTIONS,
-        audit_inputs,
-        combine_reports,
-        gate_thresholds,
-        inputs_for_encoder,
-        inputs_from_arrays,
-        load_gate_file,
-        parse_threshold,
-    )
-    from .loaders import Arrays, load_target, parse_json_object
+    from .auditing import AuditRequest, run_audit
+    from .loaders import parse_json_object
     from .report import audit_table
 
     check_seed(seed)
     check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
                   [*((t, "the input") for t in targets), (gate, "--gate"), (data, "--data")],
                   remove_stale=True)
-    thresholds = gate_thresholds(min_r2, max_orth)
-    thresholds += [parse_threshold(t, "min") for t in min_]
-    thresholds += [parse_threshold(t, "max") for t in max_]
-    if gate is not None:
-        thresholds += load_gate_file(gate)
-    if bootstrap < 0 or gauss_sims < 0:
-        raise IdauditError("--bootstrap and --gauss-sims must be ≥ 0")
-    if n_eval is not None and n_eval < 10:
-        raise IdauditError(f"--n-eval must be ≥ 10, got {n_eval}")
-    circ: tuple[int, ...] = ()
-    if circular:
-        try:
-            circ = tuple(int(c) for c in circular.split(",") if c.strip())
-        except ValueError:
-            raise IdauditError(f"--circular expects comma-separated integers, got {circular!r}") \
-                from None
-    if reduce not in REDUCTIONS:
-        raise IdauditError(f"--reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
-    if len(targets) == 1 and reduce != "worst":
-        raise IdauditError("--reduce applies to several targets; one was given")
-    kwargs = parse_json_object(arch_kwargs, "--arch-kwargs")
-    options = _world_options(dim=dim, source=source, alpha=alpha, rho=rho, layers=layers)
-    reports = []
-    for target in targets:
-        loaded = load_target(target, arch=arch, trust_pickle=trust_pickle, arch_kwargs=kwargs)
-        if isinstance(loaded, Arrays):
-            if world_ or data or options or n_eval is not None:
-                raise IdauditError("arrays are audited as they are: --world, --data, --n-eval "
-                                   "and world options do not apply")
-            inputs, run_seed = inputs_from_arrays(loaded), seed
-        else:
-            inputs = inputs_for_encoder(loaded, world=world_, data=data, n_eval=n_eval,
-                                        seed=seed, options=options)
-            run_seed = inputs.seed
-        gates = [] if len(targets) > 1 else thresholds
-        reports.append(audit_inputs(inputs, gates, circular=circ, bootstrap=bootstrap,
-                                    test_fraction=test_fraction, seed=run_seed or 0,
-                                    gauss_sims=gauss_sims, label_free=label_free))
-    report = reports[0] if len(targets) == 1 else combine_reports(reports, thresholds, reduce)
+    report = run_audit(AuditRequest(
+        targets=list(targets), reduce=reduce, arch=arch,
+        arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"), trust_pickle=trust_pickle,
+        world=world_, data=data, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
+        n_eval=n_eval, seed=seed, bootstrap=bootstrap, test_fraction=test_fraction,
+        circular=circular or (), gauss_sims=gauss_sims, min_r2=min_r2,
+        max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate,
+        label_free=label_free))
     _finish(report, audit_table(report), json_path, junit, markdown)
 
 
@@ -449,9 +419,8 @@ def consistency(
     a rotation differ by a rotation. Exit codes as audit: 0 pass, 1 a threshold failed, 2 bad
     input or usage, 3 inconclusive (a collapsed run, NaN/Inf, different numbers of inputs).
     """
-    from .auditing import load_gate_file, make_threshold, parse_threshold
-    from .consistency import CONSISTENCY_METRICS, check_consistency, embed_runs
-    from .loaders import load_embedding_target, parse_json_object
+    from .agreement import ConsistencyRequest, run_consistency
+    from .loaders import parse_json_object
     from .report import consistency_table
 
     check_seed(seed)
@@ -460,29 +429,12 @@ def consistency(
     check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
                   [*((t, "the run") for t in targets), (gate, "--gate"), (data, "--data")],
                   remove_stale=True)
-    known = CONSISTENCY_METRICS
-    thresholds = []
-    if min_r2 is not None:
-        thresholds.append(make_threshold("consistency_r2", "min", min_r2, known))
-    if max_orth is not None:
-        thresholds.append(make_threshold("consistency_orthogonality_error", "max", max_orth,
-                                         known))
-    thresholds += [parse_threshold(t, "min", known) for t in min_]
-    thresholds += [parse_threshold(t, "max", known) for t in max_]
-    if gate is not None:
-        thresholds += load_gate_file(gate, known)
-    if n_eval is not None and n_eval < 10:
-        raise IdauditError(f"--n-eval must be ≥ 10, got {n_eval}")
-    kwargs = parse_json_object(arch_kwargs, "--arch-kwargs")
-    loaded = [load_embedding_target(t, arch=arch, arch_kwargs=kwargs, trust_pickle=trust_pickle)
-              for t in targets]
-    options = _world_options(dim=dim, source=source, alpha=alpha, rho=rho, layers=layers)
-    embeddings, world, seed = embed_runs(loaded, world_, data, n_eval, seed, options)
-    names = [t.name for t in targets]
-    names = names if len(set(names)) == len(names) else [str(t) for t in targets]
-    report = check_consistency(embeddings, names, thresholds,
-                               test_fraction=test_fraction, seed=seed,
-                               source=", ".join(str(t) for t in targets), world=world)
+    report = run_consistency(ConsistencyRequest(
+        targets=list(targets), arch=arch,
+        arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"), trust_pickle=trust_pickle,
+        world=world_, data=data, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
+        n_eval=n_eval, seed=seed, test_fraction=test_fraction, min_r2=min_r2,
+        max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate))
     _finish(report, consistency_table(report), json_path, junit, markdown, "consistency")
 
 

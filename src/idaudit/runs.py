@@ -34,31 +34,78 @@ RUN_OPTIONS = frozenset({"world", "recipe"}) | TRAIN_OPTIONS | WORLD_OPTIONS
 EMBEDDING_SAMPLE = 1500  # (z, h) rows kept for the 2D embedding figure
 
 
+#: where a resolved value came from, in the order the chain looks: the option as given, the
+#: recipe, the world's own default, the global default (TrainConfig and DEFAULTS)
+GIVEN, DEFAULT = "given", "default"
+_DATASET_KEYS = {"data_seed": "seed"}  # world option → its field in a dataset spec
+
+
 @dataclass
 class ResolvedRun:
-    """What a run trains: the world's spec (before any rendering) and the resolved config."""
+    """What a run trains: the world's spec (before any rendering), the resolved config, and
+    for every option the value it resolved to and where that came from (``sources``:
+    ``{option: (value, source)}``, source one of ``given``, ``recipe NAME``, ``world NAME``,
+    ``default``, or what forced it, e.g. ``objective infonce``)."""
 
     options: dict[str, Any]
     world: WorldSpec
     train: TrainConfig
     recipe: str | None = None
     recipe_note: str | None = None
+    sources: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    device: str | None = None  # the device the recipe was chosen for
+    id_basis: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def id(self) -> str:
-        """``WORLD-OBJECTIVE-HASH`` of the resolved config and the idaudit version (the
-        device and the dataset's location are not part of it)."""
-        world = self.world.to_dict()
-        world["extra"] = {k: v for k, v in world["extra"].items() if k != "data"}
-        cfg = {k: v for k, v in self.train.to_dict().items() if k != "device"}
-        blob = json.dumps({"world": world, "train": cfg, "version": __version__},
-                          sort_keys=True, default=str)
+        """``WORLD-OBJECTIVE-HASH`` of the configuration the user's options resolve to without
+        any device (a recipe left to the device counts as ``auto``) and the idaudit version:
+        the same options give the same id on every machine. The dataset's location is not
+        part of it."""
+        blob = json.dumps({**self.id_basis, "version": __version__}, sort_keys=True, default=str)
         digest = hashlib.sha1(blob.encode()).hexdigest()[:12]
         return f"{self.world.name}-{self.train.objective}-{digest}"
 
+    def config_lines(self) -> list[str]:
+        """``option = value  (source)``, one line per option (``idaudit train --show-config``)."""
+        width = max((len(k) for k in self.sources), default=0)
+        lines = [f"world{' ' * max(0, width - 5)} = {self.world.name}  "
+                 f"({self.sources.get('world', (None, DEFAULT))[1]})"]
+        if self.recipe is not None:
+            lines.append(f"{'recipe'.ljust(width)} = {self.recipe}  "
+                         f"({self.sources['recipe'][1]})")
+        for key, (value, source) in self.sources.items():
+            if key not in ("world", "recipe"):
+                shown = "none" if value is None else json.dumps(value) if isinstance(
+                    value, dict) else str(value)
+                lines.append(f"{key.ljust(width)} = {shown}  ({source})")
+        return lines
 
-def resolve(options: dict[str, Any]) -> ResolvedRun:
-    """Split options between the world and training, validate both, fill every default."""
+
+def _id_basis(spec: WorldSpec, cfg: TrainConfig, recipe: str | None) -> dict[str, Any]:
+    world = spec.to_dict()
+    world["extra"] = {k: v for k, v in world["extra"].items() if k != "data"}
+    train = {k: v for k, v in cfg.to_dict().items() if k != "device"}
+    # worlds without recipes keep the ids they had before recipes were part of the id
+    return {"world": world, "train": train, **({"recipe": recipe} if recipe else {})}
+
+
+def recipe_for(device: str) -> str:
+    """The recipe a run on ``device`` (``cpu``, ``cuda``, ``cuda:1`` …) follows when none is
+    named: the paper's on CUDA, the CPU one elsewhere."""
+    return "paper" if str(device).startswith("cuda") else "cpu"
+
+
+def resolve(options: dict[str, Any], device: str | None = None) -> ResolvedRun:
+    """Split options between the world and training, validate both, fill every default.
+
+    One chain, for every caller (``train``, ``demo``, sweeps, the run id): the option as
+    given → the recipe → the world's default → the global default, each value's source kept
+    in :attr:`ResolvedRun.sources`. ``device`` is the device the run will train on; it only
+    chooses the recipe where none is named (``paper`` on CUDA, ``cpu`` elsewhere). Nothing
+    here probes the machine: without ``device``, the options' own device counts when it names
+    one, else ``cpu``. The run id never depends on it.
+    """
     given = {k: v for k, v in options.items() if v is not None}
     unknown = sorted(set(given) - RUN_OPTIONS)
     if unknown:
@@ -66,45 +113,147 @@ def resolve(options: dict[str, Any]) -> ResolvedRun:
                            f"{', '.join(sorted(RUN_OPTIONS))}")
     name = world_name(given.pop("world", None), given)
     kind = KINDS.get(name)
-    recipe, note = apply_recipe(kind, name, given)
-    world_opts = {k: v for k, v in given.items() if k in kind.options}
-    rest = {k: v for k, v in given.items() if k not in kind.options}
+    if device is None:
+        asked = str(given.get("device", "auto"))
+        device = "cpu" if asked == "auto" else asked
+    named = given.get("recipe")
+    spec, cfg, filled, recipe = _resolve_chain(kind, name, given, device)
+    sources = _sources(kind, name, given, filled, recipe, spec, cfg)
+    sources["world"] = (name, GIVEN if options.get("world") is not None else DEFAULT)
+    if recipe is not None:
+        sources["recipe"] = (recipe, GIVEN if named is not None else f"device {device}")
+    if recipe is not None and named is None:  # the id: the recipe left to the device
+        id_spec, id_cfg, _, _ = _resolve_chain(kind, name, given, None)
+        basis = _id_basis(id_spec, id_cfg, "auto")
+    else:
+        basis = _id_basis(spec, cfg, recipe)
+    return ResolvedRun(options=dict(options), world=spec, train=cfg, recipe=recipe,
+                       recipe_note=recipe_note(kind, recipe, spec, cfg, device),
+                       sources=sources, device=device, id_basis=basis)
+
+
+def _resolve_chain(kind: type[World], name: str, given: dict[str, Any], device: str | None
+                   ) -> tuple[WorldSpec, TrainConfig, dict[str, Any], str | None]:
+    """(world spec, train config, the options the recipe filled, the recipe); ``device``
+    None applies no recipe unless one is named."""
+    opts = dict(given)
+    chosen = opts.pop("recipe", None)
+    filled: dict[str, Any] = {}
+    recipe = None
+    if chosen is not None or device is not None:
+        recipe, filled = apply_recipe(kind, name, opts, chosen, device)
+    opts.update(filled)
+    world_opts = {k: v for k, v in opts.items() if k in kind.options}
+    rest = {k: v for k, v in opts.items() if k not in kind.options}
     stray = sorted(set(rest) - TRAIN_OPTIONS)
     if stray:
         raise IdauditError(f"{', '.join('--' + s.replace('_', '-') for s in stray)} does not "
                            f"apply to world {name!r}")
     spec = make_spec(name, **world_opts)
     cfg = TrainConfig(**rest).resolved(kind.refuses, kind.train_defaults(), name)
-    return ResolvedRun(options=dict(options), world=spec, train=cfg, recipe=recipe,
-                       recipe_note=note)
+    return spec, cfg, filled, recipe
 
 
-def apply_recipe(kind: type[World], name: str, given: dict[str, Any]
-                 ) -> tuple[str | None, str | None]:
-    """Fill ``given`` (in place) from the world's recipe: the one named by ``recipe``, else
-    ``paper`` on CUDA and ``cpu`` elsewhere. Returns (recipe, its one-line note)."""
+def apply_recipe(kind: type[World], name: str, given: dict[str, Any], chosen: str | None,
+                 device: str | None) -> tuple[str | None, dict[str, Any]]:
+    """The world's recipe — the one named ``chosen``, else the one for ``device``
+    (:func:`recipe_for`) — and the options it fills where ``given`` has none (dataset
+    options are left to data that exist, encoder options to an encoder given)."""
     recipes = kind.recipes()
-    chosen = given.pop("recipe", None)
     if not recipes:
         if chosen is not None:
             raise IdauditError(f"--recipe does not apply to world {name!r} (it has no recipes)")
-        return None, None
+        return None, {}
     if chosen is None:
-        from .encoders import pick_device
-
-        chosen = "paper" if pick_device(str(given.get("device", "auto"))).type == "cuda" \
-            else "cpu"
+        chosen = recipe_for(device or "cpu")
     if not isinstance(chosen, str) or chosen not in recipes:
         raise IdauditError(f"unknown recipe {chosen!r} for world {name!r}; valid: "
                            f"{', '.join(recipes)}")
     recipe = recipes[chosen]
     has_data = given.get("data") is not None and kind.data_exists(given["data"])
     own_encoder = "encoder" in given or "encoder_kwargs" in given
+    filled = {}
     for key, value in recipe.options.items():
         if (key in recipe.dataset and has_data) or (key.startswith("encoder") and own_encoder):
             continue
-        given.setdefault(key, value)
-    return chosen, recipe.note
+        if key not in given:
+            filled[key] = value
+    return chosen, filled
+
+
+def _world_value(spec: WorldSpec, key: str) -> tuple[bool, Any]:
+    d = spec.to_dict()
+    dataset = d["extra"].get("dataset") or {}
+    if key in d and key != "extra":
+        return True, d[key]
+    if key in d["extra"]:
+        return True, d["extra"][key]
+    key = _DATASET_KEYS.get(key, key)
+    if key in dataset:
+        return True, dataset[key]
+    return False, None
+
+
+def _sources(kind: type[World], name: str, given: dict[str, Any], filled: dict[str, Any],
+             recipe: str | None, spec: WorldSpec, cfg: TrainConfig) -> dict[str, tuple[Any, str]]:
+    """Each option's resolved value and where it came from."""
+    from .train.config import DEFAULTS
+
+    def source(key: str) -> str:
+        if key in given:
+            return GIVEN
+        if key in filled:
+            return f"recipe {recipe}"
+        return DEFAULT
+
+    out: dict[str, tuple[Any, str]] = {}
+    for key in sorted(kind.options):
+        found, value = _world_value(spec, key)
+        if key == "data" or not found:
+            if key in given:
+                out[key] = (given[key], GIVEN)
+            continue
+        out[key] = (value, source(key) if key in given or key in filled else f"world {name}")
+    world_defaults = kind.train_defaults()
+    for f in dataclasses.fields(TrainConfig):
+        key, value = f.name, getattr(cfg, f.name)
+        if key in kind.refuses:
+            continue
+        src = source(key)
+        if src == DEFAULT and key in world_defaults:
+            src = f"world {name}"
+        if src == DEFAULT and key.startswith("encoder") and value is None:
+            src = f"world {name}: its own encoder"
+        forced = ((key == "lamb" and cfg.objective == "infonce")
+                  or (key == "sigma" and cfg.objective != "infonce"))
+        if forced and key not in given:
+            src = f"objective {cfg.objective}"
+        if key == "steps" and cfg.epochs is not None and value is None:
+            src = "counted from epochs"
+        if src == DEFAULT and key not in DEFAULTS and f.default is dataclasses.MISSING:
+            continue
+        out[key] = (value, src)
+    return out
+
+
+def recipe_note(kind: type[World], recipe: str | None, spec: WorldSpec, cfg: TrainConfig,
+                device: str | None) -> str | None:
+    """The line announcing the recipe, built from what will run: the resolved image size,
+    pairs, epochs and encoder (those of the data when ``data`` exists)."""
+    if recipe is None:
+        return None
+    dataset = spec.extra.get("dataset") or {}
+    parts = []
+    if dataset.get("image_size"):
+        parts.append(f"{dataset['image_size']}×{dataset['image_size']} images")
+    encoder = cfg.encoder or "the world's encoder"
+    width = (cfg.encoder_kwargs or {}).get("width")
+    parts.append(f"{encoder}" + (f" (width {width})" if width is not None else ""))
+    if dataset.get("pairs"):
+        parts.append(f"{dataset['pairs']:,} pairs".replace(",", " ")
+                     + (f" × {cfg.epochs} epochs" if cfg.epochs is not None else ""))
+    why = kind.recipes()[recipe].note
+    return f"recipe {recipe}: " + ", ".join(parts) + (f" — {why}" if why else "")
 
 
 @dataclass
@@ -171,7 +320,11 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     label-free signals of the evaluation set (:mod:`idaudit.labelfree`) to the record.
     ``out`` and its log are checked (never the ``data`` file) and an earlier run's removed
     before any work, so a run that fails leaves no stale checkpoint to be audited."""
-    resolved = options if isinstance(options, ResolvedRun) else resolve(options)
+    if not isinstance(options, ResolvedRun):
+        from .encoders import pick_device  # the device this run trains on chooses the recipe
+
+        options = resolve(options, str(pick_device(str(options.get("device") or "auto"))))
+    resolved = options
     if out is not None:
         out = Path(out)
         check_outputs([(out, "out"), (log_path_for(out), "out (its log)")],
@@ -182,12 +335,12 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
                                                   progress)
     world = build_world(spec)
     if say is not None:
-        est = estimate_seconds(world, resolved.train)
+        est = estimate_seconds(world, resolved.train, resolved=True)
         if est > 120:
             took = f"{est / 60:.0f} min" if est < 5400 else f"{est / 3600:.1f} h"
             say(f"training takes about {took} here (timed on its first steps)")
     t0 = time.perf_counter()
-    result = train(world, resolved.train, progress=progress)
+    result = train(world, resolved.train, progress=progress, resolved=True)
     metrics = dict(result.metrics)
     if world.rho is None:  # no single ρ: say what the channel's per-dimension ρ were
         metrics.update({f"rho_{i}": r for i, r in enumerate(world.rho_per_dim)})
@@ -210,4 +363,4 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     return record
 
 
-__all__ = ["RUN_OPTIONS", "ResolvedRun", "RunRecord", "resolve", "run"]
+__all__ = ["RUN_OPTIONS", "ResolvedRun", "RunRecord", "recipe_for", "resolve", "run"]

@@ -27,7 +27,8 @@ from .worlds import KINDS
 
 
 def run_id(run: dict[str, Any]) -> str:
-    """The id of a run's resolved configuration (its result file's name)."""
+    """The id of a run's resolved configuration (its result file's name): computed from the
+    run's options alone, the same on every machine whatever device it would train on."""
     return resolve(run).id
 
 
@@ -133,13 +134,15 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     if checkpoints:
         (Path(out_dir) / "checkpoints").mkdir(parents=True, exist_ok=True)
         ckpt_dir = str(Path(out_dir) / "checkpoints")
-    resolved = [resolve(r) for r in runs]  # every run checked before any starts
-    pending = [(r, rr) for r, rr in zip(runs, resolved) if not (out / f"{rr.id}.json").exists()]
-    todo = [r for r, _ in pending]
+    ids = [run_id(r) for r in runs]  # every run checked before any starts
+    todo = [r for r, rid in zip(runs, ids) if not (out / f"{rid}.json").exists()]
     counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
-    prepare_data([rr for _, rr in pending], data_root, progress=progress)
-    workers, devices = plan_workers(_gpu_count() if executor == "local" else 0, workers,
-                                    len(todo))
+    gpus = _gpu_count()
+    workers, devices = plan_workers(gpus if executor == "local" else 0, workers, len(todo))
+    # the data each run's world needs, for the device its worker trains on (Ray: the GPUs the
+    # cluster is expected to have, judged from this machine)
+    worker_device = devices[0] if executor == "local" else ("cuda" if gpus else "cpu")
+    prepare_data([resolve(r, worker_device) for r in todo], data_root, progress=progress)
     with ProgressBar(progress, len(todo), "sweep") as bar:
         if executor == "ray" and todo:
             for rec in _ray_results(todo, address, str(data_root), ckpt_dir):

@@ -110,8 +110,12 @@ def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
     return cfg.encoder, ({**kwargs, **given} if cfg.encoder == name else given)
 
 
-def resolve_config(world: World, cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with the world's defaults filled in and inapplicable options refused."""
+def resolve_config(world: World, cfg: TrainConfig, resolved: bool = False) -> TrainConfig:
+    """``cfg`` with the world's defaults filled in and inapplicable options refused; with
+    ``resolved`` (a config from :func:`idaudit.runs.resolve`, the one resolver of a run) it
+    is only validated, never resolved a second time."""
+    if resolved:
+        return cfg.validate()
     return cfg.resolved(world.refuses, world.train_defaults(), world.name)
 
 
@@ -133,11 +137,12 @@ def check_fits(encoder: nn.Module, name: str, world: World, ev: EvalSet) -> None
             from None
 
 
-def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5) -> float:
+def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5,
+                     resolved: bool = False) -> float:
     """Seconds the whole run would take here: the median of ``probe_steps`` timed steps of a
     throwaway encoder × the steps to run (the first two steps, which pay for warm-up —
-    allocations, kernel selection — are not counted)."""
-    cfg = resolve_config(world, cfg)
+    allocations, kernel selection — are not counted). ``resolved``: ``cfg`` is resolved."""
+    cfg = resolve_config(world, cfg, resolved)
     device = pick_device(cfg.device)
     name, kwargs = _encoder_for(world, cfg)
     gen = torch.Generator().manual_seed(0)
@@ -158,9 +163,11 @@ def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5) -> fl
     return statistics.median(times) * total * cfg.inits
 
 
-def train(world: World, cfg: TrainConfig, progress: bool = False) -> TrainResult:
-    """Train ``cfg.inits`` encoders on ``world``; keep the one with the lowest final loss."""
-    cfg = resolve_config(world, cfg)
+def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool = False
+          ) -> TrainResult:
+    """Train ``cfg.inits`` encoders on ``world``; keep the one with the lowest final loss.
+    ``resolved``: ``cfg`` comes resolved (:func:`idaudit.runs.resolve`)."""
+    cfg = resolve_config(world, cfg, resolved)
     device = pick_device(cfg.device)
     enc_name, enc_kwargs = _encoder_for(world, cfg)
     sigma = _sigma(world, cfg)

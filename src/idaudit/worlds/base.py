@@ -123,7 +123,8 @@ class Recipe:
     """A named set of run options (world and training) filled in where the user gave none.
 
     ``dataset`` options describe data to render; they are skipped when ``--data`` names data
-    that exist already (the data say what they are). ``note`` is the one line announcing it.
+    that exist already (the data say what they are). ``note`` says why the recipe exists; the
+    line announcing a run is built from the resolved values (:func:`idaudit.runs.recipe_note`).
     """
 
     options: dict[str, Any]

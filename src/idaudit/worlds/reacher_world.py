@@ -233,17 +233,17 @@ class ReacherWorld(World):
 
 
 _DATASET = frozenset({"pairs", "image_size"})
+_PAPER = {"pairs": 100_000, "image_size": 64, "epochs": 100, "encoder": "pixel_cnn",
+          "encoder_kwargs": {"width": 32}}
+# a recipe's note says why it exists; the line announcing a run is built from what will run
 RECIPES = {
-    "paper": Recipe(
-        {"pairs": 100_000, "image_size": 64, "epochs": 100, "encoder": "pixel_cnn",
-         "encoder_kwargs": {"width": 32}}, _DATASET,
-        "recipe paper: 64×64 images, the paper's CNN (width 32), 100 000 pairs × 100 epochs"),
+    "paper": Recipe(_PAPER, _DATASET, "the paper's configuration"),
     "cpu": Recipe(
         {"pairs": 60_000, "image_size": 32, "epochs": 20, "encoder": "pixel_cnn",
          "encoder_kwargs": {"width": 16}}, _DATASET,
-        "recipe cpu (no GPU here): 32×32 images rendered at that size and a CNN of half the "
-        "paper's width, 60 000 pairs × 20 epochs — the paper's 64×64 CNN over 100 000 pairs × "
-        "100 epochs takes hours on a CPU; --recipe paper runs it"),
+        (f"for a CPU: the paper's {_PAPER['image_size']}×{_PAPER['image_size']} CNN over "
+         f"{_PAPER['pairs']:,} pairs × {_PAPER['epochs']} epochs takes hours there; "
+         "--recipe paper runs it").replace(",", " ")),
 }
 
 KINDS.add(NAME, ReacherWorld)

@@ -11,6 +11,7 @@ R² over pairs and directions), ``consistency_orthogonality_error`` and
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from itertools import permutations
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from .auditing import (
     AuditReport,
     Threshold,
     as_matrix,
+    collect_thresholds,
     gated_report,
     split_reason_rows,
-    value_problem,
+    values_reason,
 )
 from .catalogue import gate_keys
 from .metrics import audit_metrics, to_numpy
@@ -40,12 +42,9 @@ def inconclusive_runs(embeddings: list[np.ndarray], names: list[str],
     if len(rows) > 1:
         counts = ", ".join(f"{n}: {h.shape[0]}" for n, h in zip(names, embeddings))
         return f"the runs embed different numbers of inputs ({counts}); they must be the same"
-    for name, h in zip(names, embeddings):
-        problem, constant = value_problem(h, name)
-        if problem:
-            return problem
-        if constant:
-            return f"{name} collapsed: its embedding has (near-)zero variance"
+    reason = values_reason([(name, h, "embedding") for name, h in zip(names, embeddings)])
+    if reason is not None:
+        return reason
     widest = max(h.shape[1] for h in embeddings)
     return split_reason_rows(embeddings[0].shape[0], widest, test_fraction)
 
@@ -122,3 +121,86 @@ def check_consistency(embeddings: list[np.ndarray], names: list[str],
                            source=source, world=world)
     return gated_report(consistency_metrics(embeddings, names, test_fraction, seed),
                         thresholds, source, world)
+
+
+@dataclass
+class ConsistencyRequest:
+    """Every option of ``idaudit consistency``, under its option names: ``targets`` (two or
+    more runs: files the CLI takes — arrays with h, ``.npy``, or any encoder form audit takes —
+    arrays, or ``nn.Module``/callable encoders), where encoders are embedded (``world``,
+    ``data``, ``dim``, ``source``, ``alpha``, ``rho``, ``layers``, ``n_eval``, ``seed``), the
+    held-out share, and the gate (``min_r2`` on ``consistency_r2``,
+    ``max_orthogonality_error`` on ``consistency_orthogonality_error``, ``min``/``max``,
+    ``gate``)."""
+
+    targets: list[Any] = field(default_factory=list)
+    arch: str | None = None
+    arch_kwargs: dict[str, Any] | None = None
+    trust_pickle: bool = False
+    world: Any = None
+    data: str | Path | None = None
+    dim: int | None = None
+    source: str | None = None
+    alpha: float | None = None
+    rho: float | None = None
+    layers: int | None = None
+    n_eval: int | None = None
+    seed: int | None = None
+    test_fraction: float = 0.5
+    min_r2: float | None = None
+    max_orthogonality_error: float | None = None
+    min: dict[str, float] | list[str] | None = None
+    max: dict[str, float] | list[str] | None = None
+    gate: dict[str, dict[str, float]] | str | Path | None = None
+
+
+def run_consistency(req: ConsistencyRequest) -> AuditReport:
+    """The consistency report of :class:`ConsistencyRequest` ``req`` (bad input raises
+    :class:`~idaudit.errors.IdauditError` before any work)."""
+    from .errors import IdauditError, check_seed
+    from .loaders import LoadedEncoder, load_embedding_target
+
+    check_seed(req.seed)
+    if len(req.targets) < 2:
+        raise IdauditError(f"consistency needs at least two runs, got {len(req.targets)}")
+    thresholds = collect_thresholds(req, CONSISTENCY_METRICS, "consistency_r2",
+                                    "consistency_orthogonality_error")
+    if req.n_eval is not None and req.n_eval < 10:
+        raise IdauditError(f"--n-eval must be ≥ 10, got {req.n_eval}")
+    if not 0.0 < req.test_fraction < 1.0:
+        raise IdauditError(f"--test-fraction must lie in (0, 1), got {req.test_fraction}")
+    loaded: list[Any] = []
+    for t in req.targets:
+        if isinstance(t, (str, Path)):
+            loaded.append(load_embedding_target(t, arch=req.arch, arch_kwargs=req.arch_kwargs,
+                                                trust_pickle=req.trust_pickle))
+        elif isinstance(t, np.ndarray) or hasattr(t, "__array__") and not callable(t):
+            loaded.append(t)
+        else:
+            loaded.append(LoadedEncoder(t, None, {}, Path("encoder")))
+    options = {k: v for k, v in (("dim", req.dim), ("source", req.source), ("alpha", req.alpha),
+                                 ("rho", req.rho), ("layers", req.layers)) if v is not None}
+    embeddings, world, seed = embed_runs(loaded, req.world, req.data, req.n_eval, req.seed,
+                                         options)
+    names = [Path(t).name if isinstance(t, (str, Path)) else f"run{i}"
+             for i, t in enumerate(req.targets)]
+    if len(set(names)) < len(names):
+        names = [str(t) if isinstance(t, (str, Path)) else f"run{i}"
+                 for i, t in enumerate(req.targets)]
+    return check_consistency(embeddings, names, thresholds, test_fraction=req.test_fraction,
+                             seed=seed, source=", ".join(map(str, req.targets))
+                             if all(isinstance(t, (str, Path)) for t in req.targets) else
+                             ", ".join(names), world=world)
+
+
+def consistency(*targets: Any, **options: Any) -> AuditReport:
+    """Do two or more runs agree up to a rotation? Everything ``idaudit consistency`` takes,
+    under its option names (:class:`ConsistencyRequest`); returns the gated report."""
+    from .errors import IdauditError
+
+    known = {f.name for f in fields(ConsistencyRequest)} - {"targets"}  # given positionally
+    unknown = set(options) - known
+    if unknown:
+        raise IdauditError(f"consistency() got unknown options: {', '.join(sorted(unknown))}")
+    return run_consistency(ConsistencyRequest(targets=list(targets), **options))
+
