@@ -20,6 +20,8 @@ import numpy as np
 
 from .auditing import (
     AuditReport,
+    EncoderOptions,
+    GateOptions,
     Threshold,
     as_matrix,
     collect_thresholds,
@@ -124,7 +126,7 @@ def check_consistency(embeddings: list[np.ndarray], names: list[str],
 
 
 @dataclass
-class ConsistencyRequest:
+class ConsistencyRequest(EncoderOptions, GateOptions):
     """Every option of ``idaudit consistency``, under its option names: ``targets`` (two or
     more runs: files the CLI takes — arrays with h, ``.npy``, or any encoder form audit takes —
     arrays, or ``nn.Module``/callable encoders), where encoders are embedded (``world``,
@@ -134,24 +136,7 @@ class ConsistencyRequest:
     ``gate``)."""
 
     targets: list[Any] = field(default_factory=list)
-    arch: str | None = None
-    arch_kwargs: dict[str, Any] | None = None
-    trust_pickle: bool = False
-    world: Any = None
-    data: str | Path | None = None
-    dim: int | None = None
-    source: str | None = None
-    alpha: float | None = None
-    rho: float | None = None
-    layers: int | None = None
-    n_eval: int | None = None
-    seed: int | None = None
     test_fraction: float = 0.5
-    min_r2: float | None = None
-    max_orthogonality_error: float | None = None
-    min: dict[str, float] | list[str] | None = None
-    max: dict[str, float] | list[str] | None = None
-    gate: dict[str, dict[str, float]] | str | Path | None = None
 
 
 def run_consistency(req: ConsistencyRequest) -> AuditReport:
@@ -178,10 +163,8 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
             loaded.append(t)
         else:
             loaded.append(LoadedEncoder(t, None, {}, Path("encoder")))
-    options = {k: v for k, v in (("dim", req.dim), ("source", req.source), ("alpha", req.alpha),
-                                 ("rho", req.rho), ("layers", req.layers)) if v is not None}
     embeddings, world, seed = embed_runs(loaded, req.world, req.data, req.n_eval, req.seed,
-                                         options)
+                                         req.world_options())
     names = [Path(t).name if isinstance(t, (str, Path)) else f"run{i}"
              for i, t in enumerate(req.targets)]
     if len(set(names)) < len(names):

@@ -489,7 +489,46 @@ def collect_thresholds(req: Any, known: set[str], r2_key: str, orth_key: str) ->
 
 
 @dataclass
-class AuditRequest:
+class EncoderOptions:
+    """How encoder files are opened and where encoders are embedded (audit, consistency):
+    ``arch``/``arch_kwargs`` for plain weights, ``trust_pickle``, the world (``world`` or
+    ``data``, and the world options ``dim``, ``source``, ``alpha``, ``rho``, ``layers``), the
+    evaluation set's size ``n_eval`` and ``seed``."""
+
+    arch: str | None = None
+    arch_kwargs: dict[str, Any] | None = None
+    trust_pickle: bool = False
+    world: Any = None
+    data: str | Path | None = None
+    dim: int | None = None
+    source: str | None = None
+    alpha: float | None = None
+    rho: float | None = None
+    layers: int | None = None
+    n_eval: int | None = None
+    seed: int | None = None
+
+    def world_options(self) -> dict[str, Any]:
+        return {k: v for k, v in (("dim", self.dim), ("source", self.source),
+                                  ("alpha", self.alpha), ("rho", self.rho),
+                                  ("layers", self.layers)) if v is not None}
+
+
+@dataclass
+class GateOptions:
+    """A gate, every way the CLI takes one: ``min_r2``, ``max_orthogonality_error``,
+    ``min``/``max`` (``{metric: value}`` or ``["METRIC=VALUE", …]``) and ``gate`` (a
+    ``{"min": …, "max": …}`` dict or a TOML file); :func:`collect_thresholds` reads it."""
+
+    min_r2: float | None = None
+    max_orthogonality_error: float | None = None
+    min: dict[str, float] | list[str] | None = None
+    max: dict[str, float] | list[str] | None = None
+    gate: dict[str, dict[str, float]] | str | Path | None = None
+
+
+@dataclass
+class AuditRequest(EncoderOptions, GateOptions):
     """Every option of an audit, under the CLI's option names (dashes → underscores): what
     ``idaudit audit`` builds from its flags and :func:`audit` from its keywords; one function,
     :func:`run_audit`, takes it.
@@ -510,28 +549,11 @@ class AuditRequest:
     h: Any = None
     h_prime: Any = None
     x: Any = None
-    rho: float | None = None
     reduce: str = "worst"
-    arch: str | None = None
-    arch_kwargs: dict[str, Any] | None = None
-    trust_pickle: bool = False
-    world: Any = None
-    data: str | Path | None = None
-    dim: int | None = None
-    source: str | None = None
-    alpha: float | None = None
-    layers: int | None = None
-    n_eval: int | None = None
-    seed: int | None = None
     bootstrap: int = 0
     test_fraction: float | None = None
     circular: str | tuple[int, ...] | list[int] = ()
     gauss_sims: int = 0
-    min_r2: float | None = None
-    max_orthogonality_error: float | None = None
-    min: dict[str, float] | list[str] | None = None
-    max: dict[str, float] | list[str] | None = None
-    gate: dict[str, dict[str, float]] | str | Path | None = None
     label_free: bool = False
 
     def thresholds(self) -> list[Threshold]:
@@ -547,10 +569,6 @@ class AuditRequest:
                                    f"{self.circular!r}") from None
         return tuple(self.circular)
 
-    def world_options(self) -> dict[str, Any]:
-        return {k: v for k, v in (("dim", self.dim), ("source", self.source),
-                                  ("alpha", self.alpha), ("rho", self.rho),
-                                  ("layers", self.layers)) if v is not None}
 
 
 def run_audit(req: AuditRequest) -> AuditReport:
