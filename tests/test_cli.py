@@ -230,3 +230,21 @@ def test_demo_runs_the_whole_loop_and_gates(tmp_path):
     assert [g["metric"] for g in audit["gate"]] == ["r2_h_to_z_heldout"]
     plan = json.loads((tmp_path / "d" / "plan.json").read_text())
     assert 0.8 < plan["cost_ratio_median"] < 1.2
+
+
+def test_a_closed_pipe_is_not_an_internal_error(tmp_path):
+    """`idaudit … | head` whose reader has left: exit 141 (as SIGPIPE), never 5 or 1."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte is written
+    try:
+        res = subprocess.run([sys.executable, "-m", "idaudit", "train", "--world", "reacher",
+                              "--show-config"], stdout=write_end, stderr=subprocess.PIPE,
+                             cwd=tmp_path, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert res.returncode == 141, res.stderr
+    assert "internal error" not in res.stderr and "Traceback" not in res.stderr

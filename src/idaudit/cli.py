@@ -40,6 +40,21 @@ _PASS_THROUGH = (typer.Exit, typer.Abort,
                  *(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"))
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def cli_errors(fn):
     """Turn IdauditError into one line on stderr and its exit code; anything else that escapes
     is a bug in idaudit: one line and exit 5 (``IDAUDIT_TRACEBACK=1`` shows where), so that a
@@ -55,6 +70,9 @@ def cli_errors(fn):
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # `idaudit … | head`: the reader left; not a bug, not a verdict
+            _quiet_stdout()
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
         except _PASS_THROUGH:
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence
@@ -698,6 +716,9 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         raise SystemExit(130) from None
+    except BrokenPipeError:
+        _quiet_stdout()
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:  # noqa: BLE001 - outside every command's own error layer
         if show_tracebacks():
             raise
