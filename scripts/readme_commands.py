@@ -1,8 +1,9 @@
 """Print the README's set-up commands, one per line, exactly as the README writes them.
 
 They are the fenced ``bash`` blocks of the README's "## Set-up" section, each a single
-command; ``.ci/run`` compares its own two commands with what this prints and stops if they differ, so CI and the README cannot drift apart. Exit 1 if
-the section is missing or a block is not one line.
+command; ``.ci/run`` compares its own two commands with what this prints and stops if they
+differ, so CI and the README cannot drift apart. Exit 1 if the section is missing or a block
+is not one line.
 """
 
 from __future__ import annotations

@@ -30,3 +30,21 @@ def one_line(res, code, fragment):
     assert any(fragment in ln for ln in lines), res.output
     if code == 2:
         assert len(lines) == 1 and lines[0].startswith("error:"), res.output
+
+
+def run(*args):
+    """``idaudit ARGS`` through typer's CliRunner (paths and numbers as strings)."""
+    from typer.testing import CliRunner
+
+    from idaudit.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def identity_linear(dim=4):
+    """A real ``nn.Linear`` that is the identity map."""
+    lin = torch.nn.Linear(dim, dim)
+    with torch.no_grad():
+        lin.weight.copy_(torch.eye(dim))
+        lin.bias.zero_()
+    return lin

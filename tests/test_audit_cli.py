@@ -12,13 +12,9 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 import torch
+from conftest import identity_linear, run
 from safetensors.torch import load_file, save_file
 from scipy.stats import ortho_group
-from typer.testing import CliRunner
-
-from idaudit.cli import app
-
-runner = CliRunner()
 
 GATE = ("--min-r2", "0.999", "--max-orthogonality-error", "0.01")
 FAST = ("--gauss-sims", "5")
@@ -26,10 +22,6 @@ WORLD = ("--world", "coupling", "--dim", "4", "--n-eval", "2000", "--gauss-sims"
 CONTRACT = ("r2_h_to_z_heldout", "mcc", "orthogonality_error", "procrustes_mse",
             "whitening_error", "whitening_floor", "effective_rank", "gaussianity_p_value")
 BOUND_KEYS = ("alignment_gap", "D", "bound", "bound_holds", "bound_upper", "bound_vacuous")
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def assert_one_line_error(res, fragment, code=2):
@@ -346,14 +338,6 @@ def test_junit_all_pass_has_no_failure(npz_files, tmp_path):
 
 
 # ---- encoder routes on a synthetic world -----------------------------------------------
-
-
-def identity_linear(dim=4):
-    lin = torch.nn.Linear(dim, dim)
-    with torch.no_grad():
-        lin.weight.copy_(torch.eye(dim))
-        lin.bias.zero_()
-    return lin
 
 
 def random_linear(dim=4, seed=0):

@@ -4,16 +4,10 @@ import json
 import statistics
 
 import pytest
+from conftest import run
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
 
 from idaudit.cli import app
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +138,6 @@ def test_version_and_short_help():
 
 
 def _commands():
-    from idaudit.cli import app
 
     return [c.name or c.callback.__name__ for c in app.registered_commands]
 
@@ -158,7 +151,6 @@ def test_help_texts_print_as_written(command, monkeypatch):
 
     import typer
 
-    from idaudit.cli import app
 
     monkeypatch.setenv("COLUMNS", "400")  # one line per option: no wrapping inside brackets
     cmd = next(c for c in app.registered_commands if (c.name or c.callback.__name__) == command)

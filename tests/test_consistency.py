@@ -5,18 +5,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import run
 from scipy.linalg import orthogonal_procrustes
 from sklearn.linear_model import LinearRegression
-from typer.testing import CliRunner
 
 from idaudit.agreement import check_consistency
-from idaudit.cli import app
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def _rot(dim, seed):

@@ -21,19 +21,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import one_line
+from conftest import one_line, run
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
 
-from idaudit.cli import app
-
-runner = CliRunner()
 DEEP = "[" * 100_000  # nesting deep enough to hit Python's recursion limit
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import one_line
-from typer.testing import CliRunner
+from conftest import one_line, run
 
-from idaudit.cli import app
 from idaudit.errors import IdauditError
 from idaudit.io import atomic_write, check_outputs, clean_stale_temporaries, write_json
 
-runner = CliRunner()
 IDAUDIT = [sys.executable, "-m", "idaudit.cli"]
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

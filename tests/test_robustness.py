@@ -12,18 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import one_line
+from conftest import one_line, run
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
-
-from idaudit.cli import app
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

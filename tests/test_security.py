@@ -20,21 +20,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import identity_linear, run
 from safetensors.torch import save_file
-from typer.testing import CliRunner
 
-from idaudit.cli import app
 from idaudit.errors import IdauditError
 from idaudit.loaders import import_factory
 
-runner = CliRunner()
 WORLD = ("--world", "coupling", "--dim", "4")
 AUDIT = (*WORLD, "--n-eval", "2000", "--gauss-sims", "0")
 TORCH_2_13 = tuple(int(p) for p in torch.__version__.split(".")[:2]) == (2, 13)
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def assert_refused(res, *fragments):
@@ -47,14 +41,6 @@ def assert_refused(res, *fragments):
 
 
 # ---- a real archive, and rewrites of it -----------------------------------------------------
-
-
-def identity_linear(dim=4):
-    lin = torch.nn.Linear(dim, dim)
-    with torch.no_grad():
-        lin.weight.copy_(torch.eye(dim))
-        lin.bias.zero_()
-    return lin
 
 
 @pytest.fixture(scope="module")

@@ -571,6 +571,16 @@ class AuditRequest(EncoderOptions, GateOptions):
 
 
 
+def _refuse_world_options(req: EncoderOptions, with_rho: bool) -> None:
+    """Arrays are audited as they are: the options that say where an encoder is embedded do
+    not apply to them (``rho`` among them only where the arrays bring their own)."""
+    given = [f for f, v in (("--world", req.world), ("--data", req.data),
+                            ("--n-eval", req.n_eval)) if v is not None]
+    given += [f"--{k}" for k in req.world_options() if with_rho or k != "rho"]
+    if given:
+        raise IdauditError(f"arrays are audited as they are: {', '.join(given)} do not apply")
+
+
 def run_audit(req: AuditRequest) -> AuditReport:
     """The audit of :class:`AuditRequest` ``req``: each target reduced to arrays, its metrics,
     the gate (several targets: :func:`combine_reports`). Bad input raises
@@ -596,11 +606,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
     if arrays_given:
         if req.h is None:
             raise IdauditError("audit needs the embeddings h")
-        extra = [f for f, v in (("--world", req.world), ("--data", req.data),
-                                ("--n-eval", req.n_eval)) if v is not None]
-        extra += [f"--{k}" for k in options if k != "rho"]
-        if extra:
-            raise IdauditError(f"arrays are audited as they are: {', '.join(extra)} do not apply")
+        _refuse_world_options(req, with_rho=False)  # with arrays, rho is theirs
         inputs.append((AuditInputs(
             z=None if req.z is None else numeric_array(req.z, "z"), h=numeric_array(req.h, "h"),
             h_prime=None if req.h_prime is None else numeric_array(req.h_prime, "h_prime"),
@@ -613,9 +619,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
         else:
             loaded = LoadedEncoder(target, None, {}, Path("encoder"))
         if isinstance(loaded, Arrays):
-            if req.world or req.data or options or req.n_eval is not None:
-                raise IdauditError("arrays are audited as they are: --world, --data, --n-eval "
-                                   "and world options do not apply")
+            _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
             inputs.append((inputs_from_arrays(loaded), req.seed))
         else:
             inp = inputs_for_encoder(loaded, world=req.world, data=req.data, n_eval=req.n_eval,
@@ -654,18 +658,6 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
     listed = list(targets or []) + ([encoder] if encoder is not None else [])
     return run_audit(AuditRequest(targets=listed, z=z, h=h, h_prime=h_prime, rho=rho,
                                   **options))
-
-
-def gate_thresholds(min_r2: float | None = None, max_orthogonality_error: float | None = None,
-                    gate: dict[str, dict[str, float]] | None = None) -> list[Threshold]:
-    out = []
-    if min_r2 is not None:
-        out.append(make_threshold("r2_h_to_z_heldout", "min", min_r2))
-    if max_orthogonality_error is not None:
-        out.append(make_threshold("orthogonality_error", "max", max_orthogonality_error))
-    if gate is not None:
-        out += table_thresholds(gate)
-    return out
 
 
 # ---- encoders and arrays → audit inputs -------------------------------------------------

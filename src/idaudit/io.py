@@ -561,9 +561,26 @@ def available_memory() -> int | None:
     return min(limits) if limits else None
 
 
-def check_fits_in_memory(nbytes: int, what: str) -> None:
-    """Refuse (exit 2, before reading) data that would not fit in the memory left."""
-    free = available_memory()
-    if free is not None and nbytes > free:
-        raise IdauditError(f"{what} needs {nbytes / 2**30:.1f} GiB of memory to read, but only "
-                           f"{free / 2**30:.1f} GiB is available")
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+SMALL = 1 << 26  # 64 MiB: never worth a look at the memory left
+
+
+def check_memory(nbytes: float, what: str, bound: str = "about ", purpose: str = "") -> None:
+    """Refuse (exit 2, before anything is allocated or read) work whose arrays would not fit in
+    the memory this process can still get (:func:`available_memory`; else the machine's
+    memory): one line saying what needs how many GiB, e.g. "an evaluation set of 10¹¹ pairs …
+    needs about 5960.5 GiB" (``bound``: "at least " where ``nbytes`` is a lower bound, "" where
+    it is exact; ``purpose`` follows "of memory", e.g. " to read")."""
+    if nbytes < SMALL:
+        return
+    have = available_memory()
+    have = physical_memory() if have is None else have
+    if have is not None and nbytes > have:
+        raise IdauditError(f"{what} needs {bound}{nbytes / 2**30:.1f} GiB of memory{purpose}, "
+                           f"but only {have / 2**30:.1f} GiB is available")

@@ -179,11 +179,11 @@ def _npz_bytes_to_read(path: Path, zf: zipfile.ZipFile) -> int:
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     """The arrays of an .npz; uncompressed members are memory-mapped (no copy into fresh
     memory), the others read by numpy once their headers say they fit in memory."""
-    from .io import check_fits_in_memory
+    from .io import check_memory
 
     out: dict[str, np.ndarray] = {}
     with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
-        check_fits_in_memory(_npz_bytes_to_read(path, zf), str(path))
+        check_memory(_npz_bytes_to_read(path, zf), str(path), bound="", purpose=" to read")
         for name in f.files:
             arr = None
             try:

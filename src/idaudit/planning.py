@@ -225,7 +225,7 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None
 def check_plan_memory(pairs: int, waypoints: int, latent_dim: int, embed_dim: int) -> None:
     """Refuse (exit 2) plans whose paths would not fit in memory: the embedding-space lines,
     their decoded and oracle latent paths and the k-NN's work, all float64."""
-    from .worlds.base import check_memory
+    from .io import check_memory
 
     per_point = 8 * (2 * embed_dim + 3 * latent_dim + 10)
     check_memory(pairs * (waypoints + 1) * per_point,

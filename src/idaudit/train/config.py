@@ -116,7 +116,7 @@ class TrainConfig:
         precedes training included): the evaluation set and a batch take at least 48 bytes a
         pair (z, z′, x, x′, h, h′ of one float32 each; each world checks its own size too),
         the loss curve 8 bytes a step."""
-        from ..worlds.base import check_memory
+        from ..io import check_memory
 
         for name, value, per_row, what in (
                 ("n_eval", self.n_eval, 48, "an evaluation set of {} pairs"),
@@ -124,7 +124,7 @@ class TrainConfig:
                 ("steps", self.steps, 8, "the loss curve of {} steps")):
             if value is not None:
                 check_memory(value * per_row, f"--{name.replace('_', '-')} {value}: "
-                             + what.format(value), "at least")
+                             + what.format(value), "at least ")
 
     def resolved(self, refuses: frozenset[str] = frozenset(),
                  world_defaults: dict[str, Any] | None = None, world: str = "") -> TrainConfig:

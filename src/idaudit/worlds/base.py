@@ -8,7 +8,6 @@ outside ``idaudit.worlds`` branches on a world's name.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,33 +18,6 @@ import torch
 from ..errors import IdauditError
 from ..registry import Registry
 from .spec import WorldSpec, check_type
-
-
-def physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-SMALL = 1 << 26  # 64 MiB: never worth a look at the memory left
-
-
-def check_memory(nbytes: float, what: str, bound: str = "about") -> None:
-    """Refuse (exit 2, before anything is allocated) work whose arrays would not fit in the
-    memory this process can still get (:func:`idaudit.io.available_memory`: free memory, the
-    cgroup's and ``ulimit -v``'s headroom; else the machine's memory): one line saying what
-    needs how many GiB, e.g. "an evaluation set of 10¹¹ pairs … needs about 5960.5 GiB"
-    (``bound``: "at least" where ``nbytes`` is a lower bound)."""
-    from ..io import available_memory
-
-    if nbytes < SMALL:
-        return
-    have = available_memory()
-    have = physical_memory() if have is None else have
-    if have is not None and nbytes > have:
-        raise IdauditError(f"{what} needs {bound} {nbytes / 2**30:.1f} GiB of memory, but only "
-                           f"{have / 2**30:.1f} GiB is available")
 
 
 @dataclass

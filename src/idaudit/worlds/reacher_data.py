@@ -21,9 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import IdauditError, check_seed
-from ..io import MAX_TEXT_INPUT, atomic_write, first_line, write_json
+from ..io import MAX_TEXT_INPUT, atomic_write, check_memory, first_line, write_json
 from ..progress import ProgressBar
-from .base import check_memory
 from .reacher import WRIST_LIMIT
 from .spec import check_fields, check_numbers, check_type
 

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from ..errors import IdauditError, require
-from .base import KINDS, EpochPairs, EvalSet, PlanSet, Recipe, World, check_memory
+from ..io import check_memory
+from .base import KINDS, EpochPairs, EvalSet, PlanSet, Recipe, World
 from .dataset import locate, relative_path
 from .reacher_data import ReacherData, ReacherSpec, build_dataset, load_dataset, read_meta
 from .spec import WorldSpec, check_fields, check_type

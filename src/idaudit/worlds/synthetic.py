@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import IdauditError, require
-from ..io import PAIRS_FORMAT, atomic_write
-from .base import KINDS, EvalSet, PlanSet, World, check_memory
+from ..io import PAIRS_FORMAT, atomic_write, check_memory
+from .base import KINDS, EvalSet, PlanSet, World
 from .mixings import MIXINGS, CouplingMixing
 from .sources import SOURCES, ou_step, sample_source
 from .spec import WorldSpec, check_type
