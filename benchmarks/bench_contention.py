@@ -24,16 +24,16 @@ if mode == "baseline":
 import idaudit  # noqa: F401
 import torch
 from idaudit.encoders import build_encoder
-from idaudit.train import TrainConfig, resolve_config
-from idaudit.train.loop import Stepper
-from idaudit.worlds import build_world, make_spec
+from idaudit.training import TrainConfig, resolve_config
+from idaudit.training.loop import Stepper
+from idaudit.worlds import KINDS, build_world, make_spec
 
 world = build_world(make_spec("spiral", rho=0.95))
 cfg = resolve_config(world, TrainConfig(steps=1_000_000, seed=0))
 torch.manual_seed(0)
 source = world.pair_source(cfg.views, cfg.batch, torch.Generator().manual_seed(1),
                            torch.device("cpu"))
-stepper = Stepper(source, build_encoder(*world.default_encoder()), cfg, cfg.steps, 1.0,
+stepper = Stepper(source, build_encoder(*KINDS.get(world.name).default_encoder(world)), cfg, cfg.steps, 1.0,
                   source.gen, torch.device("cpu"))
 for i in range(30):
     float(stepper.step(i))

@@ -6,7 +6,7 @@ the same uint8 pairs in this process:
 
 * straightforward: the batch is gathered from the uint8 arrays, converted to float NCHW
   (``permute(0, 3, 1, 2).contiguous()``), normalised, and a plain AdamW step is taken;
-* idaudit: :class:`idaudit.train.loop.Stepper` over an :class:`EpochPairs` source — the
+* idaudit: :class:`idaudit.training.loop.Stepper` over an :class:`EpochPairs` source — the
   model reads the NHWC uint8 batch directly (channels-last activations), fused AdamW.
 
 Synthetic images (random angles are not needed to time a step); medians over steps after a
@@ -26,10 +26,10 @@ import torch
 
 from idaudit.encoders import PixelEncoder
 from idaudit.losses import OBJECTIVES, random_directions
-from idaudit.train.config import TrainConfig
-from idaudit.train.loop import Stepper
+from idaudit.training.config import TrainConfig
+from idaudit.training.loop import Stepper
+from idaudit.worlds import KINDS
 from idaudit.worlds.base import EpochPairs
-from idaudit.worlds.reacher_world import ReacherWorld
 
 
 def straightforward_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: np.ndarray,
@@ -57,7 +57,7 @@ def bench(name: str, size: int, width: int, steps: int, batch: int) -> None:
     torch.manual_seed(0)
     ours = PixelEncoder(mean, std, width=width, image_size=size).train()
     cfg = TrainConfig(objective="lejepa", epochs=1, batch=batch).resolved(
-        frozenset(), ReacherWorld.train_defaults(), "reacher")
+        frozenset(), KINDS.get("reacher").train_defaults(), "reacher")
     gen = torch.Generator().manual_seed(0)
     stepper = Stepper(EpochPairs(x, xp, batch, gen, torch.device("cpu")), ours, cfg, 10**6,
                       1.0, gen, torch.device("cpu"))
@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--batch", type=int, default=256)
     args = ap.parse_args()
-    cpu = ReacherWorld.recipes()["cpu"].options
+    cpu = KINDS.get("reacher").recipes()["cpu"].options
     print(f"training step, batch {args.batch} pairs ({2 * args.batch} images), "
           f"{torch.get_num_threads()} threads, median of {args.steps} steps:")
     bench("paper (64 px, width 32)", 64, 32, args.steps, args.batch)

@@ -8,18 +8,55 @@ spawned processes; its start-up (spawning, importing, loading the physics, the G
 each worker) is timed apart from the rendering. For reference, one in-process
 ``ReacherRenderer`` (the pool's settings, no parallelism) is timed too. Angles are N(0, I₂).
 
+Then frames/s by image size (``--sizes``, 64 px always included as the baseline): one
+in-process ``ReacherRenderer`` per size, the median of ``--repeats`` timings of
+``--size-frames`` frames, alone and with each frame also compressed as the evaluation cache
+writes it (``np.savez_compressed``), and the time per frame against 64 px in this invocation.
+``--sizes-only`` prints only that table.
+
     python benchmarks/bench_reacher_render.py [--naive-frames 150] [--frames 3000] [--workers 2]
+        [--sizes 64,128,224] [--size-frames 300] [--repeats 3] [--sizes-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import statistics
 import time
 
 import numpy as np
 from naive_reacher import naive_render
 
 from idaudit.worlds.reacher import ReacherRenderer, RenderPool
+
+
+def by_size(sizes: list[int], frames: int, repeats: int, seed: int) -> None:
+    """The table of frames/s by image size (medians), ratios against 64 px."""
+    angles = np.random.default_rng(seed + 1).standard_normal((frames, 2))
+    rows = []
+    for size in sorted({64, *sizes}):
+        renderer = ReacherRenderer(size)
+        renderer.render(angles[:2])  # the GL context's first frame
+        render_s, write_s = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            images = renderer.render(angles)
+            render_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            np.savez_compressed(io.BytesIO(), x=images)
+            write_s.append(time.perf_counter() - t0)
+        r, w = statistics.median(render_s), statistics.median(write_s)
+        rows.append((size, frames / r, frames / (r + w), r / frames, min(render_s), max(render_s)))
+        del renderer
+    base = next(row for row in rows if row[0] == 64)
+    print(f"\nReacherRenderer in-process by image size: {frames} frames, median of {repeats} "
+          "(range of the render times in brackets)")
+    print(f"{'size':>9} | {'frames/s':>9} | {'+ compressed':>12} | {'time/frame vs 64 px':>19} | "
+          "render s (min–max)")
+    for size, fps, fps_w, per, lo, hi in rows:
+        print(f"{size:>4}×{size:<4} | {fps:9.1f} | {fps_w:12.1f} | {per / base[3]:18.2f}x | "
+              f"{lo:.2f}–{hi:.2f}")
 
 
 def main() -> None:
@@ -29,7 +66,17 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sizes", default="64,128,224",
+                        help="image sizes (px, comma-separated) of the table; 64 is always in")
+    parser.add_argument("--size-frames", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes-only", action="store_true",
+                        help="print only the table by image size")
     args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.sizes_only:
+        by_size(sizes, args.size_frames, args.repeats, args.seed)
+        return
 
     rng = np.random.default_rng(args.seed)
     angles = rng.standard_normal((args.frames, 2))
@@ -90,6 +137,7 @@ def main() -> None:
     print(f"idaudit world reacher (build_dataset, {args.workers} workers, start-up and writing "
           f"included): {frames} frames in {world_s:.2f} s  {frames / world_s:8.1f} frames/s  "
           f"→ {frames / world_s / naive_fps:.1f}x the naive loop")
+    by_size(sizes, args.size_frames, args.repeats, args.seed)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ import torch
 
 from idaudit.encoders import MLP
 from idaudit.losses import alignment, random_directions, sigreg_reference, whitening
-from idaudit.train import TrainConfig
-from idaudit.train.loop import Stepper, resolve_config
-from idaudit.train.schedule import constant_then_cosine
+from idaudit.training import TrainConfig
+from idaudit.training.loop import Stepper, resolve_config
+from idaudit.training.schedule import constant_then_cosine
 from idaudit.worlds import build_world, make_spec
 
 

@@ -147,3 +147,77 @@ def test_consistency(runs, tmp_path):
     with pytest.raises(idaudit.IdauditError, match="unknown options: gates"):
         idaudit.consistency(*hs, gates=1)
     assert idaudit.consistency is idaudit.agreement.consistency  # not shadowed by a module
+
+
+def test_train(tmp_path):
+    """`idaudit train` and `idaudit.run_train` of the same request train the same encoder:
+    the CLI's log equals the library's record (same seed, same numbers on the CPU)."""
+    from safetensors.torch import load_file
+
+    from idaudit.requests import TrainRequest
+    from idaudit.runs import run_train
+
+    opts = {"world": "coupling", "dim": 4, "rho": 0.8, "layers": 2, "steps": 30, "batch": 64,
+            "n_eval": 400, "eval_every": 0, "seed": 5, "lamb": 0.01}
+    args = ["train", "--world", "coupling", "--dim", "4", "--rho", "0.8", "--layers", "2",
+            "--steps", "30", "--batch", "64", "--n-eval", "400", "--eval-every", "0",
+            "--seed", "5", "--lamb", "0.01", "--quiet", "--out", tmp_path / "cli.safetensors"]
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    cli = json.loads((tmp_path / "cli.log.json").read_text())
+    lib = run_train(TrainRequest(**opts, out=tmp_path / "lib.safetensors"))
+    assert lib.id == cli["id"]
+    assert json.loads(json.dumps(jsonable(lib.metrics))) == cli["metrics"]
+    a, b = load_file(tmp_path / "cli.safetensors"), load_file(tmp_path / "lib.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_world(tmp_path):
+    """`idaudit world` and `idaudit.world` write the same pairs."""
+    from safetensors.torch import load_file
+
+    res = runner.invoke(app, ["world", "banana", "--rho", "0.7", "--pairs", "300", "--seed",
+                              "4", "--out", str(tmp_path / "cli.safetensors")])
+    assert res.exit_code == 0, res.output
+    line = idaudit.world("banana", rho=0.7, pairs=300, seed=4, out=tmp_path / "lib.safetensors")
+    a, b = load_file(tmp_path / "cli.safetensors"), load_file(tmp_path / "lib.safetensors")
+    assert sorted(a) == ["x", "x_prime", "z", "z_prime"] and len(a["z"]) == 300
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert "300" in line
+    with pytest.raises(idaudit.IdauditError, match="--pairs must be an integer ≥ 1"):
+        idaudit.world("banana", pairs=0, out=tmp_path / "x.safetensors")
+    with pytest.raises(idaudit.IdauditError, match="unknown options: steps"):
+        idaudit.world("banana", steps=3, out=tmp_path / "x.safetensors")
+
+
+def test_sweep(tmp_path):
+    """`idaudit sweep` and `idaudit.sweep.sweep` of the same grid record the same runs."""
+    from idaudit.requests import SweepRequest
+    from idaudit.sweep import sweep, sweep_runs
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text(textwrap.dedent("""
+        [fixed]
+        world = "spiral"
+        steps = 20
+        batch = 64
+        n_eval = 300
+        eval_every = 0
+        [grid]
+        seed = [1, 2]
+    """))
+    res = runner.invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "cli"), "--workers",
+                              "1", "--set", "lamb=0.01"])
+    assert res.exit_code == 0, res.output
+    counts = sweep(grid, out=tmp_path / "lib", workers=1, set={"lamb": 0.01})
+    assert counts == {"total": 2, "skipped": 0, "ok": 2, "failed": 0}
+    names = sorted(p.name for p in (tmp_path / "cli" / "runs").glob("*.json"))
+    assert names == sorted(p.name for p in (tmp_path / "lib" / "runs").glob("*.json"))
+    for name in names:
+        a = json.loads((tmp_path / "cli" / "runs" / name).read_text())
+        b = json.loads((tmp_path / "lib" / "runs" / name).read_text())
+        assert a["metrics"] == b["metrics"] and a["options"]["lamb"] == 0.01
+    runs = sweep_runs(SweepRequest(suite=str(grid), only=["seed=2"], set=["lamb=0.01"]))
+    assert [r["seed"] for r in runs] == [2]
+    with pytest.raises(idaudit.IdauditError, match="--set takes one value per option"):
+        sweep_runs(SweepRequest(suite=str(grid), set=["lamb=0.01,0.02"]))

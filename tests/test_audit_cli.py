@@ -506,10 +506,12 @@ def test_pickled_module_needs_trust_pickle(tmp_path):
     assert res.exit_code == 0, res.output
     m = report["metrics"]
     assert m["r2_h_to_z"] == pytest.approx(m["mixing_r2_x_to_z"], abs=1e-6)
-    # A pickled state_dict is not a module.
+    # A torch.save state dict opens without --trust-pickle (weights_only), but needs --arch.
     sd = tmp_path / "state.pt"
     torch.save(random_linear().state_dict(), str(sd))
-    assert_one_line_error(run("audit", sd, *WORLD, "--trust-pickle"), "not an nn.Module")
+    for extra in ((), ("--trust-pickle",)):
+        assert_one_line_error(run("audit", sd, *WORLD, *extra),
+                              "holds weights (a state dict); pass --arch")
 
 
 # ---- bad input: exit 2, one line, no traceback -----------------------------------------
@@ -609,7 +611,7 @@ def test_missing_file_and_missing_world(tmp_path, arch_dir):
     assert_one_line_error(run("audit", weights, "--arch", "myarch:make"),
                           "no world to evaluate the encoder on")
     assert_one_line_error(run("audit", enc, *WORLD, "--arch", "myarch:make"),
-                          "--arch goes with plain .safetensors weights")
+                          "--arch goes with plain weights (.safetensors or a torch.save")
 
 
 def test_option_range_errors(npz_files):

@@ -96,3 +96,21 @@ def test_a_worlds_own_angles_do_not_block_a_label_free_audit(tmp_path):
     res = runner.invoke(app, ["audit", str(tmp_path / "a.npz"), "--label-free", "--circular",
                               "0"])
     assert res.exit_code == 2 and "--circular needs the true latents" in res.output
+
+
+def test_the_mean_canonical_correlation_is_rho_when_identified_and_below_otherwise():
+    """docs/metrics.md: canonical_mean is ρ for a rotation of z, below ρ for a nonlinear
+    encoder (Gaussian maximal correlation: no functions of z, z′ correlate by more than ρ)."""
+    from idaudit.labelfree import label_free_metrics
+
+    rng = np.random.default_rng(3)
+    rho, n = 0.8, 20_000
+    z = rng.standard_normal((n, 3))
+    zp = rho * z + np.sqrt(1 - rho**2) * rng.standard_normal(z.shape)
+    q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    rotated = label_free_metrics(z @ q, zp @ q, rho, gauss_slices=0)
+    bent = label_free_metrics(np.tanh(2 * z) + z**2, np.tanh(2 * zp) + zp**2, rho,
+                              gauss_slices=0)
+    assert abs(rotated["canonical_mean"] - rho) < 0.01
+    assert bent["canonical_mean"] < rho - 0.1
+    assert rotated["canonical_shortfall"] == pytest.approx(rho - rotated["canonical_mean"])

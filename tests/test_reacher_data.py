@@ -50,6 +50,14 @@ def test_dataset_round_trip(tiny):
     # the images are the renderer's: re-render two frames and compare bytes
     with RenderPool(1) as pool:
         np.testing.assert_array_equal(pool.render(data.z[:2]), data.x[:2])
+        # each evaluation image has its OU partner z′ = ρz + √(1−ρ²)η, rendered too
+        eta = np.random.default_rng([rd.EVAL_SEED, 1]).standard_normal((30, 2))
+        np.testing.assert_allclose(data.z_prime_eval, 0.9 * data.z_eval + np.sqrt(0.19) * eta,
+                                   rtol=0, atol=1e-15)
+        assert data.x_prime_eval.shape == (30, 64, 64, 3) and data.x_prime_eval.dtype == np.uint8
+        np.testing.assert_array_equal(pool.render(data.z_prime_eval[-2:]), data.x_prime_eval[-2:])
+    # the training statistics are those of the training images alone
+    assert rd.ReacherSpec(mode="ou", pairs=48, n_eval=30).images() == 2 * 48 + 2 * 30
 
 
 def test_interrupted_render_resumes_without_rerendering(tmp_path, small_chunks, monkeypatch):
@@ -98,6 +106,55 @@ def test_dataset_errors(tmp_path, tiny):
     assert res.exit_code == 2 and "Traceback" not in res.output
 
 
+def _world(root):
+    from idaudit.worlds import build_world, make_spec
+
+    return build_world(make_spec("reacher", data=str(root)))
+
+
+def test_the_eval_set_holds_partners_and_rho(tiny):
+    data = rd.load_dataset(tiny)
+    ev = _world(tiny).eval_set(None, 0)
+    assert ev.rho == 0.9 and ev.x.shape == ev.x_prime.shape == (78, 64, 64, 3)
+    np.testing.assert_array_equal(ev.x_prime[:48], data.x_prime)  # fitted on training pairs
+    np.testing.assert_array_equal(ev.x_prime[48:], data.x_prime_eval)  # scored on eval pairs
+    assert ev.test_rows.tolist() == list(range(48, 78))
+
+
+def test_datasets_without_eval_partners_still_load(tiny, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(tiny, old)
+    for chunk in old.glob("eval-*.npz"):  # as written before the partners existed
+        with np.load(chunk) as f:
+            z, x = f["z"], f["x"]
+        with open(chunk, "wb") as f:
+            np.savez_compressed(f, z=z, x=x)
+    data = rd.load_dataset(old)
+    assert data.x_prime_eval is None and data.z_prime_eval is None
+    np.testing.assert_array_equal(data.x_eval, rd.load_dataset(tiny).x_eval)
+    ev = _world(old).eval_set(None, 0)
+    assert ev.x_prime is None and ev.rho is None and ev.x.shape == (78, 64, 64, 3)
+
+
+def test_trajectory_datasets_have_no_eval_partners(tmp_path):
+    root = tmp_path / "traj"
+    rd.build_dataset(root, rd.ReacherSpec(mode="trajectory", stride=8, pairs=10, n_eval=10,
+                                          image_size=16), workers=1)
+    data = rd.load_dataset(root)
+    assert data.x_prime_eval is None and data.x_prime.shape == (10, 16, 16, 3)
+    world = _world(root)
+    ev = world.eval_set(None, 0)
+    assert world.rho is None and ev.x_prime is None and ev.rho is None
+    with pytest.raises(IdauditError, match="trajectory pairs have no single ρ"):
+        world.eval_set_at(32, 4, cache_dir=tmp_path)
+
+
+def test_an_ou_world_renders_its_pairs_at_another_size(tiny, tmp_path):
+    ev = _world(tiny).eval_set_at(24, 5, cache_dir=tmp_path, workers=1)
+    assert ev.rho == 0.9 and ev.x.shape == ev.x_prime.shape == (5, 24, 24, 3)
+    np.testing.assert_array_equal(ev.z.numpy(), rd.load_dataset(tiny).z_eval[:5])
+
+
 def test_trajectory_pairs_are_anisotropic_and_non_gaussian():
     spec = rd.ReacherSpec(mode="trajectory", stride=8, pairs=400, n_eval=10, seed=0)
     z, zp, rho = rd.trajectory_angles(spec)
@@ -128,6 +185,14 @@ def test_pixel_training_audit_and_plan_end_to_end(tiny, tmp_path):
     m = json.loads(out.read_text())["metrics"]
     assert m["n_train"] == 48 and m["n_test"] == 30
     assert len(m["r2_h_to_z_heldout_per_dim"]) == 2 and "r2_h_to_sincos" in m
+    # the evaluation pairs give δ and the bound at the dataset's ρ, and the label-free signals
+    assert np.isfinite(m["alignment_gap"]) and np.isfinite(m["bound"])
+    res = runner.invoke(app, ["audit", str(ckpt), "--label-free", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    free = json.loads(out.read_text())["metrics"]
+    assert free["label_free"] and free["n_samples"] == 78
+    for key in ("rho_estimated", "canonical_spread", "alignment_gap", "bound"):
+        assert np.isfinite(free[key]), key
     assert len(assert_contract(log["metrics"], m)) >= 20
     plot = tmp_path / "p.png"
     res = runner.invoke(app, ["plan", str(ckpt), "--pairs", "5", "--json", str(tmp_path / "p.json"),
@@ -187,7 +252,7 @@ def test_pixel_options_that_do_not_apply_are_refused(tiny, tmp_path, args, fragm
 
 
 def test_cpu_estimate_scales_with_the_run(tiny):
-    from idaudit.train import TrainConfig, estimate_seconds
+    from idaudit.training import TrainConfig, estimate_seconds
     from idaudit.worlds import build_world, make_spec
 
     world = build_world(make_spec("reacher", data=str(tiny)))

@@ -129,3 +129,15 @@ def test_renderer_picks_gl_itself() -> None:
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr[-300:]
+
+
+def test_render_settings_name_what_fixes_the_pixels() -> None:
+    from idaudit.render_mujoco import render_settings
+
+    settings = render_settings()
+    assert settings["gl"] == os.environ["MUJOCO_GL"]  # the backend the renderer uses
+    assert settings["target_size"] == TARGET_SIZE and settings["target_pos"] == list(TARGET_POS)
+    assert (settings["shadow_size"], settings["off_samples"]) == (256, 0)
+    from importlib.metadata import version
+
+    assert settings["mujoco"] == version("mujoco") and settings["dm_control"] == version("dm_control")

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from idaudit.cli import app
 from idaudit.runs import resolve
-from idaudit.train.config import DEFAULTS
+from idaudit.training.config import DEFAULTS
 
 runner = CliRunner()
 

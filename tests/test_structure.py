@@ -1,6 +1,10 @@
-"""House rules checked on the source: no import cycles, audit/plan/loaders free of train/,
-no world-name branches outside worlds/ (scripts/check_imports.py), and a lint-clean tree."""
+"""House rules checked on the source: the layers of docs/architecture.md and no upward
+imports, no import cycles, audit/plan/loaders free of train/, no world-name branches outside
+worlds/ (scripts/check_imports.py), a World that is only the data process, and a lint-clean
+tree."""
 
+import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -10,12 +14,151 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: what the World interface may hold: the data process, and the spec to store beside its data
+DATA_PROCESS = {"spec", "name", "latent_dim", "rho", "rho_per_dim", "circular", "latent_labels",
+                "eval_set", "plan_set", "observe", "pair_source", "view_correlation", "spec_for"}
+#: what only the CLI and orchestration ask: a world's kind answers it, never the world
+KIND_ONLY = {"options", "refuses", "writes_directory", "make_spec", "check_spec", "from_spec",
+             "write", "prepare", "train_defaults", "data_exists", "recipes", "default_encoder"}
+
+
+def check_imports():
+    """scripts/check_imports.py as a module."""
+    spec = importlib.util.spec_from_file_location("check_imports",
+                                                  ROOT / "scripts" / "check_imports.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["check_imports"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
 
 def test_import_hygiene():
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_imports.py")],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.strip().endswith("OK")
+    members = check_imports().world_members()
+    assert f"World members: {len(members)} (" in res.stdout
+
+
+def test_class_members_counts_what_a_class_itself_defines():
+    import abc
+
+    class Base(abc.ABC):
+        inherited = 1
+
+        @abc.abstractmethod
+        def answer(self): ...
+
+    class C(Base):
+        flag: bool = True
+        spec: object
+
+        def method(self): ...
+
+        @property
+        def prop(self): ...
+
+        def __repr__(self): ...
+
+    assert check_imports().class_members(C) == ["flag", "method", "prop", "spec"]
+
+
+def test_world_is_only_the_data_process():
+    """The World base class holds at most the data process (it had 25 members, 12 of them the
+    CLI's and orchestration's); a kind answers those, and no registered world defines them."""
+    from idaudit.worlds import KINDS, World, WorldKind
+
+    members = set(check_imports().world_members())
+    assert members <= DATA_PROCESS, f"not the data process: {sorted(members - DATA_PROCESS)}"
+    assert len(members) == 13
+    for name in KINDS.names():
+        kind = KINDS.get(name)
+        assert isinstance(kind, WorldKind) and issubclass(kind.world, World), name
+        assert KIND_ONLY <= set(dir(kind)), name
+        for cls in kind.world.__mro__[:kind.world.__mro__.index(World)]:
+            assert not KIND_ONLY & set(vars(cls)), (name, cls.__name__,
+                                                    sorted(KIND_ONLY & set(vars(cls))))
+
+
+def docs_layers():
+    """layer → the file entries in docs/architecture.md's "Layers, bottom up" table (a file
+    listed in parentheses after ``pkg/`` lies in that package)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Layers, bottom up", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # no header
+    out = {}
+    for row in rows:
+        layer, cell = [c.strip() for c in row.strip().strip("|").split(" | ")][:2]
+        entries, within, last = [], [""], ""
+        for m in re.finditer(r"`([^`]+)`|[()]", cell):
+            token = m.group(1)
+            if token is None:
+                if m.group(0) == "(":
+                    within.append(last if last.endswith("/") else within[-1])
+                else:
+                    within.pop()
+            elif token.endswith((".py", "/")):
+                last = within[-1] + token
+                entries.append(last)
+        out[layer] = entries
+    return out
+
+
+def test_docs_layers_table_lists_the_scripts_layers():
+    ci = check_imports()
+    mods = ci.modules()
+    docs = docs_layers()
+    assert list(docs) == list(ci.LAYERS)  # the same layers, in the same order
+    assert docs["worlds"][:3] == ["worlds/", "worlds/base.py", "worlds/kind.py"]
+    for layer, entries in docs.items():
+        found = {e: ci.modules_in(e, mods) for e in entries}
+        assert all(found.values()), f"{layer}: no such file: {[e for e, m in found.items() if not m]}"
+        listed = set().union(*(ci.modules_in(e, mods) for e in ci.LAYERS[layer]))
+        assert set().union(*found.values()) == listed, layer
+
+
+def test_layer_rules_report_upward_imports_unplaced_modules_and_stale_entries(tmp_path):
+    ci = check_imports()
+    pkg = tmp_path / "idaudit"
+    mods = {m: pkg / f for m, f in [
+        ("idaudit.errors", "errors.py"), ("idaudit.worlds.base", "worlds/base.py"),
+        ("idaudit.report", "report.py"), ("idaudit.cli", "cli.py"),
+        ("idaudit.state_dicts", "state_dicts.py")]}
+    layers = {"low": ("errors.py", "worlds/"), "mid": ("report.py", "gone.py"), "top": ("cli.py",)}
+    layer, problems = ci.layer_map(mods, layers, pkg)
+    assert layer == {"idaudit.errors": "low", "idaudit.worlds.base": "low",
+                     "idaudit.report": "mid", "idaudit.cli": "top"}
+    assert len(problems) == 2
+    assert problems[0].startswith("layer 'mid' lists gone.py, which is no file")
+    assert problems[1].startswith("idaudit.state_dicts (src/idaudit/state_dicts.py) is in no "
+                                  "layer: add it to LAYERS")
+
+    def edge(source, target, lazy=False):
+        return ci.Edge(source, target, mods[source], 7, lazy)
+
+    down = [edge("idaudit.cli", "idaudit.report"), edge("idaudit.report", "idaudit.worlds.base"),
+            edge("idaudit.worlds.base", "idaudit.errors")]
+    assert ci.layer_problems(down, layer, layers, {}) == []
+    up = ci.layer_problems([*down, edge("idaudit.worlds.base", "idaudit.cli", lazy=True)], layer,
+                           layers, {})
+    assert up == [f"layer rule: idaudit.worlds.base (low) imports idaudit.cli (top), a higher "
+                  f"layer, at {pkg / 'worlds/base.py'}:7"]
+    allowed = {("idaudit.errors", "idaudit.report"): "a reason"}
+    assert ci.layer_problems([edge("idaudit.errors", "idaudit.report", lazy=True)], layer, layers,
+                             allowed) == []
+    eager = ci.layer_problems([edge("idaudit.errors", "idaudit.report")], layer, layers, allowed)
+    assert len(eager) == 2 and "only inside a function" in eager[0]
+    assert eager[1] == ("exception idaudit.errors → idaudit.report matches no upward import any "
+                        "more: remove it from EXCEPTIONS")
+
+
+def test_every_layer_exception_gives_its_reason():
+    ci = check_imports()
+    assert ci.EXCEPTIONS, "no exception is listed"
+    for (source, target), why in ci.EXCEPTIONS.items():
+        assert source.startswith("idaudit.") and target.startswith("idaudit.")
+        assert len(why.split()) >= 5, (source, target)
 
 
 def test_api_surface():
@@ -25,16 +168,20 @@ def test_api_surface():
     assert issubclass(IdauditError, ValueError)
     import importlib
 
-    home = {"audit": "auditing", "AuditReport": "auditing", "AuditRequest": "auditing",
-            "run_audit": "auditing", "consistency": "agreement",
-            "ConsistencyRequest": "agreement", "run_consistency": "agreement",
-            "plan": "planning",
-            "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds.base",
+    home = {"audit": "auditing", "AuditReport": "auditing", "run_audit": "auditing",
+            "consistency": "agreement", "run_consistency": "agreement",
+            "plan": "planning", "run_plan": "planning", "PlanReport": "planning",
+            "run": "runs", "run_train": "runs", "RunRecord": "runs", "train": "runs:train_encoder",
+            "world": "datasets", "write_world": "datasets",
+            "AuditRequest": "requests", "ConsistencyRequest": "requests",
+            "PlanRequest": "requests", "TrainRequest": "requests", "WorldRequest": "requests",
+            "SweepRequest": "requests", "World": "worlds.base",
             "WorldSpec": "worlds.spec", "build_world": "worlds", "make_spec": "worlds",
             "IdauditError": "errors", "__version__": "_version"}
     assert sorted(idaudit.__all__) == sorted(home)
-    for name, module in home.items():  # each public name is the real object where it is defined
-        real = getattr(importlib.import_module(f"idaudit.{module}"), name)
+    for name, where in home.items():  # each public name is the real object where it is defined
+        module, _, attr = where.partition(":")
+        real = getattr(importlib.import_module(f"idaudit.{module}"), attr or name)
         assert getattr(idaudit, name) is real, name
     import typing
 

@@ -9,7 +9,7 @@ from idaudit.checkpoint import load_checkpoint, save_checkpoint
 from idaudit.errors import IdauditError
 from idaudit.io import jsonable
 from idaudit.runs import run
-from idaudit.train import TrainConfig, constant_then_cosine, train
+from idaudit.training import TrainConfig, constant_then_cosine, train
 from idaudit.worlds import build_world, make_spec
 
 

@@ -8,7 +8,7 @@ import torch
 from numpy.polynomial.hermite_e import hermeval
 
 from idaudit.errors import IdauditError
-from idaudit.worlds import CouplingMixing, build_world, make_spec, ou_step, sample_source
+from idaudit.worlds import KINDS, CouplingMixing, build_world, make_spec, ou_step, sample_source
 from idaudit.worlds.mixings import banana, coupling_parity, coupling_step, sinusoid, spiral
 
 SOURCES = [("gaussian", None), ("laplace", None), ("gennorm", 0.5), ("gennorm", 1.0),
@@ -150,9 +150,11 @@ def test_world_defaults():
     assert make_spec("nvp").layers == 4
     assert make_spec("nvp", layers=8).layers == 8
     assert make_spec("coupling", dim=16).layers == 4
-    assert build_world(make_spec("nvp", layers=8)).default_encoder() == (
-        "coupling", {"dim": 2, "layers": 8})
-    assert build_world(make_spec("spiral")).default_encoder()[0] == "mlp"
+    nvp = make_spec("nvp", layers=8)
+    assert KINDS.get("nvp").default_encoder(nvp) == ("coupling", {"dim": 2, "layers": 8})
+    assert KINDS.get("nvp").default_encoder(build_world(nvp)) == ("coupling", {"dim": 2, "layers": 8})
+    assert KINDS.get("spiral").default_encoder(make_spec("spiral")) == (
+        "mlp", {"in_dim": 2, "out_dim": 2})
 
 
 def test_anchor_views_are_an_ou_pair_with_rho_squared():
@@ -166,3 +168,73 @@ def test_anchor_views_are_an_ou_pair_with_rho_squared():
     assert float(torch.corrcoef(torch.stack([z[:, 1], zp[:, 1]]))[0, 1]) == pytest.approx(0.9, abs=0.01)
     with pytest.raises(IdauditError):
         w.sample_views(10, g, "triple")
+
+
+def test_every_world_name_has_a_kind_that_builds_its_world():
+    from idaudit.worlds import SYNTHETIC_WORLDS, SyntheticWorld
+
+    assert {n: type(KINDS.get(n)).__name__ for n in KINDS.names()} == {
+        "banana": "SyntheticKind", "coupling": "SyntheticKind", "nvp": "SyntheticKind",
+        "pairs": "PairsKind", "reacher": "ReacherKind", "sinusoid": "SyntheticKind",
+        "spiral": "SyntheticKind"}
+    assert KINDS.get("spiral") is KINDS.get("coupling")  # one kind serves every synthetic name
+    for name in SYNTHETIC_WORLDS:
+        kind, spec = KINDS.get(name), make_spec(name)
+        assert kind.check_spec(spec) is spec
+        world = kind.from_spec(spec)
+        assert type(world) is SyntheticWorld and world.spec == spec
+        assert kind.default_encoder(world) == kind.default_encoder(spec)
+
+
+def test_the_synthetic_kind_writes_pairs_that_the_pairs_kind_reads(tmp_path):
+    kind, spec = KINDS.get("banana"), make_spec("banana", rho=0.9)
+    assert not kind.writes_directory and kind.refuses == {"epochs"}
+    assert kind.recipes() == {} and kind.train_defaults() == {}
+    out = tmp_path / "b.safetensors"
+    assert kind.write(spec, out, 100, 3, None) == (f"wrote 100 pairs of banana (N=2, gaussian, "
+                                                   f"ρ=0.9) to {out}")
+    pairs = make_spec(data=str(out))
+    world = build_world(pairs)
+    assert pairs.name == "pairs" and world.inner.spec == spec
+    assert world.eval_set(None, 0).z.shape == (100, 2)
+    with pytest.raises(IdauditError, match="--workers does not apply") as exc:
+        kind.write(spec, out, 100, 3, 2)
+    assert exc.value.exit_code == 2
+
+
+def test_the_pairs_kind_answers_for_its_file(tmp_path):
+    from idaudit.worlds import save_pairs
+
+    path = save_pairs(tmp_path / "p.safetensors", build_world(make_spec("coupling", dim=4)), 64, 0)
+    spec = make_spec(data=str(path))
+    kind = KINDS.get(spec.name)
+    assert kind.options == {"data"} and kind.refuses == {"steps"}
+    assert kind.train_defaults() == {"views": "pair", "epochs": 100}
+    assert kind.default_encoder(spec) == ("coupling", {"dim": 4, "layers": 4})
+    assert kind.default_encoder(kind.from_spec(spec)) == ("coupling", {"dim": 4, "layers": 4})
+    assert kind.data_exists(path) and not kind.data_exists(tmp_path / "none")
+    assert kind.prepare(spec, tmp_path) is spec
+    for call, fragment in [(lambda: kind.write(spec, tmp_path / "o", 10, 0, None),
+                            "cannot be written as a dataset"),
+                           (lambda: kind.prepare(spec, tmp_path, workers=2),
+                            "--workers does not apply")]:
+        with pytest.raises(IdauditError, match=fragment) as exc:
+            call()
+        assert exc.value.exit_code == 2
+
+
+def test_the_reacher_kind_holds_its_recipes_and_training_defaults():
+    kind = KINDS.get("reacher")
+    assert kind.writes_directory and kind.refuses == {"steps", "n_eval"}
+    recipes = kind.recipes()
+    assert sorted(recipes) == ["cpu", "paper"]
+    assert recipes["cpu"].options["image_size"] == 32
+    assert recipes["paper"].options["pairs"] == 100_000
+    recipes.clear()
+    assert len(kind.recipes()) == 2  # each call gives a copy
+    assert kind.train_defaults()["lamb"] == 5e-3
+    spec = make_spec("reacher", rho=0.9, image_size=32)
+    assert spec.extra["data"] is None and spec.extra["dataset"]["image_size"] == 32
+    assert kind.check_spec(spec) is spec
+    with pytest.raises(IdauditError, match="no rendered dataset yet"):
+        kind.from_spec(spec)

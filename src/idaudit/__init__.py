@@ -7,7 +7,7 @@ The Python API::
     report = idaudit.audit(z, h, min_r2=0.9)              # arrays, or encoder=…, world=…
     report.passed, report.verdict, report.metrics["r2_h_to_z_heldout"]
     plans = idaudit.plan("encoder.pt", world="spiral")     # any encoder form audit takes
-    record = idaudit.run({"world": "spiral", "steps": 2000})  # train, like `idaudit train`
+    record = idaudit.train(world="spiral", steps=2000)     # every `idaudit train` option
 
 and, in another project's tests, ``idaudit.testing.assert_identifiable(z, h, min_r2=0.9)``.
 The names below load on first use (``import idaudit`` alone does not import torch, so
@@ -36,28 +36,44 @@ from ._version import __version__
 from .errors import IdauditError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agreement import ConsistencyRequest, consistency, run_consistency
-    from .auditing import AuditReport, AuditRequest, audit, run_audit
-    from .planning import PlanReport, plan
-    from .runs import RunRecord, run
+    from .agreement import consistency, run_consistency
+    from .auditing import AuditReport, audit, run_audit
+    from .datasets import world, write_world
+    from .planning import PlanReport, plan, run_plan
+    from .requests import (
+        AuditRequest,
+        ConsistencyRequest,
+        PlanRequest,
+        SweepRequest,
+        TrainRequest,
+        WorldRequest,
+    )
+    from .runs import RunRecord, run, run_train
+    from .runs import train_encoder as train
     from .worlds import World, WorldSpec, build_world, make_spec
 
 _LAZY = {
-    "audit": "auditing", "AuditReport": "auditing", "AuditRequest": "auditing",
+    "audit": "auditing", "AuditReport": "auditing", "AuditRequest": "requests",
     "run_audit": "auditing", "consistency": "agreement",
-    "ConsistencyRequest": "agreement", "run_consistency": "agreement", "plan": "planning",
+    "ConsistencyRequest": "requests", "run_consistency": "agreement", "plan": "planning",
     "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds",
-    "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds",
+    "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds", "world": "datasets",
+    "PlanRequest": "requests", "TrainRequest": "requests", "WorldRequest": "requests",
+    "SweepRequest": "requests", "run_plan": "planning", "run_train": "runs", "train": "runs:train_encoder",
+    "write_world": "datasets",
 }
 
 __all__ = ["AuditReport", "AuditRequest", "ConsistencyRequest", "IdauditError", "PlanReport",
-           "RunRecord", "World", "WorldSpec", "__version__", "audit", "build_world",
-           "consistency", "make_spec", "plan", "run", "run_audit", "run_consistency"]
+           "PlanRequest", "RunRecord", "SweepRequest", "TrainRequest", "World", "WorldRequest",
+           "WorldSpec", "__version__", "audit", "build_world", "consistency", "make_spec", "plan",
+           "run", "run_audit", "run_consistency", "run_plan", "run_train", "train", "world",
+           "write_world"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    if name in _LAZY:  # "module" or "module:attribute"
+        module, _, attr = _LAZY[name].partition(":")
+        value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'idaudit' has no attribute {name!r}")

@@ -11,7 +11,6 @@ R² over pairs and directions), ``consistency_orthogonality_error`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from itertools import permutations
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,6 @@ import numpy as np
 
 from .auditing import (
     AuditReport,
-    EncoderOptions,
-    GateOptions,
     Threshold,
     as_matrix,
     collect_thresholds,
@@ -31,6 +28,7 @@ from .auditing import (
 )
 from .catalogue import gate_keys
 from .metrics import audit_metrics, to_numpy
+from .requests import ConsistencyRequest, unknown_options
 
 # what a consistency gate may name (the catalogue's consistency entries)
 CONSISTENCY_METRICS = gate_keys("consistency")
@@ -125,20 +123,6 @@ def check_consistency(embeddings: list[np.ndarray], names: list[str],
                         thresholds, source, world)
 
 
-@dataclass
-class ConsistencyRequest(EncoderOptions, GateOptions):
-    """Every option of ``idaudit consistency``, under its option names: ``targets`` (two or
-    more runs: files the CLI takes — arrays with h, ``.npy``, or any encoder form audit takes —
-    arrays, or ``nn.Module``/callable encoders), where encoders are embedded (``world``,
-    ``data``, ``dim``, ``source``, ``alpha``, ``rho``, ``layers``, ``n_eval``, ``seed``), the
-    held-out share, and the gate (``min_r2`` on ``consistency_r2``,
-    ``max_orthogonality_error`` on ``consistency_orthogonality_error``, ``min``/``max``,
-    ``gate``)."""
-
-    targets: list[Any] = field(default_factory=list)
-    test_fraction: float = 0.5
-
-
 def run_consistency(req: ConsistencyRequest) -> AuditReport:
     """The consistency report of :class:`ConsistencyRequest` ``req`` (bad input raises
     :class:`~idaudit.errors.IdauditError` before any work)."""
@@ -157,8 +141,7 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
     loaded: list[Any] = []
     for t in req.targets:
         if isinstance(t, (str, Path)):
-            loaded.append(load_embedding_target(t, arch=req.arch, arch_kwargs=req.arch_kwargs,
-                                                trust_pickle=req.trust_pickle))
+            loaded.append(load_embedding_target(t, req))
         elif isinstance(t, np.ndarray) or hasattr(t, "__array__") and not callable(t):
             loaded.append(t)
         else:
@@ -179,11 +162,6 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
 def consistency(*targets: Any, **options: Any) -> AuditReport:
     """Do two or more runs agree up to a rotation? Everything ``idaudit consistency`` takes,
     under its option names (:class:`ConsistencyRequest`); returns the gated report."""
-    from .errors import IdauditError
-
-    known = {f.name for f in fields(ConsistencyRequest)} - {"targets"}  # given positionally
-    unknown = set(options) - known
-    if unknown:
-        raise IdauditError(f"consistency() got unknown options: {', '.join(sorted(unknown))}")
+    unknown_options(ConsistencyRequest, options, "consistency", positional=("targets",))
     return run_consistency(ConsistencyRequest(targets=list(targets), **options))
 

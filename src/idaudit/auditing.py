@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from .catalogue import gate_keys, missing_need
+from .defaults import TEST_FRACTION
 from .errors import (
     EXIT_GATE_FAILED,
     EXIT_INCONCLUSIVE,
@@ -34,6 +35,7 @@ from .loaders import (
     world_for_encoder,
 )
 from .metrics import audit_metrics, to_numpy
+from .requests import AuditRequest, EncoderOptions, unknown_options
 
 # "ungated": no threshold was given, so nothing was checked (a report only, exit 0); never
 # shown as a pass, so a CI step that forgot its gate cannot pass for ever unnoticed.
@@ -405,7 +407,7 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     if test_fraction is not None and inp.test_rows is not None:
         raise IdauditError("--test-fraction does not apply: this world fixes the held-out rows "
                            "(its evaluation images)")
-    test_fraction = 0.5 if test_fraction is None else test_fraction
+    test_fraction = TEST_FRACTION if test_fraction is None else test_fraction
     if circular:
         inp.circular = latent_indices(circular, "--circular")
     inp = check_shapes(inp)
@@ -488,89 +490,6 @@ def collect_thresholds(req: Any, known: set[str], r2_key: str, orth_key: str) ->
     return out
 
 
-@dataclass
-class EncoderOptions:
-    """How encoder files are opened and where encoders are embedded (audit, consistency):
-    ``arch``/``arch_kwargs`` for plain weights, ``trust_pickle``, the world (``world`` or
-    ``data``, and the world options ``dim``, ``source``, ``alpha``, ``rho``, ``layers``), the
-    evaluation set's size ``n_eval`` and ``seed``."""
-
-    arch: str | None = None
-    arch_kwargs: dict[str, Any] | None = None
-    trust_pickle: bool = False
-    world: Any = None
-    data: str | Path | None = None
-    dim: int | None = None
-    source: str | None = None
-    alpha: float | None = None
-    rho: float | None = None
-    layers: int | None = None
-    n_eval: int | None = None
-    seed: int | None = None
-
-    def world_options(self) -> dict[str, Any]:
-        return {k: v for k, v in (("dim", self.dim), ("source", self.source),
-                                  ("alpha", self.alpha), ("rho", self.rho),
-                                  ("layers", self.layers)) if v is not None}
-
-
-@dataclass
-class GateOptions:
-    """A gate, every way the CLI takes one: ``min_r2``, ``max_orthogonality_error``,
-    ``min``/``max`` (``{metric: value}`` or ``["METRIC=VALUE", …]``) and ``gate`` (a
-    ``{"min": …, "max": …}`` dict or a TOML file); :func:`collect_thresholds` reads it."""
-
-    min_r2: float | None = None
-    max_orthogonality_error: float | None = None
-    min: dict[str, float] | list[str] | None = None
-    max: dict[str, float] | list[str] | None = None
-    gate: dict[str, dict[str, float]] | str | Path | None = None
-
-
-@dataclass
-class AuditRequest(EncoderOptions, GateOptions):
-    """Every option of an audit, under the CLI's option names (dashes → underscores): what
-    ``idaudit audit`` builds from its flags and :func:`audit` from its keywords; one function,
-    :func:`run_audit`, takes it.
-
-    Inputs: ``targets`` (files the CLI takes: checkpoints, TorchScript, .pt2, weights with
-    ``arch``, array files; or ``nn.Module``/callable encoders), or the arrays ``z``, ``h``
-    (``h_prime``, ``x``). ``rho`` is the OU correlation of the pairs: stored with arrays, a
-    world option with an encoder. World options (``world``, ``data``, ``dim``, ``source``,
-    ``alpha``, ``rho``, ``layers``, ``n_eval``) choose where an encoder is embedded. The gate:
-    ``min_r2``, ``max_orthogonality_error``, ``min``/``max`` (``{metric: value}`` or
-    ``["METRIC=VALUE", …]``) and ``gate`` (a ``{"min": …, "max": …}`` dict or a TOML file).
-    Several targets are gated together on the worst run's value (``reduce="worst"``) or the
-    median.
-    """
-
-    targets: list[Any] = field(default_factory=list)
-    z: Any = None
-    h: Any = None
-    h_prime: Any = None
-    x: Any = None
-    reduce: str = "worst"
-    bootstrap: int = 0
-    test_fraction: float | None = None
-    circular: str | tuple[int, ...] | list[int] = ()
-    gauss_sims: int = 0
-    label_free: bool = False
-
-    def thresholds(self) -> list[Threshold]:
-        """The gate's thresholds, from every way of giving one."""
-        return collect_thresholds(self, KNOWN_METRICS, "r2_h_to_z_heldout", "orthogonality_error")
-
-    def circular_indices(self) -> tuple[int, ...]:
-        if isinstance(self.circular, str):
-            try:
-                return tuple(int(c) for c in self.circular.split(",") if c.strip())
-            except ValueError:
-                raise IdauditError("--circular expects comma-separated integers, got "
-                                   f"{self.circular!r}") from None
-        return tuple(self.circular)
-
-
-
 def _refuse_world_options(req: EncoderOptions, with_rho: bool) -> None:
     """Arrays are audited as they are: the options that say where an encoder is embedded do
     not apply to them (``rho`` among them only where the arrays bring their own)."""
@@ -587,7 +506,8 @@ def run_audit(req: AuditRequest) -> AuditReport:
     :class:`~idaudit.errors.IdauditError` (exit 2 in the CLI) before any work is done."""
     check_seed(req.seed)
     _check_counts(req.bootstrap, req.gauss_sims, req.test_fraction)
-    thresholds = req.thresholds()
+    thresholds = collect_thresholds(req, KNOWN_METRICS, "r2_h_to_z_heldout",
+                                    "orthogonality_error")
     if req.n_eval is not None and (isinstance(req.n_eval, bool) or not isinstance(
             req.n_eval, (int, np.integer)) or req.n_eval < 10):
         raise IdauditError(f"--n-eval must be an integer ≥ 10, got {req.n_eval!r}")
@@ -614,8 +534,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
             x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
     for target in req.targets:
         if isinstance(target, (str, Path)):
-            loaded = load_target(target, arch=req.arch, arch_kwargs=req.arch_kwargs,
-                                 trust_pickle=req.trust_pickle)
+            loaded = load_target(target, req)
         else:
             loaded = LoadedEncoder(target, None, {}, Path("encoder"))
         if isinstance(loaded, Arrays):
@@ -650,9 +569,8 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
     "inconclusive" when the data cannot support one (collapse, NaN/Inf, too few rows). Bad
     input raises :class:`~idaudit.errors.IdauditError` (a ``ValueError``).
     """
-    unknown = set(options) - {f.name for f in fields(AuditRequest)}
-    if unknown:
-        raise IdauditError(f"audit() got unknown options: {', '.join(sorted(unknown))}")
+    unknown_options(AuditRequest, options, "audit", positional=("targets", "z", "h", "h_prime",
+                                                                "rho"))
     if encoder is not None and targets is not None:
         raise IdauditError("give encoder= or targets=, not both")
     listed = list(targets or []) + ([encoder] if encoder is not None else [])

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ._version import __version__
+from .defaults import TEST_FRACTION, WORLD, WORLD_DEFAULTS, default_text
 from .errors import (
     EXIT_INTERNAL,
     EXIT_RUNS_FAILED,
@@ -19,6 +20,14 @@ from .errors import (
     show_tracebacks,
 )
 from .io import check_outputs
+from .requests import (
+    AuditRequest,
+    ConsistencyRequest,
+    PlanRequest,
+    SweepRequest,
+    WorldRequest,
+    default,
+)
 
 app = typer.Typer(
     help="Did your self-supervised encoder learn the world? Worlds with known latents, "
@@ -86,29 +95,37 @@ def cli_errors(fn):
 
 # ---- shared options --------------------------------------------------------------------
 # World options default to None ("not given"): each world fills its own defaults and refuses
-# the options it does not take, naming them.
+# the options it does not take, naming them. Help texts read the defaults from
+# idaudit.defaults (chained options) and the request dataclasses (a command's own options).
+
+
+def _d(key: str) -> str:
+    """A world option's default as its help text shows it."""
+    return default_text(WORLD_DEFAULTS[key])
+
 
 WorldOpt = typer.Option(None, "--world", "-w",
                         help="spiral | banana | sinusoid | nvp (2D RealNVP coupling) | coupling "
-                             "(any even --dim) | reacher (MuJoCo pixels) (default: spiral, or "
+                             f"(any even --dim) | reacher (MuJoCo pixels) (default: {WORLD}, or "
                              "the world of --data)")
 DimOpt = typer.Option(None, "--dim", "-n", help="latent dimension (coupling: any even N; 2D "
                       "worlds: 2)")
-SourceOpt = typer.Option(None, "--source", help="latent law: gaussian (default) | laplace | "
-                         "gennorm")
+SourceOpt = typer.Option(None, "--source", help="latent law: gaussian | laplace | gennorm "
+                         f"(default {_d('source')})")
 AlphaOpt = typer.Option(None, "--alpha", help="shape α of the gennorm source (2 = Gaussian, "
                         "1 = Laplace)")
 RhoOpt = typer.Option(None, "--rho", help="OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η "
-                      "(default 0.95)")
-LayersOpt = typer.Option(None, "--layers", help="coupling layers (default 4; the encoder matches)")
+                      f"(default {_d('rho')})")
+LayersOpt = typer.Option(None, "--layers", help=f"coupling layers (default {_d('layers')}; the "
+                         "encoder matches)")
 TrajectoryOpt = typer.Option(None, "--trajectory/--ou", help="reacher: pairs from episodes of "
                              "a goal-reaching controller instead of OU pairs", show_default=False)
 StrideOpt = typer.Option(None, "--stride", help="reacher --trajectory: steps between views "
-                         "(default 8)")
-DataSeedOpt = typer.Option(None, "--data-seed", help="reacher: the dataset's seed (default 0; "
-                           "separate from the training --seed)")
+                         f"(default {_d('stride')})")
+DataSeedOpt = typer.Option(None, "--data-seed", help="reacher: the dataset's seed (default "
+                           f"{_d('data_seed')}; separate from the training --seed)")
 ImageSizeOpt = typer.Option(None, "--image-size", help="reacher: image side in pixels, "
-                           "rendered at that size (default 64, the paper's)")
+                           f"rendered at that size (default {_d('image_size')}, the paper's)")
 WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (default: one "
                           "per core)")
 
@@ -150,14 +167,15 @@ def world(
     alpha: float | None = AlphaOpt,
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
-    pairs: int = typer.Option(10_000, "--pairs", help="number of (z, z′) pairs"),
-    seed: int = typer.Option(0, "--seed", help="the dataset's seed"),
+    pairs: int = typer.Option(default(WorldRequest, "pairs"), "--pairs",
+                              help="number of (z, z′) pairs"),
+    seed: int = typer.Option(default(WorldRequest, "seed"), "--seed", help="the dataset's seed"),
     out_path: Path = typer.Option(..., "--out", "-o", help="output file (.safetensors), or "
                                   "a directory for reacher"),
     trajectory: bool | None = TrajectoryOpt,
     stride: int | None = StrideOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="reacher: shared evaluation "
-                                      "images (default 10 000)"),
+                                      f"images (default {_d('n_eval')})"),
     image_size: int | None = ImageSizeOpt,
     workers: int | None = WorkersOpt,
 ) -> None:
@@ -166,19 +184,14 @@ def world(
     `idaudit world reacher --rho 0.95 --pairs N --out DIR` renders MuJoCo Reacher images
     (resumable: rerun the same command after an interruption).
     """
-    from .worlds import KINDS, make_spec
+    from .datasets import write_world
 
-    if pairs < 1:
-        raise IdauditError(f"--pairs must be ≥ 1, got {pairs}")
     if name and world_ and name != world_:
         raise IdauditError(f"two worlds given: {name!r} and --world {world_!r}")
-    check_seed(seed, "--seed")
-    spec = make_spec(name or world_, **_world_options(
-        dim=dim, source=source, alpha=alpha, rho=rho, layers=layers, trajectory=trajectory,
-        stride=stride, n_eval=n_eval, image_size=image_size))
-    kind = KINDS.get(spec.name)
-    check_outputs([(out_path, "--out")], directory=kind.writes_directory)
-    out.print(kind.write(spec, out_path, pairs, seed, workers, progress=True))
+    out.print(write_world(WorldRequest(
+        world=name or world_, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
+        trajectory=trajectory, stride=stride, n_eval=n_eval, image_size=image_size,
+        out=out_path, pairs=pairs, seed=seed, workers=workers), progress=True))
 
 
 @app.command()
@@ -248,35 +261,26 @@ def train(
     option given explicitly wins. Options that do not apply to the world are refused.
     Defaults left unsaid here: `--show-config` prints each one and its source.
     """
-    from .encoders import pick_device
     from .loaders import parse_json_object
     from .report import metrics_table
-    from .runs import log_path_for, resolve, run
+    from .runs import TrainRequest, default_checkpoint_path, resolve_request, run_train
 
-    if encoder_kwargs is not None and encoder is None:
-        raise IdauditError("--encoder-kwargs needs --encoder")
-    options = dict(world=world_, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
-                   objective=objective, lamb=lamb, sigma=sigma, steps=steps, epochs=epochs,
-                   batch=batch, lr=lr, seed=seed, inits=inits, eval_every=eval_every,
-                   n_eval=n_eval, views=views, encoder=encoder,
-                   encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs"),
-                   device=device, pairs=pairs, trajectory=trajectory, stride=stride,
-                   data_seed=data_seed, image_size=image_size, recipe=recipe,
-                   data=None if data is None else str(data))
-    # the device this run trains on is an input of the resolver (it chooses the recipe)
-    resolved = resolve(options, str(pick_device(device or "auto")))
+    req = TrainRequest(
+        world=world_, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
+        objective=objective, lamb=lamb, sigma=sigma, steps=steps, epochs=epochs, batch=batch,
+        lr=lr, seed=seed, inits=inits, eval_every=eval_every, n_eval=n_eval, views=views,
+        encoder=encoder, encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs"),
+        device=device, pairs=pairs, trajectory=trajectory, stride=stride, data_seed=data_seed,
+        image_size=image_size, recipe=recipe, data=data, out=out_path, workers=workers)
+    resolved = resolve_request(req)  # the device it trains on chooses the recipe
     if show_config:
         for line in resolved.config_lines():
             typer.echo(line)
         return
+    if req.out is None:
+        req.out = default_checkpoint_path(resolved)
+    record = run_train(req, resolved, progress=not quiet, say=None if quiet else say)
     objective, seed = resolved.train.objective, resolved.train.seed
-    if out_path is None:
-        out_path = Path("runs") / f"{resolved.world.name}-{objective}-s{seed}.safetensors"
-    # an earlier run's checkpoint and log go first: a run that fails leaves neither behind
-    check_outputs([(out_path, "--out"), (log_path_for(out_path), "--out (its log)")],
-                  [(data, "--data")], remove_stale=True)
-    record = run(resolved, out_path, workers=workers, progress=not quiet,
-                 say=None if quiet else say)
     out.print(metrics_table(record.metrics,
                             title=f"{record.world['name']} · {objective} · seed {seed}"))
     out.print(f"{record.steps_per_second:.0f} steps/s on {record.device}; "
@@ -296,6 +300,10 @@ EvalWorldOpt = typer.Option(None, "--world", "-w", help="evaluate on this world 
                             "checkpoint's)")
 DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs file from "
                        "`idaudit world` or a Reacher dataset directory")
+
+
+KeysOpt = typer.Option(False, "--keys", help="show each metric's key (what --min, --max and "
+                       "gate files name) beside its label")
 
 
 def _finish(report, table, json_path: Path | None, junit: Path | None,
@@ -329,7 +337,8 @@ def audit(
                                          "checkpoint, TorchScript/.pt2, weights + --arch, or "
                                          "z/h arrays; several (e.g. seeds of one recipe) are "
                                          "gated together, see --reduce"),
-    reduce: str = typer.Option("worst", "--reduce", help="with several targets, gate the "
+    reduce: str = typer.Option(default(AuditRequest, "reduce"), "--reduce", help="with several "
+                               "targets, gate the "
                                "worst run's value of each gated metric, or the median"),
     json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
     junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
@@ -345,18 +354,21 @@ def audit(
     layers: int | None = LayersOpt,
     data: Path | None = DataOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="evaluation pairs (default: "
-                                      "the training eval set, else 10 000)"),
+                                      f"the training eval set, else {_d('n_eval')})"),
     seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed (default: "
                                     "a checkpoint's training seed, else 0)"),
-    bootstrap: int = typer.Option(0, "--bootstrap", help="bootstrap resamples for CIs"),
+    bootstrap: int = typer.Option(default(AuditRequest, "bootstrap"), "--bootstrap",
+                                  help="bootstrap resamples for CIs"),
     test_fraction: float | None = typer.Option(None, "--test-fraction", help="held-out share "
-                                               "of rows (default 0.5; not where a world fixes "
-                                               "its evaluation images, as Reacher does)"),
+                                               f"of rows (default {TEST_FRACTION:g}; not where a "
+                                               "world fixes its evaluation images, as Reacher "
+                                               "does)"),
     circular: str | None = typer.Option(None, "--circular", help="comma-separated latent "
                                         "indices that are angles"),
-    gauss_sims: int = typer.Option(0, "--gauss-sims", help="Gaussianity p-value: 0 from the "
-                                   "asymptotic null law; N > 0 from N simulated Gaussian data "
-                                   "sets of the same size (exact, p ≥ 1/(N+1))"),
+    gauss_sims: int = typer.Option(default(AuditRequest, "gauss_sims"), "--gauss-sims",
+                                   help="Gaussianity p-value: 0 from the asymptotic null "
+                                   "law; N > 0 from N simulated Gaussian data sets of the "
+                                   "same size (exact, p ≥ 1/(N+1))"),
     min_r2: float | None = typer.Option(None, "--min-r2", help="gate: held-out R²(h → z) ≥"),
     max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
                                           help="gate: orthogonality error ≤"),
@@ -366,6 +378,7 @@ def audit(
                                    "(repeatable)"),
     gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
                                      "tables"),
+    keys: bool = KeysOpt,
     label_free: bool = typer.Option(False, "--label-free", help="ignore the true latents z: "
                                     "the verdict a project without them would get (arrays "
                                     "without z are audited label-free anyway)"),
@@ -375,7 +388,7 @@ def audit(
     Exit codes: 0 pass, 1 a threshold failed, 2 bad input or usage, 3 inconclusive
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
-    from .auditing import AuditRequest, run_audit
+    from .auditing import run_audit
     from .loaders import parse_json_object
     from .report import audit_table
 
@@ -391,7 +404,7 @@ def audit(
         circular=circular or (), gauss_sims=gauss_sims, min_r2=min_r2,
         max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate,
         label_free=label_free))
-    _finish(report, audit_table(report), json_path, junit, markdown)
+    _finish(report, audit_table(report, keys), json_path, junit, markdown)
 
 
 @app.command()
@@ -414,10 +427,11 @@ def consistency(
     layers: int | None = LayersOpt,
     data: Path | None = DataOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="inputs to embed (default: the "
-                                      "first checkpoint's eval set, else 10 000)"),
+                                      f"first checkpoint's eval set, else {_d('n_eval')})"),
     seed: int | None = typer.Option(None, "--seed", help="inputs and split seed (default: the "
                                     "first checkpoint's training seed, else 0)"),
-    test_fraction: float = typer.Option(0.5, "--test-fraction", help="held-out share of rows"),
+    test_fraction: float = typer.Option(default(ConsistencyRequest, "test_fraction"),
+                                        "--test-fraction", help="held-out share of rows"),
     min_r2: float | None = typer.Option(None, "--min-r2", help="gate: consistency_r2 (worst "
                                         "pair, held-out) ≥"),
     max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
@@ -428,6 +442,7 @@ def consistency(
                                    "(repeatable)"),
     gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
                                      "tables"),
+    keys: bool = KeysOpt,
 ) -> None:
     """Do two or more runs agree up to a rotation? No true latents needed.
 
@@ -437,7 +452,7 @@ def consistency(
     a rotation differ by a rotation. Exit codes as audit: 0 pass, 1 a threshold failed, 2 bad
     input or usage, 3 inconclusive (a collapsed run, NaN/Inf, different numbers of inputs).
     """
-    from .agreement import ConsistencyRequest, run_consistency
+    from .agreement import run_consistency
     from .loaders import parse_json_object
     from .report import consistency_table
 
@@ -453,7 +468,7 @@ def consistency(
         world=world_, data=data, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
         n_eval=n_eval, seed=seed, test_fraction=test_fraction, min_r2=min_r2,
         max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate))
-    _finish(report, consistency_table(report), json_path, junit, markdown, "consistency")
+    _finish(report, consistency_table(report, keys), json_path, junit, markdown, "consistency")
 
 
 @app.command("metrics")
@@ -490,11 +505,14 @@ def plan(
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
     data: Path | None = DataOpt,
-    pairs: int = typer.Option(100, "--pairs", "-k", help="random start/goal pairs"),
-    waypoints: int = typer.Option(20, "--waypoints", help="segments per plan"),
+    pairs: int = typer.Option(default(PlanRequest, "pairs"), "--pairs", "-k",
+                              help="random start/goal pairs"),
+    waypoints: int = typer.Option(default(PlanRequest, "waypoints"), "--waypoints",
+                                  help="segments per plan"),
     gallery: int | None = typer.Option(None, "--gallery", help="k-NN decoder gallery size "
-                                       "(synthetic worlds; default 10 000)"),
-    seed: int = typer.Option(0, "--seed"),
+                                       f"(synthetic worlds; default {_d('gallery')})"),
+    seed: int = typer.Option(default(PlanRequest, "seed"), "--seed",
+                             help="seed of the start/goal pairs (and the gallery)"),
     json_path: Path | None = typer.Option(None, "--json", help="write the results here"),
     plot: Path | None = typer.Option(None, "--plot", help="PNG of the planned paths next to "
                                      "the oracle's (needs the plot extra)"),
@@ -507,17 +525,15 @@ def plan(
     """
     from .io import write_json
     from .loaders import parse_json_object
-    from .planning import plan as run_plan
+    from .planning import run_plan
     from .report import plan_table
 
-    check_seed(seed, "--seed")
     check_outputs([(json_path, "--json"), (plot, "--plot")],
                   [(target, "the target"), (data, "--data")], remove_stale=True)
-    report = run_plan(target, world=world_, data=data, pairs=pairs, waypoints=waypoints,
-                      gallery=gallery, seed=seed, arch=arch, trust_pickle=trust_pickle,
-                      arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
-                      options=_world_options(dim=dim, source=source, alpha=alpha, rho=rho,
-                                             layers=layers))
+    report = run_plan(PlanRequest(
+        target=target, arch=arch, arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
+        trust_pickle=trust_pickle, world=world_, data=data, dim=dim, source=source, alpha=alpha,
+        rho=rho, layers=layers, pairs=pairs, waypoints=waypoints, gallery=gallery, seed=seed))
     out.print(plan_table(report.metrics))
     if plot is not None:
         report.plot(plot)
@@ -573,7 +589,8 @@ def demo(
 def sweep(
     suite: str = typer.Argument(..., help="2d | scaling | gennorm | grid | reacher, or a TOML "
                                 "file with [fixed] options and [grid] lists of train options"),
-    out_dir: Path = typer.Option(Path("sweeps"), "--out", "-o", help="results directory"),
+    out_dir: Path = typer.Option(Path(default(SweepRequest, "out")), "--out", "-o",
+                                 help="results directory"),
     seeds: int | None = typer.Option(None, "--seeds", help="keep the first N seeds"),
     steps: int | None = typer.Option(None, "--steps", help="cap the training steps"),
     dims: str | None = typer.Option(None, "--dims", help="comma-separated dims to keep"),
@@ -585,12 +602,14 @@ def sweep(
                                    "--set pairs=3000 --set epochs=10 (Reacher)"),
     workers: int | None = typer.Option(None, "--workers", help="parallel runs (default: cores, "
                                        "or one per GPU)"),
-    executor: str = typer.Option("local", "--executor", help="local (process pool) | ray"),
+    executor: str = typer.Option(default(SweepRequest, "executor"), "--executor",
+                                 help="local (process pool) | ray"),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: "
                                        "a local Ray instance)"),
     list_only: bool = typer.Option(False, "--list", help="print the runs, run nothing"),
-    checkpoints: bool = typer.Option(False, "--checkpoints", help="keep each trained encoder "
-                                     "as OUT/checkpoints/ID.safetensors (for audit and plan)"),
+    checkpoints: bool = typer.Option(default(SweepRequest, "checkpoints"), "--checkpoints",
+                                     help="keep each trained encoder as "
+                                     "OUT/checkpoints/ID.safetensors (for audit and plan)"),
 ) -> None:
     """Run a suite of trainings (resumable: finished runs are skipped) in a process pool.
 
@@ -599,26 +618,12 @@ def sweep(
     """
     from rich.table import Table
 
-    from .suites import load_suite, parse_assignments, shrink
-    from .sweep import run_id, run_sweep
+    from .sweep import run_id, run_sweep_request, sweep_runs
 
-    try:
-        dim_list = [int(d) for d in dims.split(",")] if dims else None
-    except ValueError:
-        raise IdauditError(f"--dims expects comma-separated integers, got {dims!r}") from None
-    overrides = parse_assignments(set_, "--set")
-    if any(len(v) > 1 for v in overrides.values()):
-        raise IdauditError("--set takes one value per option (use --only or a TOML grid to vary)")
-    for value, flag in ((seeds, "--seeds"), (steps, "--steps"), (workers, "--workers")):
-        if value is not None and value < 1:
-            raise IdauditError(f"{flag} must be ≥ 1, got {value}")
-    check_outputs([(out_dir, "--out")], directory=True)
-    runs = shrink(load_suite(suite), seeds=seeds, steps=steps, dims=dim_list,
-                  objectives=objectives.split(",") if objectives else None,
-                  only=parse_assignments(only, "--only"),
-                  overrides={k: v[0] for k, v in overrides.items()})
-    if not runs:
-        raise IdauditError("no runs left after --seeds/--dims/--objectives/--only")
+    req = SweepRequest(suite=suite, out=out_dir, seeds=seeds, steps=steps, dims=dims,
+                       objectives=objectives, only=only, set=set_, workers=workers,
+                       executor=executor, address=address, checkpoints=checkpoints)
+    runs = sweep_runs(req)
     if list_only:
         table = Table(title=f"{suite}: {len(runs)} runs")
         keys = sorted({k for r in runs for k in r})
@@ -628,8 +633,7 @@ def sweep(
             table.add_row(run_id(r), *[str(r.get(k, "")) for k in keys])
         out.print(table)
         return
-    counts = run_sweep(runs, out_dir, workers=workers, progress=True, executor=executor,
-                       address=address, checkpoints=checkpoints)
+    counts = run_sweep_request(req, runs, progress=True)
     out.print(f"{counts['total']} runs: {counts['skipped']} already done, {counts['ok']} ok, "
               f"{counts['failed']} failed; results in {out_dir / 'runs'}")
     if counts["failed"]:  # not 1: that code means a gate failed

@@ -152,13 +152,20 @@ def _module_device(encoder: Any) -> torch.device | None:
 def embed(encoder: Callable[[torch.Tensor], Any], x: Any, device: torch.device | str | None = None,
           chunk: int | None = None) -> torch.Tensor:
     """h = encoder(x): in eval mode (the mode is restored after), without gradients, in chunks,
-    returned as float32 on the CPU.
+    returned as float32 (batch, m) on the CPU.
 
-    ``encoder`` is any nn.Module (TorchScript and ``torch.export`` modules too) or callable;
-    ``x`` a tensor or array (uint8 images stay uint8 until they reach the encoder). Inputs go
-    to ``device``, by default the encoder's own. A failing or ill-shaped encoder is a one-line
-    :class:`IdauditError`.
+    ``encoder`` is any nn.Module (TorchScript and ``torch.export`` modules too) or callable,
+    or a :class:`~idaudit.embedding_choice.ChosenEmbedding` carrying its pool/output/embed
+    choice; a module with no ``forward`` is called through ``encode`` (LeWM's ``encode(info)``
+    too). Which output is the embedding: :func:`~idaudit.embedding_choice.select_embedding`
+    (a tuple gives element 0; a dict or ModelOutput, or tokens (batch, tokens, dim), need a
+    chosen ``output``/``pool`` and are never flattened silently). ``x`` a tensor or array
+    (uint8 images stay uint8 until they reach the encoder). Inputs go to ``device``, by default
+    the encoder's own. A failing or ill-shaped encoder is a one-line :class:`IdauditError`.
     """
+    from .embedding_choice import call_and_choice, select_embedding
+
+    call, choice = call_and_choice(encoder)
     n = len(x)
     chunk = chunk or (EMBED_CHUNK if getattr(x, "ndim", 2) <= 2 else 1024)
     dev = torch.device(device) if device is not None else (_module_device(encoder) or
@@ -176,21 +183,16 @@ def embed(encoder: Callable[[torch.Tensor], Any], x: Any, device: torch.device |
             part = part if isinstance(part, torch.Tensor) else \
                 torch.from_numpy(np.ascontiguousarray(part))
             try:
-                y = encoder(part.to(dev))
+                y = call(part.to(dev))
             except Exception as exc:  # a user's encoder can raise anything
                 raise IdauditError(f"the encoder failed on inputs of shape {tuple(part.shape)}: "
                                    f"{_error_line(exc)}") from None
-            if isinstance(y, (tuple, list)) and y:
-                y = y[0]
-            if not isinstance(y, torch.Tensor) or y.ndim < 1 or y.shape[0] != part.shape[0]:
-                shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-                raise IdauditError(f"the encoder returned {shape} for a batch of "
-                                   f"{part.shape[0]}; expected (batch, embed_dim)")
+            y = select_embedding(y, part.shape[0], choice)
             if y.is_complex() or not (y.is_floating_point() or y.dtype in (torch.int32,
                                                                               torch.int64)):
                 raise IdauditError(f"the encoder returned {y.dtype} values; expected real "
                                    "numbers")
-            outs.append(y.reshape(y.shape[0], -1).float().cpu())
+            outs.append(y.float().cpu())
     finally:
         if was_training:
             encoder.train(True)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .defaults import WORLD
 from .errors import IdauditError
 from .io import atomic_write
 from .report import grid_cells, method_label
@@ -146,11 +147,11 @@ def plot_r2_vs_alpha(rows: list[Row], path: Path) -> Path | None:
     """R²(h → z) against α, one panel per mixing, one line per method; α = 2 marked."""
     if len({r.get("alpha") for r in rows if r.get("alpha") is not None}) < 2:
         return None
-    worlds = sorted({r.get("world", "spiral") for r in rows if r.get("alpha") is not None})
+    worlds = sorted({r.get("world", WORLD) for r in rows if r.get("alpha") is not None})
     fig, axes = _figure(1, len(worlds), figsize=(4.2 * len(worlds), 3.8), squeeze=False,
                         sharey=True)
     for ax, world in zip(axes.flat, worlds):
-        at = [r for r in rows if r.get("world", "spiral") == world]
+        at = [r for r in rows if r.get("world", WORLD) == world]
         for name, rs in sorted(_series(at, "alpha", lambda r: r["method"]).items()):
             a = [r["alpha"] for r in rs]
             ax.errorbar(a, [r["r2_h_to_z_mean"] for r in rs],

@@ -59,7 +59,7 @@ def pair_metrics(h: Any, hp: Any) -> dict[str, float]:
     rho = float(np.clip(cc[0], 1e-6, 1 - 1e-6))
     delta = alignment_gap_from_rows(pair_rows(h, hp, h.mean(0, dtype=np.float64)), rho)
     return {"rho_estimated": rho, "canonical_min": float(cc[-1]),
-            "canonical_spread": float(cc[0] - cc.mean()),
+            "canonical_mean": float(cc.mean()), "canonical_spread": float(cc[0] - cc.mean()),
             "alignment_gap_rho_estimated": delta,
             "D_rho_estimated": delta / (2.0 * rho * (1.0 - rho)) if math.isfinite(delta) else
             math.inf}
@@ -91,7 +91,5 @@ def label_free_metrics(h: Any, hp: Any = None, rho: float | None = None, *, seed
     out.update(pair_metrics(h, hp))
     if rho is not None:
         out.update(bound_terms(white, m, pair_rows(h, hp, mom.mean), float(rho), confidence))
-        cc_mean = out["rho_estimated"] - out["canonical_spread"] if "rho_estimated" in out \
-            else float("nan")
-        out["canonical_shortfall"] = float(rho) - cc_mean
+        out["canonical_shortfall"] = float(rho) - out.get("canonical_mean", float("nan"))
     return out

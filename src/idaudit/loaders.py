@@ -1,21 +1,25 @@
 """Bring an encoder (or its embeddings) from wherever a project keeps it.
 
-``load_target`` turns a path into :class:`Arrays` or a :class:`LoadedEncoder`; audit, plan
-and consistency checks all start here:
+``load_target`` turns a path into :class:`Arrays` or a :class:`LoadedEncoder`, opened as a
+:class:`LoadOptions` says; audit, plan and consistency checks all start here:
 
-* ``.npz`` or ``.safetensors`` arrays with ``z``, ``h`` (optionally ``h_prime``, ``rho``,
-  ``circular``) — no world needed;
+* ``.npz``, ``.safetensors`` or torch.save arrays with ``z``, ``h`` (optionally ``h_prime``,
+  ``rho``, ``circular``, ``x``; the paper's ``run.pt``) — no world needed;
 * an idaudit checkpoint (safetensors with idaudit metadata) — its world comes with it;
-* plain safetensors weights + ``--arch module.path:factory`` (``--arch-kwargs`` JSON);
+* weights — safetensors or a torch.save file (``.pt``, ``.pth``, ``.pth.tar``, ``.ckpt``: I-JEPA,
+  V-JEPA 2, Lightning, torch.compile'd or DDP models; :mod:`idaudit.state_dicts`) — with
+  ``--arch module.path:factory`` or ``--arch timm:NAME`` (:mod:`idaudit.architectures`);
+* a Hugging Face model directory, or a stable-worldmodel / LeWM one (weights.pt + config.json);
 * TorchScript (``torch.jit.load``) or a ``torch.export`` program (``.pt2``);
-* a pickled module only with ``trust_pickle`` (``torch.load`` runs arbitrary code).
+* a pickled module, or an object of the user's class, only with ``trust_pickle``.
+
+torch.save files are read with ``torch.load(weights_only=True)``: no code runs without
+``trust_pickle``. Which output of the encoder is the embedding (``pool``, ``output``,
+``embed``): :mod:`idaudit.embedding_choice`.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .architectures import build_arch, import_factory  # noqa: F401 - re-exported
 from .errors import IdauditError, latent_indices
 from .io import CHECKPOINT_FORMAT as CHECKPOINT
 from .io import PAIRS_FORMAT, read_metadata
 from .io import first_line as _first_line
 from .jsontext import parse_json_object  # noqa: F401 - the CLI imports it from here
+from .requests import LoadOptions
 
 if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
     from .worlds import World, WorldSpec
@@ -109,10 +115,14 @@ def numeric_array(a: Any, what: str) -> np.ndarray:
     """A real float or integer ndarray (integers become float64), or a one-line error."""
     from .metrics import to_numpy
 
+    if str(getattr(a, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
+        a = a.float()  # numpy has no bfloat16: half precision is read as float32
     try:
         arr = to_numpy(a)
     except (TypeError, ValueError) as exc:
         raise IdauditError(f"{what} is not numeric ({exc})") from None
+    if arr.dtype == np.float16:
+        return arr.astype(np.float32)
     if arr.dtype.kind == "f":
         return arr
     if arr.dtype.kind in "iu":
@@ -203,67 +213,34 @@ def load_array_file(path: Path, kind: str | None = None) -> Arrays:
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
         return arrays_from_mapping(d, str(path))
-    from safetensors.numpy import load_file
+    return arrays_from_mapping(_read_safetensors_arrays(path), str(path))
+
+
+def _read_safetensors_arrays(path: Path) -> dict[str, Any]:
+    """The tensors of a safetensors file, read with the torch backend (numpy's has no
+    bfloat16); :func:`numeric_array` makes half precision float32."""
+    from safetensors.torch import load_file
 
     try:
-        d = load_file(str(path))
+        return load_file(str(path))
     except Exception as exc:
         raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") from None
-    return arrays_from_mapping(d, str(path))
 
 
-def import_factory(spec: str):
-    """``package.module:callable`` → the callable. The module (and what it imports as it
-    loads) may come from the current directory, searched after the installed packages (a
-    stray scipy.py never shadows scipy) and only during that import: ``sys.path`` is restored
-    exactly afterwards, so no later import finds files there (a stray pandas.py stays unrun)."""
-    mod_name, sep, attr = spec.partition(":")
-    if not sep or not mod_name or not attr:
-        raise IdauditError(f"--arch must look like module.path:factory, got {spec!r}")
-    path_list = sys.path
-    saved = list(path_list)
-    cwd = os.getcwd()
-    if not any(p in ("", ".", cwd) for p in path_list):
-        path_list.append(cwd)
-    try:
-        module = importlib.import_module(mod_name)
-    except SystemExit as exc:
-        raise IdauditError(f"--arch: importing {mod_name!r} exited (SystemExit {exc.code}); "
-                           "the encoder factory exited instead of building a model") from None
-    except Exception as exc:
-        raise IdauditError(f"--arch: cannot import {mod_name!r} ({_first_line(exc)})") from None
-    finally:  # the same list object, with the same entries, even if the module rebound it
-        path_list[:] = saved
-        sys.path = path_list
-    try:
-        fn = getattr(module, attr)
-    except AttributeError:
-        raise IdauditError(f"--arch: module {mod_name!r} has no attribute {attr!r}") from None
-    if not callable(fn):
-        raise IdauditError(f"--arch: {spec} is not callable")
-    return fn
-
-
-def build_arch(spec: str, kwargs: dict[str, Any] | None) -> Any:
-    import torch
-
-    fn = import_factory(spec)
-    try:
-        model = fn(**(kwargs or {}))
-    except SystemExit as exc:
-        raise IdauditError(f"--arch: the encoder factory exited (SystemExit {exc.code}) "
-                           "instead of returning a model") from None
-    except Exception as exc:
-        raise IdauditError(f"--arch: {spec}(**kwargs) raised {_first_line(exc)}") from None
-    if not isinstance(model, torch.nn.Module):
-        raise IdauditError(f"--arch: {spec} returned {type(model).__name__}, not a torch nn.Module")
-    return model
+def _load_options(options: LoadOptions | None) -> LoadOptions:
+    """``options`` (None: the defaults); any :class:`LoadOptions`, requests included."""
+    if options is None:
+        return LoadOptions()
+    if not isinstance(options, LoadOptions):
+        raise IdauditError(f"options must be a LoadOptions, got {type(options).__name__}")
+    return options
 
 
 @dataclass
 class LoadedEncoder:
     """An encoder from a file, with the world and training config an idaudit checkpoint
-    carries (None / {} for other formats)."""
+    carries (None / {} for other formats). ``module`` carries its embedding choice (a
+    :class:`~idaudit.embedding_choice.ChosenEmbedding` when pool/output/embed were given)."""
 
     module: Any
     world: WorldSpec | None
@@ -271,105 +248,212 @@ class LoadedEncoder:
     path: Path
 
 
-def load_encoder_file(path: Path, arch: str | None, arch_kwargs: dict[str, Any] | None,
-                      trust_pickle: bool, kind: str | None = None) -> LoadedEncoder:
-    """Every encoder format: idaudit checkpoint, plain weights + ``arch``, TorchScript,
-    ``torch.export`` (.pt2), or — only with ``trust_pickle`` — a pickled module. The format
-    is read from the file's bytes, whatever its name."""
+def _encoder(module: Any, opts: LoadOptions, path: Path, world: Any = None,
+             train: dict[str, Any] | None = None) -> LoadedEncoder:
+    """The loaded module with the embedding choice of ``opts``."""
+    if opts.chooses_embedding():
+        from .architectures import import_factory
+        from .embedding_choice import ChosenEmbedding
+
+        fn = import_factory(opts.embed, "--embed", "function") if opts.embed else None
+        module = ChosenEmbedding(module, pool=opts.pool, output=opts.output, embed_fn=fn)
+    return LoadedEncoder(module, world, train or {}, path)
+
+
+_WEIGHTS_ONLY = ("arch", "arch_kwargs", "key", "prefix")
+
+
+def _weights_into(model: Any, obj: Any, opts: LoadOptions, arch: str, source: str) -> None:
+    from .state_dicts import choose_state_dict, load_weights, prepare_state
+
+    state = prepare_state(choose_state_dict(obj, source), opts.prefix, source)
+    load_weights(model, state, arch, source)
+
+
+def _torch_save_file(path: Path, opts: LoadOptions) -> dict[str, Any] | LoadedEncoder:
+    """A torch.save file: its arrays (a dict with h), or its weights in ``opts.arch``, or —
+    trusted — the module pickled in it."""
     import torch
 
-    kind = kind or sniff(path)
+    from .state_dicts import (
+        find_entry,
+        holds_arrays,
+        is_state_dict,
+        read_torch_file,
+        state_dict_candidates,
+    )
+
+    obj = read_torch_file(path, opts.trust_pickle)
+    source = str(path)
+    if opts.key is not None:
+        obj = find_entry(obj, opts.key, source)
+        source = f"{path} entry {opts.key!r}"
+    if isinstance(obj, torch.nn.Module):
+        opts.refuse(("arch", "arch_kwargs", "prefix"), f"a pickled module ({path})")
+        return _encoder(obj, opts, path)
+    if opts.arch is None:
+        if holds_arrays(obj):
+            opts.refuse_for_arrays(path)
+            return dict(obj)
+        found = ["the file itself"] if is_state_dict(obj) else state_dict_candidates(obj)
+        if found:
+            several = f" and choose one with --key ({', '.join(found)})" if len(found) > 1 else ""
+            raise IdauditError(f"{source} holds weights (a state dict); pass --arch "
+                               f"module.path:factory or timm:NAME for the network they belong "
+                               f"to{several}")
+        what = f"a dict with entries {', '.join(map(str, list(obj)[:10]))}" \
+            if isinstance(obj, dict) else type(obj).__name__
+        raise IdauditError(f"{source} holds {what}: no module, state dict or arrays h; choose "
+                           "an entry with --key")
+    model = build_arch(opts.arch, opts.arch_kwargs)
+    _weights_into(model, obj, opts, opts.arch, source)
+    return _encoder(model, opts, path)
+
+
+def _safetensors_weights(path: Path, opts: LoadOptions) -> LoadedEncoder:
+    from safetensors.torch import load_file
+
+    opts.refuse(("key",), f"safetensors weights ({path} is one state dict)")
+    model = build_arch(opts.arch, opts.arch_kwargs)
+    try:
+        state = load_file(str(path))
+    except Exception as exc:
+        raise IdauditError(f"cannot read the weights in {path} ({_first_line(exc)})") from None
+    _weights_into(model, state, opts, opts.arch, str(path))
+    return _encoder(model, opts, path)
+
+
+def _model_dir(path: Path, kind: str, opts: LoadOptions) -> LoadedEncoder:
+    """A Hugging Face model directory or a stable-worldmodel (LeWM) one."""
+    from .architectures import build_lewm_dir, lewm_weights, load_hf_dir
+
+    if kind == "hf_dir":
+        opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
+        return _encoder(load_hf_dir(path), opts, path)
+    from .state_dicts import find_entry, read_torch_file
+
+    opts.refuse(("arch", "arch_kwargs"), f"a stable-worldmodel directory ({path}: its "
+                "config.json names the network)")
+    model = build_lewm_dir(path, opts.trust_pickle)
+    weights = lewm_weights(path)
+    obj = read_torch_file(weights, opts.trust_pickle)
+    source = str(weights)
+    if opts.key is not None:
+        obj = find_entry(obj, opts.key, source)
+        source = f"{weights} entry {opts.key!r}"
+    _weights_into(model, obj, opts, f"the network of {path / 'config.json'}", source)
+    return _encoder(model, opts, path)
+
+
+def load_encoder_file(path: Path, options: LoadOptions | None = None,
+                      kind: str | None = None) -> LoadedEncoder:
+    """Every encoder format: idaudit checkpoint, plain weights (safetensors or torch.save) +
+    ``arch``, TorchScript, ``torch.export`` (.pt2), a Hugging Face or stable-worldmodel
+    directory, or — only with ``trust_pickle`` — a pickled module. The format is read from
+    the file's bytes, whatever its name."""
+    import torch
+
+    opts = _load_options(options)
+    path = Path(path)
+    kind = kind or _file_kind(path)[1]
+    if kind in ("hf_dir", "lewm_dir"):
+        return _model_dir(path, kind, opts)
     if kind == "safetensors":
         meta = read_metadata(path)
         if meta.get("format") == CHECKPOINT:
             from .checkpoint import load_checkpoint
 
+            opts.refuse(("key", "prefix"), f"an idaudit checkpoint ({path})")
             ck = load_checkpoint(path)
-            return LoadedEncoder(ck.encoder, ck.world, ck.train, path)
-        if arch is None:
-            raise IdauditError(f"{path} holds plain weights: pass --arch module.path:factory to "
-                               "say which network they belong to")
-        from safetensors.torch import load_file
-
-        model = build_arch(arch, arch_kwargs)
-        try:
-            state = load_file(str(path))
-        except Exception as exc:
-            raise IdauditError(f"cannot read the weights in {path} ({_first_line(exc)})") \
-                from None
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
-            raise IdauditError(f"{path}: the weights do not fit {arch} ({_first_line(exc)})") \
-                from None
-        return LoadedEncoder(model, None, {}, path)
-    if arch is not None:
-        raise IdauditError("--arch goes with plain .safetensors weights")
+            return _encoder(ck.encoder, opts, path, ck.world, ck.train)
+        if opts.arch is None:
+            raise IdauditError(f"{path} holds plain weights: pass --arch module.path:factory "
+                               "(or timm:NAME) to say which network they belong to")
+        return _safetensors_weights(path, opts)
+    if kind == "pickle":
+        got = _torch_save_file(path, opts)
+        if isinstance(got, LoadedEncoder):
+            return got
+        raise IdauditError(f"{path} holds arrays (z, h …), not an encoder")
+    if opts.arch is not None:
+        raise IdauditError("--arch goes with plain weights (.safetensors or a torch.save state "
+                           "dict)")
+    opts.refuse(("key", "prefix"), "TorchScript or torch.export files (they hold no state dict "
+                "to choose from)")
     if kind == "export":
         from .export_archive import load_export_program
 
-        return LoadedEncoder(load_export_program(path, trust_pickle), None, {}, path)
+        return _encoder(load_export_program(path, opts.trust_pickle), opts, path)
     if kind == "torchscript":
         try:
-            return LoadedEncoder(torch.jit.load(str(path), map_location="cpu"), None, {}, path)
+            module = torch.jit.load(str(path), map_location="cpu")
         except Exception as exc:
             raise IdauditError(f"cannot load {path} as TorchScript ({_first_line(exc)})") \
                 from None
-    if kind != "pickle":
-        raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, "
-                           "safetensors weights or arrays, .npz arrays, TorchScript, torch.export)")
-    if not trust_pickle:
-        raise IdauditError(f"{path} is a pickled file (torch.save); if it holds a module you "
-                           "trust, pass --trust-pickle (unpickling runs arbitrary code)")
-    try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=False)
-    except Exception as exc:
-        raise IdauditError(f"cannot unpickle {path} ({_first_line(exc)})") from None
-    if not isinstance(obj, torch.nn.Module):
-        raise IdauditError(f"{path} unpickles to {type(obj).__name__}, not an nn.Module "
-                           "(a state_dict needs --arch and a .safetensors file)")
-    return LoadedEncoder(obj, None, {}, path)
+        return _encoder(module, opts, path)
+    raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, safetensors "
+                       "weights or arrays, .npz arrays, a torch.save file, TorchScript, "
+                       "torch.export, a Hugging Face or stable-worldmodel model directory)")
 
 
-def load_target(target: str | Path, *, arch: str | None = None,
-                arch_kwargs: dict[str, Any] | None = None,
-                trust_pickle: bool = False) -> Arrays | LoadedEncoder:
-    """What a path on the command line holds: arrays (z, h, …) or an encoder."""
+def load_target(target: str | Path, options: LoadOptions | None = None
+                ) -> Arrays | LoadedEncoder:
+    """What a path on the command line holds: arrays (z, h, …) or an encoder, opened as
+    ``options`` say (a :class:`LoadOptions`, or any request that is one)."""
+    opts = _load_options(options)
     path, kind = _file_kind(target)
     if kind == "npy":
         raise IdauditError(f"{path} is a single .npy array; audit needs z and h together: "
                            "numpy.savez(PATH.npz, z=z, h=h)")
     if kind == "npz":
-        if arch is not None:
-            raise IdauditError("--arch goes with plain .safetensors weights, not arrays")
+        opts.refuse_for_arrays(path)
         return load_array_file(path, kind)
     if kind == "safetensors":
         meta = read_metadata(path)
         if meta.get("format") == PAIRS_FORMAT:
             raise IdauditError(f"{path} is a world dataset; evaluate an encoder on it with "
                                f"--data {path}")
-        if meta.get("format") != CHECKPOINT and arch is None:
-            from safetensors import safe_open
-
-            with safe_open(str(path), framework="pt") as f:
-                keys = set(f.keys())
+        if meta.get("format") != CHECKPOINT and opts.arch is None:
+            keys = _safetensors_keys(path)
             if "h" not in keys:
                 raise IdauditError(
                     f"{path} is neither an idaudit checkpoint nor an array file with h "
                     f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights need "
                     "--arch module.path:factory")
+            opts.refuse_for_arrays(path)
             return load_array_file(path, kind)
-    return load_encoder_file(path, arch, arch_kwargs, trust_pickle, kind)
+    if kind == "pickle":
+        got = _torch_save_file(path, opts)
+        return got if isinstance(got, LoadedEncoder) else arrays_from_mapping(got, str(path))
+    return load_encoder_file(path, kind=kind, options=opts)
+
+
+def _safetensors_keys(path: Path) -> set[str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return set(f.keys())
+    except Exception as exc:
+        raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") from None
 
 
 def _file_kind(target: str | Path) -> tuple[Path, str]:
-    """The path of a regular file and what it holds (:func:`sniff`, falling back on the name
-    when the content is unreadable, so the named format's reader says what is wrong)."""
+    """The path and what it holds: :func:`sniff` for a regular file (falling back on the name
+    when the content is unreadable, so the named format's reader says what is wrong), or
+    ``hf_dir`` / ``lewm_dir`` for a model directory."""
     path = Path(target)
     if not path.exists():
         raise IdauditError(f"not found: {path}")
     if path.is_dir():
-        raise IdauditError(f"{path} is a directory, not an encoder or array file")
+        from .architectures import model_dir_kind
+
+        kind = model_dir_kind(path)
+        if kind is None:
+            raise IdauditError(f"{path} is a directory, not an encoder or array file (nor a model "
+                               "directory: config.json with model.safetensors or "
+                               "pytorch_model.bin, or with weights.pt and a _target_)")
+        return path, f"{kind}_dir"
     if not path.is_file():
         raise IdauditError(f"{path} is not a regular file")
     kind = sniff(path)
@@ -378,14 +462,15 @@ def _file_kind(target: str | Path) -> tuple[Path, str]:
     return path, kind
 
 
-def load_embedding_target(target: str | Path, *, arch: str | None = None,
-                          arch_kwargs: dict[str, Any] | None = None,
-                          trust_pickle: bool = False) -> np.ndarray | LoadedEncoder:
+def load_embedding_target(target: str | Path, options: LoadOptions | None = None
+                          ) -> np.ndarray | LoadedEncoder:
     """For ``idaudit consistency``: an embedding array ``h`` (a ``.npy``, or ``h`` in an
-    ``.npz``/``.safetensors``) or an encoder in any form :func:`load_target` takes."""
+    ``.npz``/``.safetensors``/torch.save dict) or an encoder in any form :func:`load_target`
+    takes."""
+    opts = _load_options(options)
     path, kind = _file_kind(target)
-    if kind in ("npy", "npz") and arch is not None:
-        raise IdauditError("--arch goes with plain .safetensors weights, not arrays")
+    if kind in ("npy", "npz"):
+        opts.refuse_for_arrays(path)
     if kind == "npy":
         try:
             arr = np.load(path, allow_pickle=False, mmap_mode="r")
@@ -406,20 +491,19 @@ def load_embedding_target(target: str | Path, *, arch: str | None = None,
         meta = read_metadata(path)
         if meta.get("format") == PAIRS_FORMAT:
             raise IdauditError(f"{path} is a world dataset, not an embedding or an encoder")
-        if meta.get("format") != CHECKPOINT and arch is None:
-            from safetensors.numpy import load_file
-
-            try:
-                d = load_file(str(path))
-            except Exception as exc:
-                raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") \
-                    from None
-            if "h" not in d:
+        if meta.get("format") != CHECKPOINT and opts.arch is None:
+            keys = _safetensors_keys(path)
+            if "h" not in keys:
                 raise IdauditError(
                     f"{path} is neither an idaudit checkpoint nor an array file with h (found: "
-                    f"{', '.join(sorted(d)) or 'no tensors'}); plain weights need --arch")
-            return numeric_array(d["h"], f"{path}: array 'h'")
-    return load_encoder_file(path, arch, arch_kwargs, trust_pickle, kind)
+                    f"{', '.join(sorted(keys)) or 'no tensors'}); plain weights need --arch")
+            opts.refuse_for_arrays(path)
+            return numeric_array(_read_safetensors_arrays(path)["h"], f"{path}: array 'h'")
+    if kind == "pickle":
+        got = _torch_save_file(path, opts)
+        return got if isinstance(got, LoadedEncoder) else \
+            numeric_array(got["h"], f"{path}: array 'h'")
+    return load_encoder_file(path, kind=kind, options=opts)
 
 
 def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,

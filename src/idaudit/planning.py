@@ -23,6 +23,7 @@ from .encoders import embed
 from .errors import IdauditError, check_seed
 from .loaders import Arrays, LoadedEncoder, load_target, world_for_encoder
 from .metrics import fit_linear_map
+from .requests import PlanRequest, unknown_options
 
 
 def control_cost(path: np.ndarray) -> np.ndarray:
@@ -172,54 +173,66 @@ def _report(res: dict[str, Any], gallery_z: Any, gallery_h: Any, seed: int, sour
                       world=world, labels=labels, cost_ratios=ratios)
 
 
-def plan(encoder: Any = None, *, z: Any = None, h: Any = None, world: Any = None,
-         data: str | Path | None = None, pairs: int = 100, waypoints: int = 20,
-         gallery: int | None = None, seed: int = 0, k: int = 5, arch: str | None = None,
-         arch_kwargs: dict[str, Any] | None = None, trust_pickle: bool = False,
-         options: dict[str, Any] | None = None, dim: int | None = None,
-         source: str | None = None, alpha: float | None = None, rho: float | None = None,
-         layers: int | None = None) -> PlanReport:
-    """Plan straight lines in embedding space and score them against the oracle.
-
-    Give an ``encoder`` — an ``nn.Module``/callable, or a path to anything ``audit`` reads
-    (an idaudit checkpoint, TorchScript, ``torch.export``, plain weights with ``arch``) —
-    with its ``world`` (a World, WorldSpec or name) or ``data``, or the checkpoint's own
-    world; or a gallery of arrays ``z``, ``h`` (a path to an ``.npz``/``.safetensors`` with
-    them works as ``encoder`` too), whose rows are then the starts and goals. World options
-    (``dim``, ``source``, ``alpha``, ``rho``, ``layers``) as ``idaudit plan`` takes them.
-    """
-    given = {k: v for k, v in (("dim", dim), ("source", source), ("alpha", alpha),
-                               ("rho", rho), ("layers", layers)) if v is not None}
-    options = {**(options or {}), **given}
-    check_seed(seed)
-    if pairs < 1 or waypoints < 1 or (gallery is not None and gallery < 5):
-        raise IdauditError("--pairs and --waypoints must be ≥ 1 and --gallery ≥ 5")
+def run_plan(req: PlanRequest) -> PlanReport:
+    """The plans of :class:`PlanRequest` ``req``. Bad input raises
+    :class:`~idaudit.errors.IdauditError` (exit 2 in the CLI) before any work is done."""
+    check_seed(req.seed)
+    seed = req.seed or 0
+    for name, low in (("pairs", 1), ("waypoints", 1), ("k", 1)):
+        value = getattr(req, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise IdauditError(f"--{name} must be an integer ≥ {low}, got {value!r}")
+    if req.gallery is not None and (isinstance(req.gallery, bool) or not isinstance(
+            req.gallery, (int, np.integer)) or req.gallery < 5):
+        raise IdauditError(f"--gallery must be an integer ≥ 5, got {req.gallery!r}")
+    if req.n_eval is not None:
+        raise IdauditError("--n-eval does not apply to plan (--gallery sizes its gallery)")
+    options = req.world_options()
+    encoder = req.target
     if isinstance(encoder, (str, Path)):
-        loaded: Arrays | LoadedEncoder = load_target(encoder, arch=arch, arch_kwargs=arch_kwargs,
-                                                     trust_pickle=trust_pickle)
+        loaded: Arrays | LoadedEncoder = load_target(encoder, req)
     elif encoder is not None:
+        if req.z is not None or req.h is not None:
+            raise IdauditError("give either a gallery of arrays (z, h) or an encoder, not both")
         loaded = LoadedEncoder(encoder, None, {}, Path("encoder"))
-    elif z is not None and h is not None:
-        loaded = Arrays(z=torch.as_tensor(np.asarray(z)), h=torch.as_tensor(np.asarray(h)))
+    elif req.z is not None and req.h is not None:
+        loaded = Arrays(z=torch.as_tensor(np.asarray(req.z)), h=torch.as_tensor(np.asarray(req.h)))
     else:
         raise IdauditError("plan needs an encoder (with a world) or a gallery of z and h arrays")
     if isinstance(loaded, Arrays):
-        if world is not None or data is not None or options:
-            raise IdauditError("a gallery of arrays is planned on as it is: --world and --data "
-                               "do not apply")
+        if req.world is not None or req.data is not None or options:
+            raise IdauditError("a gallery of arrays is planned on as it is: --world, --data and "
+                               "world options do not apply")
         if loaded.z is None:
             raise IdauditError(f"{loaded.source} has no z: planning against the oracle needs "
                                "the true latents of the gallery")
-        return plan_gallery(loaded.z, loaded.h, pairs, waypoints, seed, k, loaded.source)
-    w = world_for_encoder(loaded, world, data, options)
-    check_plan_memory(pairs, waypoints, w.latent_dim, w.latent_dim)
-    ps = w.plan_set(pairs, gallery, seed)
-    hg = embed(loaded.module, ps.gallery_x).numpy()
-    res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(loaded.module, ps.start_x).numpy(),
-                               embed(loaded.module, ps.goal_x).numpy(), ps.start_z.numpy(),
-                               ps.goal_z.numpy(), waypoints, k)
+        return plan_gallery(loaded.z, loaded.h, req.pairs, req.waypoints, seed, req.k,
+                            loaded.source)
+    w = world_for_encoder(loaded, req.world, req.data, options)
+    check_plan_memory(req.pairs, req.waypoints, w.latent_dim, w.latent_dim)
+    ps = w.plan_set(req.pairs, req.gallery, seed)
+    module = loaded.module
+    hg = embed(module, ps.gallery_x).numpy()
+    res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(module, ps.start_x).numpy(),
+                               embed(module, ps.goal_x).numpy(), ps.start_z.numpy(),
+                               ps.goal_z.numpy(), req.waypoints, req.k)
     return _report(res, ps.gallery_z, hg, seed, str(loaded.path), w.spec.to_dict(),
                    w.latent_labels)
+
+
+def plan(encoder: Any = None, *, z: Any = None, h: Any = None, **options: Any) -> PlanReport:
+    """Plan straight lines in embedding space and score them against the oracle.
+
+    Everything ``idaudit plan`` takes, under its option names (see :class:`PlanRequest`):
+    an ``encoder`` — an ``nn.Module``/callable, or a path to anything ``audit`` reads (an
+    idaudit checkpoint, TorchScript, ``torch.export``, plain weights with ``arch``) — with
+    its ``world`` (a World, WorldSpec or name, and world options) or ``data``, or the
+    checkpoint's own world; or a gallery of arrays ``z``, ``h`` (a path to an
+    ``.npz``/``.safetensors`` with them works as ``encoder`` too), whose rows are then the
+    starts and goals.
+    """
+    unknown_options(PlanRequest, options, "plan", positional=("target", "z", "h"))
+    return run_plan(PlanRequest(target=encoder, z=z, h=h, **options))
 
 
 def check_plan_memory(pairs: int, waypoints: int, latent_dim: int, embed_dim: int) -> None:

@@ -28,6 +28,8 @@ TARGET_POS = (0.1, 0.1)
 TARGET_SIZE = 0.015
 WRIST_LIMIT = 2.7925268
 ARM_LENGTH = 0.12
+SHADOW_SIZE = 256  # shadow map texels (the offscreen buffer is the image size)
+OFF_SAMPLES = 0  # no multisampling
 GL_BACKENDS = ("egl", "osmesa")
 INSTALL_HINT = ('pip install "idaudit[reacher]" (mujoco==3.17.0, dm_control==1.0.50); headless '
                 "rendering needs EGL (apt-get install libegl1 libopengl0 libgl1-mesa-dri) or "
@@ -123,9 +125,24 @@ def load_physics(size: int = IMAGE_SIZE):
     vis = physics.model.vis
     vis.global_.offwidth = size
     vis.global_.offheight = size
-    vis.quality.shadowsize = 256
-    vis.quality.offsamples = 0
+    vis.quality.shadowsize = SHADOW_SIZE
+    vis.quality.offsamples = OFF_SAMPLES
     return physics
+
+
+def render_settings() -> dict[str, object]:
+    """Everything besides the angles and the image size that fixes the rendered pixels: the
+    MuJoCo and dm_control versions, the GL backend (chosen as the renderer would), the target
+    and the quality settings. A cache of rendered images is keyed by it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        versions = {"mujoco": version("mujoco"), "dm_control": version("dm_control")}
+    except PackageNotFoundError as exc:
+        raise IdauditError(f"the Reacher world needs MuJoCo and dm_control ({exc.name} is not "
+                           f"installed); {INSTALL_HINT}") from None
+    return {**versions, "gl": _ensure_gl(), "target_pos": list(TARGET_POS),
+            "target_size": TARGET_SIZE, "shadow_size": SHADOW_SIZE, "off_samples": OFF_SAMPLES}
 
 
 class ReacherRenderer:

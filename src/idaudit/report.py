@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .catalogue import BY_KEY, CATALOGUE, NEEDS, entries, table_rows
+from .defaults import WORLD
 from .errors import IdauditError
 
 
@@ -101,10 +102,13 @@ def _threshold_text(t) -> str:
     return f"{'≥' if t.op == 'min' else '≤'} {t.value:g}"
 
 
-def audit_table(report) -> Table:
-    """The audit as a table; gated rows show their threshold, failing rows in red."""
+def audit_table(report, keys: bool = False) -> Table:
+    """The audit as a table; gated rows show their threshold, failing rows in red; ``keys``
+    adds each metric's key (what ``--min``/``--max`` and gate files name)."""
     table = Table(title=f"audit · {escape(report.source)} · {verdict_markup(report.verdict)}")
     table.add_column("metric")
+    if keys:
+        table.add_column("key", style="dim", no_wrap=True)
     table.add_column("value", justify="right")
     table.add_column("gate", justify="right")
     table.add_column("", justify="center")
@@ -121,8 +125,9 @@ def audit_table(report) -> Table:
         if t is not None and t.passed is not None:
             mark = "[green]pass[/green]" if t.passed else "[red]FAIL[/red]"
             style = None if t.passed else "red"
-        table.add_row(label, fmt(report.metrics[key]), _threshold_text(t) if t else "", mark,
-                      style=style)
+        cells = [label, *([key] if keys else []), fmt(report.metrics[key]),
+                 _threshold_text(t) if t else "", mark]
+        table.add_row(*cells, style=style)
     table.caption = bound_note(report.metrics)
     return table
 
@@ -137,9 +142,9 @@ def bound_note(metrics: dict[str, Any]) -> str | None:
     return None
 
 
-def consistency_table(report) -> Table:
+def consistency_table(report, keys: bool = False) -> Table:
     """Every ordered pair of runs: R² of the map between them, its orthogonality error, the
-    Procrustes error; gated worst values below."""
+    Procrustes error; gated worst values below (``keys``: each with its key)."""
     table = Table(title=f"consistency · {report.metrics.get('n_runs', 0)} runs · "
                         f"{verdict_markup(report.verdict)}")
     for col in ("from → to", "R² held-out", "orthogonality error", "Procrustes MSE"):
@@ -154,7 +159,7 @@ def consistency_table(report) -> Table:
             mark = "" if t is None or t.passed is None else (
                 " [green]pass[/green]" if t.passed else " [red]FAIL[/red]")
             table.caption = (table.caption + "\n" if table.caption else "") + \
-                f"{label}: {fmt(report.metrics[key])}" + \
+                f"{label}{f' [{key}]' if keys else ''}: {fmt(report.metrics[key])}" + \
                 (f" (gate {_threshold_text(t)}){mark}" if t else "")
     return table
 
@@ -335,7 +340,7 @@ def grid_cells(rows: list[dict[str, Any]]) -> tuple[str, str, list[float], list[
             and "r2_h_to_z_mean" in r]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r.get("world", "spiral"), r["method"]), []).append(r)
+        groups.setdefault((r.get("world", WORLD), r["method"]), []).append(r)
     if not groups:
         return None
     (world, method), rows = max(groups.items(), key=lambda kv: len(kv[1]))

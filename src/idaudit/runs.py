@@ -25,8 +25,9 @@ from .checkpoint import save_checkpoint
 from .encoders import embed
 from .errors import IdauditError
 from .io import check_outputs, write_json
-from .train import TrainConfig, estimate_seconds, train
-from .worlds import KINDS, World, WorldSpec, build_world, make_spec, world_name
+from .requests import TrainRequest, unknown_options
+from .training import TrainConfig, estimate_seconds, train
+from .worlds import KINDS, World, WorldKind, WorldSpec, build_world, make_spec, world_name
 
 TRAIN_OPTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
 WORLD_OPTIONS = frozenset().union(*(KINDS.get(n).options for n in KINDS.names()))
@@ -132,7 +133,7 @@ def resolve(options: dict[str, Any], device: str | None = None) -> ResolvedRun:
                        sources=sources, device=device, id_basis=basis)
 
 
-def _resolve_chain(kind: type[World], name: str, given: dict[str, Any], device: str | None
+def _resolve_chain(kind: WorldKind, name: str, given: dict[str, Any], device: str | None
                    ) -> tuple[WorldSpec, TrainConfig, dict[str, Any], str | None]:
     """(world spec, train config, the options the recipe filled, the recipe); ``device``
     None applies no recipe unless one is named."""
@@ -154,7 +155,7 @@ def _resolve_chain(kind: type[World], name: str, given: dict[str, Any], device: 
     return spec, cfg, filled, recipe
 
 
-def apply_recipe(kind: type[World], name: str, given: dict[str, Any], chosen: str | None,
+def apply_recipe(kind: WorldKind, name: str, given: dict[str, Any], chosen: str | None,
                  device: str | None) -> tuple[str | None, dict[str, Any]]:
     """The world's recipe — the one named ``chosen``, else the one for ``device``
     (:func:`recipe_for`) — and the options it fills where ``given`` has none (dataset
@@ -194,10 +195,10 @@ def _world_value(spec: WorldSpec, key: str) -> tuple[bool, Any]:
     return False, None
 
 
-def _sources(kind: type[World], name: str, given: dict[str, Any], filled: dict[str, Any],
+def _sources(kind: WorldKind, name: str, given: dict[str, Any], filled: dict[str, Any],
              recipe: str | None, spec: WorldSpec, cfg: TrainConfig) -> dict[str, tuple[Any, str]]:
     """Each option's resolved value and where it came from."""
-    from .train.config import DEFAULTS
+    from .training.config import DEFAULTS
 
     def source(key: str) -> str:
         if key in given:
@@ -236,7 +237,7 @@ def _sources(kind: type[World], name: str, given: dict[str, Any], filled: dict[s
     return out
 
 
-def recipe_note(kind: type[World], recipe: str | None, spec: WorldSpec, cfg: TrainConfig,
+def recipe_note(kind: WorldKind, recipe: str | None, spec: WorldSpec, cfg: TrainConfig,
                 device: str | None) -> str | None:
     """The line announcing the recipe, built from what will run: the resolved image size,
     pairs, epochs and encoder (those of the data when ``data`` exists)."""
@@ -327,8 +328,8 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     resolved = options
     if out is not None:
         out = Path(out)
-        check_outputs([(out, "out"), (log_path_for(out), "out (its log)")],
-                      [(resolved.options.get("data"), "data")], remove_stale=True)
+        check_outputs([(out, "--out"), (log_path_for(out), "--out (its log)")],
+                      [(resolved.options.get("data"), "--data")], remove_stale=True)
     if say is not None and resolved.recipe_note:
         say(resolved.recipe_note)
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,
@@ -363,4 +364,40 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     return record
 
 
-__all__ = ["RUN_OPTIONS", "ResolvedRun", "RunRecord", "recipe_for", "resolve", "run"]
+def resolve_request(req: TrainRequest, device: str | None = None) -> ResolvedRun:
+    """:func:`resolve` of the request's options, for the device it will train on (by default
+    the one its ``device`` picks on this machine: CUDA when present for ``auto``)."""
+    if req.encoder_kwargs is not None and req.encoder is None:
+        raise IdauditError("--encoder-kwargs needs --encoder")
+    if device is None:
+        from .encoders import pick_device
+
+        device = str(pick_device(req.device or "auto"))
+    return resolve(req.options(), device)
+
+
+def default_checkpoint_path(resolved: ResolvedRun) -> Path:
+    """Where ``idaudit train`` writes without ``--out``: runs/WORLD-OBJECTIVE-sSEED.safetensors."""
+    return Path("runs") / (f"{resolved.world.name}-{resolved.train.objective}-"
+                           f"s{resolved.train.seed}.safetensors")
+
+
+def run_train(req: TrainRequest, resolved: ResolvedRun | None = None, *,
+              progress: bool = False, say: Callable[[str], None] | None = None) -> RunRecord:
+    """Train what :class:`TrainRequest` ``req`` asks for (:func:`run`; ``resolved``: its
+    :func:`resolve_request`, when the caller has it already). Bad input raises
+    :class:`~idaudit.errors.IdauditError` before any work."""
+    resolved = resolved if resolved is not None else resolve_request(req)
+    return run(resolved, req.out, data_root=req.data_root, workers=req.workers,
+               progress=progress, say=say)
+
+
+def train_encoder(*, progress: bool = False, **options: Any) -> RunRecord:
+    """Train an encoder as ``idaudit train`` does, with its options as keywords (see
+    :class:`TrainRequest`; ``out`` writes the checkpoint and its log); return the record."""
+    unknown_options(TrainRequest, options, "train")
+    return run_train(TrainRequest(**options), progress=progress)
+
+
+__all__ = ["RUN_OPTIONS", "ResolvedRun", "RunRecord", "TrainRequest", "default_checkpoint_path",
+           "recipe_for", "resolve", "resolve_request", "run", "run_train", "train_encoder"]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .defaults import TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
 from .errors import IdauditError
 from .runs import RUN_OPTIONS
 from .worlds import KINDS, world_name
@@ -114,7 +115,9 @@ def check_options(keys: list[str], where: str) -> None:
                            "own device: the CPU, or one GPU per worker)")
 
 
-OPTION_DEFAULTS = {"dim": 2, "objective": "lejepa", "world": "spiral", "source": "gaussian"}
+#: what a run that does not set an option gets (for --only), from the one table of defaults
+OPTION_DEFAULTS = {"dim": WORLD_DEFAULTS["dim"], "objective": TRAIN_DEFAULTS["objective"],
+                   "world": WORLD, "source": WORLD_DEFAULTS["source"]}
 
 
 def parse_value(text: str) -> Any:

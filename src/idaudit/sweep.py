@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import IdauditError
 from .io import write_json
+from .requests import SweepRequest, unknown_options
 from .runs import ResolvedRun, resolve
 from .runs import run as run_one
 from .worlds import KINDS
@@ -163,6 +164,58 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                 for fut in as_completed(futures):
                     _record(out, fut.result(), counts, bar)
     return counts
+
+
+def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
+    """The runs :class:`~idaudit.requests.SweepRequest` ``req`` asks for: its suite, kept and
+    overridden as its options say (bad options raise :class:`IdauditError`)."""
+    from .suites import load_suite, parse_assignments, shrink
+
+    dims = req.dims
+    if isinstance(dims, str):
+        try:
+            dims = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise IdauditError(f"--dims expects comma-separated integers, got {dims!r}") from None
+    objectives = req.objectives.split(",") if isinstance(req.objectives, str) else req.objectives
+    only = req.only if isinstance(req.only, dict) else parse_assignments(req.only, "--only")
+    if isinstance(req.set, dict):
+        overrides = dict(req.set)
+    else:
+        parsed = parse_assignments(req.set, "--set")
+        if any(len(v) > 1 for v in parsed.values()):
+            raise IdauditError("--set takes one value per option (use --only or a TOML grid to "
+                               "vary)")
+        overrides = {k: v[0] for k, v in parsed.items()}
+    for value, flag in ((req.seeds, "--seeds"), (req.steps, "--steps"),
+                        (req.workers, "--workers")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise IdauditError(f"{flag} must be ≥ 1, got {value!r}")
+    runs = shrink(load_suite(str(req.suite)), seeds=req.seeds, steps=req.steps, dims=dims or None,
+                  objectives=objectives or None, only=only, overrides=overrides)
+    if not runs:
+        raise IdauditError("no runs left after --seeds/--dims/--objectives/--only")
+    return runs
+
+
+def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = None,
+                      progress: bool = False) -> dict[str, int]:
+    """Run the sweep of ``req`` (``runs``: its :func:`sweep_runs`, when the caller has them)
+    resumably under ``req.out``; return the counts (total, skipped, ok, failed)."""
+    from .io import check_outputs
+
+    runs = runs if runs is not None else sweep_runs(req)
+    check_outputs([(Path(req.out), "--out")], directory=True)
+    return run_sweep(runs, req.out, workers=req.workers, progress=progress,
+                     executor=req.executor, address=req.address, checkpoints=req.checkpoints)
+
+
+def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[str, int]:
+    """Run a sweep as ``idaudit sweep`` does, with its options as keywords (see
+    :class:`~idaudit.requests.SweepRequest`); return the counts."""
+    unknown_options(SweepRequest, options, "sweep", positional=("suite",))
+    return run_sweep_request(SweepRequest(suite=suite, **options), progress=progress)
 
 
 EXIT_TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended

@@ -2,7 +2,8 @@
 
 Synthetic worlds (sources × OU channel × mixing) and dataset-backed worlds (a pairs file
 written by ``idaudit world``, a rendered Reacher dataset) answer the same questions, so
-train, audit, plan and sweep never ask which world they hold.
+train, audit, plan and sweep never ask which world they hold. :data:`KINDS` maps each world
+name to its :class:`WorldKind` (options, specs, writing, training defaults, recipes).
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..defaults import WORLD
 from ..errors import IdauditError
-from .base import KINDS, EvalSet, PlanSet, World
+from .base import EvalSet, PlanSet, World
 from .dataset import NAME as PAIRS
 from .dataset import PairsFileWorld, is_pairs_file, load_pairs, read_pairs_spec
+from .kind import KINDS, Recipe, WorldKind
 from .mixings import MIXINGS, CouplingMixing
+from .reacher_kind import ReacherKind
 from .reacher_world import NAME as REACHER
 from .reacher_world import ReacherWorld
 from .sources import SOURCES, gennorm_scale, ou_step, sample_source
@@ -23,7 +27,8 @@ from .synthetic import SYNTHETIC_WORLDS, SyntheticWorld, save_pairs
 
 __all__ = [
     "KINDS", "MIXINGS", "SOURCES", "SYNTHETIC_WORLDS", "CouplingMixing", "EvalSet",
-    "PairsFileWorld", "PlanSet", "ReacherWorld", "SyntheticWorld", "World", "WorldSpec",
+    "PairsFileWorld", "PlanSet", "ReacherKind", "ReacherWorld", "Recipe", "SyntheticWorld",
+    "World", "WorldKind", "WorldSpec",
     "as_world", "build_world", "data_world", "gennorm_scale", "load_pairs", "make_spec", "ou_step",
     "sample_source", "save_pairs", "validate_spec", "world_name", "world_names",
 ]
@@ -70,7 +75,7 @@ def world_name(name: str | None, options: dict[str, Any]) -> str:
                                f"{name!r}")
         elif name is None:
             raise IdauditError(f"--data: not found: {options['data']}")
-    name = name or "spiral"
+    name = name or WORLD
     if name not in KINDS:
         raise IdauditError(f"unknown world {name!r}; valid: {', '.join(world_names())}")
     return name

@@ -1,9 +1,10 @@
-"""The World interface: the questions train, audit, plan and sweep ask of every world.
+"""The World interface: a world's data process, the questions train, audit and plan ask.
 
-Two kinds sit behind it: synthetic worlds (sources × OU channel × mixing, generated online)
-and dataset-backed worlds (a pairs file written by ``idaudit world``, a rendered Reacher
-dataset). Each kind registers in :data:`KINDS` under every world name it serves; nothing
-outside ``idaudit.worlds`` branches on a world's name.
+Every world answers them alike: synthetic worlds (sources × OU channel × mixing, generated
+online) and dataset-backed worlds (a pairs file written by ``idaudit world``, a rendered
+Reacher dataset). What the CLI and orchestration need besides (options, specs, writing,
+rendering, training defaults, recipes, the paper's encoder) is the world's kind, registered
+in :data:`idaudit.worlds.kind.KINDS`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import torch
 
 from ..errors import IdauditError
-from ..registry import Registry
-from .spec import WorldSpec, check_type
+from .spec import WorldSpec
 
 
 @dataclass
@@ -90,76 +90,15 @@ class EpochPairs:
         return views.to(self.device, non_blocking=True)
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """A named set of run options (world and training) filled in where the user gave none.
+class World(ABC):
+    """A world's data process: what train, audit and plan ask of it.
 
-    ``dataset`` options describe data to render; they are skipped when ``--data`` names data
-    that exist already (the data say what they are). ``note`` says why the recipe exists; the
-    line announcing a run is built from the resolved values (:func:`idaudit.runs.recipe_note`).
+    Only :meth:`eval_set`, :meth:`plan_set` and :meth:`pair_source` must be written; the rest
+    reads :attr:`spec`. How a spec is made, checked, built and written, the training defaults
+    and the paper's encoder are its kind's (:class:`~idaudit.worlds.kind.WorldKind`).
     """
 
-    options: dict[str, Any]
-    dataset: frozenset[str]
-    note: str
-
-
-class World(ABC):
-    """What every world answers: the questions train, audit, plan and sweep ask of it."""
-
-    #: world options (CLI names with underscores) this kind accepts
-    options: ClassVar[frozenset[str]]
-    #: train options that do not apply to worlds of this kind
-    refuses: ClassVar[frozenset[str]] = frozenset()
-    #: whether ``write`` makes a directory (else one file)
-    writes_directory: ClassVar[bool] = False
-
     spec: WorldSpec
-
-    @classmethod
-    @abstractmethod
-    def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
-        """Validate the given world options (only those the user set) and fill defaults."""
-
-    @classmethod
-    def check_spec(cls, spec: WorldSpec) -> WorldSpec:
-        """Validate a spec read from a file (types and ranges); return it."""
-        import math
-
-        from ..errors import latent_indices
-
-        if not (isinstance(spec.dim, int) and not isinstance(spec.dim, bool) and spec.dim >= 1):
-            raise IdauditError(f"dim must be a positive integer, got {spec.dim!r}")
-        check_type(spec.rho, "number", "rho")
-        if not (math.isfinite(spec.rho) and 0.0 < spec.rho < 1.0):
-            raise IdauditError(f"rho must lie strictly between 0 and 1, got {spec.rho!r}")
-        check_type(spec.extra, "object", "extra")
-        if "circular" in spec.extra:
-            what = f"world {spec.name!r}: extra.circular"
-            latent_indices(check_type(spec.extra["circular"], "list", what), what)
-        return spec
-
-    @classmethod
-    @abstractmethod
-    def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> World:
-        """Rebuild the world (``base_dir``: where relative dataset paths are resolved)."""
-
-    @classmethod
-    def write(cls, spec: WorldSpec, out: Path, pairs: int, seed: int, workers: int | None,
-              progress: bool) -> str:
-        """``idaudit world``: write this world's pairs to ``out``; return a one-line summary."""
-        raise IdauditError(f"world {spec.name!r} cannot be written as a dataset")
-
-    @classmethod
-    def prepare(cls, spec: WorldSpec, data_root: Path, workers: int | None = None,
-                progress: bool = False) -> WorldSpec:
-        """Make whatever the world needs on disk under ``data_root`` (sweeps render first)."""
-        if workers is not None:
-            raise IdauditError(f"--workers does not apply to world {spec.name!r} (nothing to "
-                               "render)")
-        return spec
-
-    # ---- the questions ---------------------------------------------------------------
 
     @property
     def name(self) -> str:
@@ -205,25 +144,6 @@ class World(ABC):
                     ) -> PairSource:
         """Training views, however this world makes them (online or from disk)."""
 
-    @abstractmethod
-    def default_encoder(self) -> tuple[str, dict[str, Any]]:
-        """The paper's encoder for this world: (registry name, kwargs)."""
-
-    @classmethod
-    def train_defaults(cls) -> dict[str, Any]:
-        """Training options whose default differs on this world."""
-        return {}
-
-    @classmethod
-    def data_exists(cls, data: str | Path) -> bool:
-        """Whether ``data`` names data that exist already (so recipes do not describe it)."""
-        return Path(data).exists()
-
-    @classmethod
-    def recipes(cls) -> dict[str, Recipe]:
-        """Named run configurations (``--recipe``); empty where the world has none."""
-        return {}
-
     def view_correlation(self, views: str) -> float | None:
         """Correlation of the two training views (ρ² for anchor views, ρ for pairs)."""
         if self.rho is None:
@@ -231,8 +151,6 @@ class World(ABC):
         return self.rho**2 if views == "anchor" else self.rho
 
     def spec_for(self, base_dir: Path | None) -> WorldSpec:
-        """The spec to store in a file under ``base_dir`` (dataset paths made relative)."""
+        """The spec to store in a file under ``base_dir``: dataset paths made relative to
+        it (the built world knows where it found its data)."""
         return self.spec
-
-
-KINDS: Registry[type[World]] = Registry("world")

@@ -15,9 +15,10 @@ import torch
 
 from ..errors import IdauditError, require
 from ..io import first_line, read_metadata
-from .base import KINDS, EpochPairs, EvalSet, PlanSet, World
+from .base import EpochPairs, EvalSet, PlanSet, World
+from .kind import KINDS, WorldKind
 from .spec import WorldSpec, check_fields, check_type
-from .synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SyntheticWorld
+from .synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SYNTHETIC, SyntheticWorld
 
 NAME = "pairs"
 
@@ -103,42 +104,12 @@ def locate(stored: str, base_dir: Path | None, what: str) -> Path:
 class PairsFileWorld(World):
     """The pairs in a file written by ``idaudit world`` (a synthetic world, stored)."""
 
-    options: ClassVar[frozenset[str]] = frozenset({"data"})
-    refuses: ClassVar[frozenset[str]] = frozenset({"steps"})
-
     def __init__(self, spec: WorldSpec, path: Path) -> None:
         self.spec = spec
         self.path = Path(path)
         inner, t = load_pairs(self.path)
         self.inner = SyntheticWorld(inner)
         self.tensors = t
-
-    @classmethod
-    def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
-        require("data" in options, "the pairs world reads a file: pass --data PAIRS.safetensors")
-        path = Path(options["data"])
-        inner = read_pairs_spec(path)
-        pairs = read_metadata(path).get("pairs", "0")
-        pairs = int(pairs) if pairs.isdigit() else 0  # only a summary: the tensors say
-        return WorldSpec(name=NAME, dim=inner.dim, source=inner.source, alpha=inner.alpha,
-                         rho=inner.rho, layers=inner.layers, mixing_seed=inner.mixing_seed,
-                         extra={"data": str(path), "world": inner.to_dict(), "pairs": pairs})
-
-    @classmethod
-    def check_spec(cls, spec: WorldSpec) -> WorldSpec:
-        """A spec read from a checkpoint: ``extra`` holds the pairs file's path (a string),
-        the spec of the world that wrote it and its number of pairs."""
-        super().check_spec(spec)
-        what = f"world {spec.name!r}: extra"
-        check_fields(spec.extra, what, {"data", "world", "pairs", "circular"})
-        check_type(spec.extra.get("data"), "string", f"{what}.data")
-        check_type(spec.extra.get("world"), "object", f"{what}.world", optional=True)
-        check_type(spec.extra.get("pairs"), "integer", f"{what}.pairs", optional=True)
-        return spec
-
-    @classmethod
-    def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> PairsFileWorld:
-        return cls(spec, locate(spec.extra["data"], base_dir, "pairs file"))
 
     def spec_for(self, base_dir: Path | None) -> WorldSpec:
         from dataclasses import replace
@@ -164,12 +135,45 @@ class PairsFileWorld(World):
                 "its (x, x′) pairs (use --views pair)")
         return EpochPairs(self.tensors["x"], self.tensors["x_prime"], batch, gen, device)
 
-    def default_encoder(self) -> tuple[str, dict[str, Any]]:
-        return self.inner.default_encoder()
 
-    @classmethod
-    def train_defaults(cls) -> dict[str, Any]:
+class PairsKind(WorldKind):
+    """The pairs file's kind: read from ``--data``, trained on epoch by epoch."""
+
+    world = PairsFileWorld
+    options: ClassVar[frozenset[str]] = frozenset({"data"})
+    refuses: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def make_spec(self, name: str, options: dict[str, Any]) -> WorldSpec:
+        require("data" in options, "the pairs world reads a file: pass --data PAIRS.safetensors")
+        path = Path(options["data"])
+        inner = read_pairs_spec(path)
+        pairs = read_metadata(path).get("pairs", "0")
+        pairs = int(pairs) if pairs.isdigit() else 0  # only a summary: the tensors say
+        return WorldSpec(name=NAME, dim=inner.dim, source=inner.source, alpha=inner.alpha,
+                         rho=inner.rho, layers=inner.layers, mixing_seed=inner.mixing_seed,
+                         extra={"data": str(path), "world": inner.to_dict(), "pairs": pairs})
+
+    def check_spec(self, spec: WorldSpec) -> WorldSpec:
+        """A spec read from a checkpoint: ``extra`` holds the pairs file's path (a string),
+        the spec of the world that wrote it and its number of pairs."""
+        super().check_spec(spec)
+        what = f"world {spec.name!r}: extra"
+        check_fields(spec.extra, what, {"data", "world", "pairs", "circular"})
+        check_type(spec.extra.get("data"), "string", f"{what}.data")
+        check_type(spec.extra.get("world"), "object", f"{what}.world", optional=True)
+        check_type(spec.extra.get("pairs"), "integer", f"{what}.pairs", optional=True)
+        return spec
+
+    def from_spec(self, spec: WorldSpec, base_dir: Path | None = None) -> PairsFileWorld:
+        return PairsFileWorld(spec, locate(spec.extra["data"], base_dir, "pairs file"))
+
+    def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
+        """The encoder of the synthetic world that wrote the file (a spec is built first:
+        its file must be found)."""
+        return SYNTHETIC.default_encoder(self.built(world).inner)
+
+    def train_defaults(self) -> dict[str, Any]:
         return {"views": "pair", "epochs": 100}
 
 
-KINDS.add(NAME, PairsFileWorld)
+KINDS.add(NAME, PairsKind())

@@ -4,7 +4,11 @@ A dataset is a directory::
 
     meta.json          format, format_version, the spec, status, normalisation statistics
     train-00000.npz    z, z_prime (angles, radians), x, x_prime (uint8 N×S×S×3), per chunk
-    eval-00000.npz     z, x: the shared evaluation set (Gaussian angles)
+    eval-00000.npz     z, x: the shared evaluation set (Gaussian angles); in OU datasets also
+                       z_prime, x_prime: one OU step from each z (:func:`eval_partners`)
+
+Datasets written before the evaluation partners existed (and trajectory datasets, which have
+no single ρ) hold only z, x in their eval chunks; they load with no evaluation partners.
 
 Chunks are written atomically, so a killed render resumes where it stopped: rerunning the same
 command renders only the chunks that do not exist yet.
@@ -76,8 +80,9 @@ class ReacherSpec:
         return cls(**d).validate()
 
     def images(self) -> int:
-        """Images the dataset holds: both views of each pair and the evaluation images."""
-        return 2 * self.pairs + self.n_eval
+        """Images the dataset holds: both views of each pair and the evaluation images (with
+        their partners in OU datasets)."""
+        return 2 * self.pairs + self.n_eval * (2 if self.mode == "ou" else 1)
 
     def default_dir(self, root: str | Path = "data") -> Path:
         tag = f"ou-rho{self.rho:g}" if self.mode == "ou" else f"traj-stride{self.stride}"
@@ -95,8 +100,17 @@ def ou_angles(spec: ReacherSpec) -> tuple[np.ndarray, np.ndarray]:
     return z, zp
 
 
-def eval_angles(n: int) -> np.ndarray:
-    return np.random.default_rng(EVAL_SEED).standard_normal((n, 2))
+def eval_angles(n: int, seed: int = EVAL_SEED) -> np.ndarray:
+    """The evaluation angles z ~ N(0, I₂): the first n rows of one stream per seed (a larger
+    set starts with a smaller one)."""
+    return np.random.default_rng(seed).standard_normal((n, 2))
+
+
+def eval_partners(z: np.ndarray, rho: float, seed: int = EVAL_SEED) -> np.ndarray:
+    """One OU step from each evaluation angle: z′ = ρz + √(1−ρ²)η, η ~ N(0, I₂) drawn from
+    its own stream (seed sequence [seed, 1]), so z stays that of :func:`eval_angles`."""
+    eta = np.random.default_rng([seed, 1]).standard_normal(np.shape(z))
+    return rho * np.asarray(z) + math.sqrt(1 - rho**2) * eta
 
 
 def controller_episodes(n_episodes: int, steps: int, seed: int) -> np.ndarray:
@@ -224,7 +238,7 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
     spec = spec.validate()
     root = Path(root)
     # the angles of every pair (z, z′ and the generator's draws) are made at once
-    check_memory(64 * spec.pairs + 16 * spec.n_eval,
+    check_memory(64 * spec.pairs + 32 * spec.n_eval,
                  f"rendering {spec.pairs} Reacher pairs and {spec.n_eval} evaluation images")
     if _meta_path(root).exists():
         meta = read_meta(root)
@@ -244,10 +258,11 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
     write_json(_meta_path(root), {"format": FORMAT, "format_version": FORMAT_VERSION,
                                   "spec": asdict(spec), "status": "rendering", **extra})
     ze = eval_angles(spec.n_eval)
+    zep = eval_partners(ze, spec.rho) if spec.mode == "ou" else None
     jobs = [(f"train-{i // CHUNK:05d}.npz", z[i:i + CHUNK], zp[i:i + CHUNK])
             for i in range(0, len(z), CHUNK)]
-    jobs += [(f"eval-{i // CHUNK:05d}.npz", ze[i:i + CHUNK], None)
-             for i in range(0, len(ze), CHUNK)]
+    jobs += [(f"eval-{i // CHUNK:05d}.npz", ze[i:i + CHUNK],
+              None if zep is None else zep[i:i + CHUNK]) for i in range(0, len(ze), CHUNK)]
     todo = [j for j in jobs if not (root / j[0]).exists()]
     frames = sum(len(a) * (1 if b is None else 2) for _, a, b in todo)
     bar = ProgressBar(progress, frames, "render")
@@ -264,7 +279,8 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
             else:
                 _write_chunk(root / name, z=a, z_prime=b, x=images[: len(a)],
                              x_prime=images[len(a):])
-                hist += _histograms(images[: len(a)])
+                if name.startswith("train"):
+                    hist += _histograms(images[: len(a)])
             bar.advance(len(images))
     stats = _stats_from_histograms(hist)
     meta = read_meta(root)
@@ -289,6 +305,9 @@ def _stats_from_histograms(hist: np.ndarray) -> tuple[list[float], list[float]]:
 
 @dataclass
 class ReacherData:
+    """A loaded dataset; ``z_prime_eval``/``x_prime_eval`` are the evaluation images' OU
+    partners (None in trajectory datasets and in datasets written before they existed)."""
+
     meta: dict[str, Any]
     z: np.ndarray
     z_prime: np.ndarray
@@ -296,6 +315,8 @@ class ReacherData:
     x_prime: np.ndarray
     z_eval: np.ndarray
     x_eval: np.ndarray
+    z_prime_eval: np.ndarray | None = None
+    x_prime_eval: np.ndarray | None = None
 
     @property
     def mean(self) -> np.ndarray:
@@ -306,9 +327,20 @@ class ReacherData:
         return np.asarray(self.meta["channel_std"], dtype=np.float32)
 
 
-def read_chunk(path: Path, keys: tuple[str, ...], spec: ReacherSpec) -> dict[str, np.ndarray]:
+def chunk_keys(path: Path) -> set[str]:
+    """The names of the arrays one chunk holds (its zip directory; nothing is decompressed)."""
+    try:
+        with zipfile.ZipFile(path) as f:
+            return {n.removesuffix(".npy") for n in f.namelist()}
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise IdauditError(f"{path}: cannot read ({first_line(exc)})") from None
+
+
+def read_chunk(path: Path, keys: tuple[str, ...], spec: ReacherSpec | int
+               ) -> dict[str, np.ndarray]:
     """The arrays ``keys`` of one chunk, checked: angles z (and z′) of shape (k, 2), images x
-    (and x′) uint8 of shape (k, S, S, 3) with S the dataset's image size; never unpickled."""
+    (and x′) uint8 of shape (k, S, S, 3) with S the dataset's image size (``spec``: the
+    dataset's spec, or S itself); never unpickled."""
     try:
         with np.load(path, allow_pickle=False) as f:
             missing = [k for k in keys if k not in f.files]
@@ -320,7 +352,7 @@ def read_chunk(path: Path, keys: tuple[str, ...], spec: ReacherSpec) -> dict[str
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise IdauditError(f"{path}: cannot read ({first_line(exc)})") from None
     k = len(out["z"]) if out["z"].ndim else 0
-    size = spec.image_size
+    size = spec if isinstance(spec, int) else spec.image_size
     for key, arr in out.items():
         image = key.startswith("x")
         shape, kinds = ((k, size, size, 3), "u") if image else ((k, 2), "fiu")
@@ -343,11 +375,15 @@ def load_dataset(root: str | Path) -> ReacherData:
                  f"loading the Reacher dataset {root} ({spec.images()} images of "
                  f"{spec.image_size}×{spec.image_size})")
 
-    def cat(prefix: str, keys: tuple[str, ...], rows: int) -> dict[str, np.ndarray]:
+    def chunks(prefix: str) -> list[Path]:
         paths = sorted(root.glob(f"{prefix}-*.npz"))
         if not paths:
             raise IdauditError(f"{root} has no {prefix}-*.npz chunks; it is not a complete "
                                "Reacher dataset (render it again with `idaudit world reacher`)")
+        return paths
+
+    def cat(prefix: str, keys: tuple[str, ...], rows: int) -> dict[str, np.ndarray]:
+        paths = chunks(prefix)
         parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         for path in paths:
             for k, arr in read_chunk(path, keys, spec).items():
@@ -359,5 +395,9 @@ def load_dataset(root: str | Path) -> ReacherData:
         return out
 
     tr = cat("train", ("z", "z_prime", "x", "x_prime"), spec.pairs)
-    ev = cat("eval", ("z", "x"), spec.n_eval)
-    return ReacherData(meta, tr["z"], tr["z_prime"], tr["x"], tr["x_prime"], ev["z"], ev["x"])
+    # evaluation partners only when every eval chunk has them (an older dataset has none)
+    partners = spec.mode == "ou" and all({"z_prime", "x_prime"} <= chunk_keys(p)
+                                         for p in chunks("eval"))
+    ev = cat("eval", ("z", "x", "z_prime", "x_prime") if partners else ("z", "x"), spec.n_eval)
+    return ReacherData(meta, tr["z"], tr["z_prime"], tr["x"], tr["x_prime"], ev["z"], ev["x"],
+                       ev.get("z_prime"), ev.get("x_prime"))

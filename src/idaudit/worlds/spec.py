@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..defaults import WORLD, WORLD_DEFAULTS
 from ..errors import IdauditError
 
 # kind → (how a message names it, the test); numpy's integers and floats count as numbers
@@ -77,11 +78,11 @@ class WorldSpec:
     worlds keep what locates and describes their data in ``extra``.
     """
 
-    name: str = "spiral"
+    name: str = WORLD
     dim: int = 2
-    source: str = "gaussian"
+    source: str = WORLD_DEFAULTS["source"]
     alpha: float | None = None
-    rho: float = 0.95
+    rho: float = WORLD_DEFAULTS["rho"]
     layers: int | None = None
     mixing_seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)

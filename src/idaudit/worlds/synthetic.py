@@ -13,9 +13,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, require
 from ..io import PAIRS_FORMAT, atomic_write, check_memory
-from .base import KINDS, EvalSet, PlanSet, World
+from .base import EvalSet, PlanSet, World
+from .kind import KINDS, WorldKind
 from .mixings import MIXINGS, CouplingMixing
 from .sources import SOURCES, ou_step, sample_source
 from .spec import WorldSpec, check_type
@@ -39,74 +41,12 @@ BYTES = 4  # float32 tensors
 class SyntheticWorld(World):
     """A synthetic world: latent law + OU channel + observation map g."""
 
-    options: ClassVar[frozenset[str]] = frozenset(
-        {"dim", "source", "alpha", "rho", "layers", "mixing_seed"})
-    refuses: ClassVar[frozenset[str]] = frozenset({"epochs"})
-
     def __init__(self, spec: WorldSpec) -> None:
         self.spec = spec
         if spec.name in COUPLING:
             self._mix = CouplingMixing(spec.dim, spec.layers or 4, seed=spec.mixing_seed)
         else:
             self._mix = MIXINGS.get(spec.name)
-
-    @classmethod
-    def make_spec(cls, name: str, options: dict[str, Any]) -> WorldSpec:
-        dim, source = options.get("dim"), options.get("source", "gaussian")
-        alpha, rho, layers = options.get("alpha"), options.get("rho", 0.95), options.get("layers")
-        for key, kind in (("dim", "integer"), ("source", "string"), ("alpha", "number"),
-                          ("rho", "number"), ("layers", "integer"), ("mixing_seed", "integer")):
-            check_type(options.get(key), kind, "--" + key.replace("_", "-"), optional=True)
-        SOURCES.get(source)  # raises with the valid names
-        require(math.isfinite(rho) and 0.0 < rho < 1.0,
-                f"--rho must lie strictly between 0 and 1, got {rho}")
-        if source == "gennorm":
-            require(alpha is not None, "--alpha is required with --source gennorm")
-        if alpha is not None:
-            require(math.isfinite(alpha) and alpha > 0, f"--alpha must be > 0, got {alpha}")
-            require(source == "gennorm", "--alpha only applies to --source gennorm")
-        if name in TWO_D:
-            require(dim in (None, 2), f"world {name!r} is two-dimensional; got --dim {dim}")
-            dim = 2
-        else:
-            dim = 2 if dim is None else dim
-            require(dim >= 2 and dim % 2 == 0,
-                    f"--dim must be an even number ≥ 2 for coupling, got {dim}")
-        if name in COUPLING:
-            layers = 4 if layers is None else layers
-            require(layers >= 1, f"--layers must be ≥ 1, got {layers}")
-            check_mixing_memory(name, dim)
-        else:
-            require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
-        return WorldSpec(name=name, dim=dim, source=source, alpha=alpha, rho=float(rho),
-                         layers=layers, mixing_seed=int(options.get("mixing_seed", 0)))
-
-    @classmethod
-    def check_spec(cls, spec: WorldSpec) -> WorldSpec:
-        super().check_spec(spec)
-        fields = {"dim": spec.dim, "source": spec.source, "alpha": spec.alpha, "rho": spec.rho,
-                  "layers": spec.layers, "mixing_seed": spec.mixing_seed}
-        if not isinstance(spec.source, str):
-            raise IdauditError(f"source must be a name, got {spec.source!r}")
-        for key in ("layers", "mixing_seed"):
-            if fields[key] is not None and not isinstance(fields[key], int):
-                raise IdauditError(f"{key} must be an integer, got {fields[key]!r}")
-        remade = cls.make_spec(spec.name, {k: v for k, v in fields.items() if v is not None})
-        if remade != spec:
-            raise IdauditError(f"the spec does not describe a valid {spec.name!r} world")
-        return spec
-
-    @classmethod
-    def from_spec(cls, spec: WorldSpec, base_dir: Path | None = None) -> SyntheticWorld:
-        return cls(spec)
-
-    @classmethod
-    def write(cls, spec: WorldSpec, out: Path, pairs: int, seed: int, workers: int | None,
-              progress: bool) -> str:
-        require(workers is None, f"--workers does not apply to world {spec.name!r}")
-        path = save_pairs(out, cls(spec), pairs, seed)
-        return (f"wrote {pairs} pairs of {spec.name} (N={spec.dim}, {spec.source}, "
-                f"ρ={spec.rho}) to {path}")
 
     # ---- sampling --------------------------------------------------------------------
 
@@ -140,10 +80,6 @@ class SyntheticWorld(World):
 
     # ---- the interface ---------------------------------------------------------------
 
-    @property
-    def obs_dim(self) -> int:
-        return self.spec.dim
-
     def check_rows(self, rows: int, per_row: int, what: str) -> None:
         """Refuse ``rows`` rows of ``per_row`` float32 vectors of this world's dimension that
         would not fit in memory (``what`` says what they are)."""
@@ -151,7 +87,7 @@ class SyntheticWorld(World):
                      f"{what} of world {self.spec.name!r} (N = {self.spec.dim})")
 
     def eval_set(self, n: int | None, seed: int) -> EvalSet:
-        n = 10_000 if n is None else n
+        n = WORLD_DEFAULTS["n_eval"] if n is None else n
         # z, z′, x, x′, sampling temporaries, then the embeddings h, h′ and the metrics' blocks
         self.check_rows(n, 12, f"an evaluation set of {n} pairs (--n-eval)")
         gen = torch.Generator().manual_seed(10_007 * seed + 99_991)
@@ -161,7 +97,7 @@ class SyntheticWorld(World):
                        baseline=x)
 
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
-        gallery = 10_000 if gallery is None else gallery
+        gallery = WORLD_DEFAULTS["gallery"] if gallery is None else gallery
         self.check_rows(gallery, 4, f"a planning gallery of {gallery} latents (--gallery)")
         self.check_rows(pairs, 8, f"drawing {pairs} start/goal pairs (--pairs)")
         gen = torch.Generator().manual_seed(seed)
@@ -173,11 +109,6 @@ class SyntheticWorld(World):
                     ) -> OnlinePairs:
         self.check_rows(batch, 12, f"a training batch of {batch} pairs (--batch)")
         return OnlinePairs(self, views, batch, gen, device)
-
-    def default_encoder(self) -> tuple[str, dict[str, Any]]:
-        if self.spec.name in COUPLING:
-            return "coupling", {"dim": self.spec.dim, "layers": self.spec.layers}
-        return "mlp", {"in_dim": self.obs_dim, "out_dim": self.latent_dim}
 
 
 class OnlinePairs:
@@ -194,8 +125,76 @@ class OnlinePairs:
         return self.world.observe(torch.cat([z, zp])).to(self.device, non_blocking=True)
 
 
+class SyntheticKind(WorldKind):
+    """The synthetic worlds' kind: generated online, written as a pairs file."""
+
+    world = SyntheticWorld
+    options: ClassVar[frozenset[str]] = frozenset(
+        {"dim", "source", "alpha", "rho", "layers", "mixing_seed"})
+    refuses: ClassVar[frozenset[str]] = frozenset({"epochs"})
+
+    def make_spec(self, name: str, options: dict[str, Any]) -> WorldSpec:
+        dim, source = options.get("dim"), options.get("source", WORLD_DEFAULTS["source"])
+        alpha, layers = options.get("alpha"), options.get("layers")
+        rho = options.get("rho", WORLD_DEFAULTS["rho"])
+        for key, kind in (("dim", "integer"), ("source", "string"), ("alpha", "number"),
+                          ("rho", "number"), ("layers", "integer"), ("mixing_seed", "integer")):
+            check_type(options.get(key), kind, "--" + key.replace("_", "-"), optional=True)
+        SOURCES.get(source)  # raises with the valid names
+        require(math.isfinite(rho) and 0.0 < rho < 1.0,
+                f"--rho must lie strictly between 0 and 1, got {rho}")
+        if source == "gennorm":
+            require(alpha is not None, "--alpha is required with --source gennorm")
+        if alpha is not None:
+            require(math.isfinite(alpha) and alpha > 0, f"--alpha must be > 0, got {alpha}")
+            require(source == "gennorm", "--alpha only applies to --source gennorm")
+        if name in TWO_D:
+            require(dim in (None, 2), f"world {name!r} is two-dimensional; got --dim {dim}")
+            dim = 2
+        else:
+            dim = WORLD_DEFAULTS["dim"] if dim is None else dim
+            require(dim >= 2 and dim % 2 == 0,
+                    f"--dim must be an even number ≥ 2 for coupling, got {dim}")
+        if name in COUPLING:
+            layers = WORLD_DEFAULTS["layers"] if layers is None else layers
+            require(layers >= 1, f"--layers must be ≥ 1, got {layers}")
+            check_mixing_memory(name, dim)
+        else:
+            require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
+        return WorldSpec(name=name, dim=dim, source=source, alpha=alpha, rho=float(rho),
+                         layers=layers, mixing_seed=int(options.get("mixing_seed", 0)))
+
+    def check_spec(self, spec: WorldSpec) -> WorldSpec:
+        super().check_spec(spec)
+        fields = {"dim": spec.dim, "source": spec.source, "alpha": spec.alpha, "rho": spec.rho,
+                  "layers": spec.layers, "mixing_seed": spec.mixing_seed}
+        if not isinstance(spec.source, str):
+            raise IdauditError(f"source must be a name, got {spec.source!r}")
+        for key in ("layers", "mixing_seed"):
+            if fields[key] is not None and not isinstance(fields[key], int):
+                raise IdauditError(f"{key} must be an integer, got {fields[key]!r}")
+        remade = self.make_spec(spec.name, {k: v for k, v in fields.items() if v is not None})
+        if remade != spec:
+            raise IdauditError(f"the spec does not describe a valid {spec.name!r} world")
+        return spec
+
+    def write(self, spec: WorldSpec, out: Path, pairs: int, seed: int, workers: int | None,
+              progress: bool = False) -> str:
+        require(workers is None, f"--workers does not apply to world {spec.name!r}")
+        path = save_pairs(out, SyntheticWorld(spec), pairs, seed)
+        return (f"wrote {pairs} pairs of {spec.name} (N={spec.dim}, {spec.source}, "
+                f"ρ={spec.rho}) to {path}")
+
+    def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
+        spec = world.spec if isinstance(world, World) else world
+        if spec.name in COUPLING:
+            return "coupling", {"dim": spec.dim, "layers": spec.layers}
+        return "mlp", {"in_dim": spec.dim, "out_dim": spec.dim}
+
+
+SYNTHETIC = SyntheticKind()
 for _name in SYNTHETIC_WORLDS:
-    KINDS.add(_name, SyntheticWorld)
+    KINDS.add(_name, SYNTHETIC)
 
 
 def save_pairs(path: str | Path, world: SyntheticWorld, n: int, seed: int) -> Path:

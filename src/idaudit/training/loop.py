@@ -23,7 +23,7 @@ from ..errors import IdauditError
 from ..losses import OBJECTIVES, objective_needs_directions, random_directions, sigma_for
 from ..metrics import audit_metrics, identifiability_metrics
 from ..progress import ProgressBar
-from ..worlds import EvalSet, World
+from ..worlds import KINDS, EvalSet, World
 from ..worlds.base import PairSource
 from .config import TrainConfig
 from .schedule import SCHEDULES
@@ -103,7 +103,7 @@ def _init_seed(seed: int, init: int) -> int:
 def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
     """The configured encoder; the world's own keeps its defaults (e.g. the dataset's pixel
     normalisation) under the arguments given."""
-    name, kwargs = world.default_encoder()
+    name, kwargs = KINDS.get(world.name).default_encoder(world)
     if not cfg.encoder:
         return name, kwargs
     given = dict(cfg.encoder_kwargs or {})
@@ -116,7 +116,8 @@ def resolve_config(world: World, cfg: TrainConfig, resolved: bool = False) -> Tr
     is only validated, never resolved a second time."""
     if resolved:
         return cfg.validate()
-    return cfg.resolved(world.refuses, world.train_defaults(), world.name)
+    kind = KINDS.get(world.name)
+    return cfg.resolved(kind.refuses, kind.train_defaults(), world.name)
 
 
 def _sigma(world: World, cfg: TrainConfig) -> float:

@@ -1,8 +1,8 @@
 """Training configuration (everything a run needs besides the world).
 
-Fields left ``None`` take the world's default (:meth:`World.train_defaults`), then the
-defaults below; :meth:`TrainConfig.resolved` fills them and refuses options that do not apply
-to the world or the objective, naming the option.
+Fields left ``None`` take the world's default (``train_defaults`` of its kind), then the
+global defaults of :mod:`idaudit.defaults`; :meth:`TrainConfig.resolved` fills them and
+refuses options that do not apply to the world or the objective, naming the option.
 """
 
 from __future__ import annotations
@@ -12,16 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..defaults import TRAIN_DEFAULTS
 from ..errors import IdauditError, check_seed, require
 from ..losses import OBJECTIVES, SIGMA_RULES
 from .schedule import SCHEDULES
-
-DEFAULTS: dict[str, Any] = {
-    "lamb": 1e-3, "sigma": 1.0, "steps": 20_000, "epochs": None, "weight_decay": 1e-2,
-    "clip": None, "schedule": "constant_cosine", "eval_every": 500, "n_eval": 10_000,
-    "views": "anchor",
-}
-
 
 # each field's type (sigma: a number or the name of a rule); None means "not given" except
 # for the REQUIRED fields
@@ -33,27 +27,32 @@ FIELD_TYPES = {
     "encoder": "string", "encoder_kwargs": "object",
 }
 REQUIRED = frozenset({"objective", "batch", "lr", "seed", "inits", "n_slices", "device"})
+#: the defaults :meth:`TrainConfig.resolved` fills in where neither the option nor the world
+#: gives a value (the REQUIRED fields take theirs as the dataclass's field defaults)
+DEFAULTS: dict[str, Any] = {k: v for k, v in TRAIN_DEFAULTS.items()
+                            if k not in REQUIRED | {"encoder", "encoder_kwargs"}}
+_D = TRAIN_DEFAULTS
 
 
 @dataclass
 class TrainConfig:
-    objective: str = "lejepa"
+    objective: str = _D["objective"]
     lamb: float | None = None
     sigma: float | str | None = None
     steps: int | None = None
     epochs: int | None = None
-    batch: int = 256
-    lr: float = 3e-3
+    batch: int = _D["batch"]
+    lr: float = _D["lr"]
     weight_decay: float | None = None
     clip: float | None = None
     schedule: str | None = None
-    seed: int = 0
-    inits: int = 1
+    seed: int = _D["seed"]
+    inits: int = _D["inits"]
     eval_every: int | None = None
     n_eval: int | None = None
-    n_slices: int = 256
+    n_slices: int = _D["n_slices"]
     views: str | None = None
-    device: str = "auto"
+    device: str = _D["device"]
     encoder: str | None = None
     encoder_kwargs: dict[str, Any] | None = None
 

@@ -1,0 +1,108 @@
+"""A world's kind: what the CLI and orchestration ask about a world, apart from its data.
+
+A :class:`~idaudit.worlds.base.World` is the data process only (evaluation set, plan set,
+training views). Its :class:`WorldKind` holds the rest: the world options it takes, how a spec
+is made from them, checked when read from a file and built into the World, how
+``idaudit world`` writes the data and a sweep renders them first, the training defaults, the
+recipes and the paper's encoder. :data:`KINDS` maps every world name to its kind; nothing
+outside ``idaudit.worlds`` branches on a world's name.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..errors import IdauditError, latent_indices
+from ..registry import Registry
+from .base import World
+from .spec import WorldSpec, check_type
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named set of run options (world and training) filled in where the user gave none.
+
+    ``dataset`` options describe data to render; they are skipped when ``--data`` names data
+    that exist already (the data say what they are). ``note`` says why the recipe exists; the
+    line announcing a run is built from the resolved values (:func:`idaudit.runs.recipe_note`).
+    """
+
+    options: dict[str, Any]
+    dataset: frozenset[str]
+    note: str
+
+
+class WorldKind(ABC):
+    """The questions the CLI, ``run`` and sweeps ask of a kind of world (one instance per
+    kind, registered in :data:`KINDS` under every world name it serves)."""
+
+    #: the World subclass :meth:`from_spec` builds
+    world: ClassVar[type[World]]
+    #: world options (CLI names with underscores) this kind accepts
+    options: ClassVar[frozenset[str]]
+    #: train options that do not apply to worlds of this kind
+    refuses: ClassVar[frozenset[str]] = frozenset()
+    #: whether :meth:`write` makes a directory (else one file)
+    writes_directory: ClassVar[bool] = False
+
+    @abstractmethod
+    def make_spec(self, name: str, options: dict[str, Any]) -> WorldSpec:
+        """Validate the given world options (only those the user set) and fill defaults."""
+
+    def check_spec(self, spec: WorldSpec) -> WorldSpec:
+        """Validate a spec read from a file (types and ranges); return it."""
+        if not (isinstance(spec.dim, int) and not isinstance(spec.dim, bool) and spec.dim >= 1):
+            raise IdauditError(f"dim must be a positive integer, got {spec.dim!r}")
+        check_type(spec.rho, "number", "rho")
+        if not (math.isfinite(spec.rho) and 0.0 < spec.rho < 1.0):
+            raise IdauditError(f"rho must lie strictly between 0 and 1, got {spec.rho!r}")
+        check_type(spec.extra, "object", "extra")
+        if "circular" in spec.extra:
+            what = f"world {spec.name!r}: extra.circular"
+            latent_indices(check_type(spec.extra["circular"], "list", what), what)
+        return spec
+
+    def from_spec(self, spec: WorldSpec, base_dir: Path | None = None) -> World:
+        """Rebuild the world (``base_dir``: where relative dataset paths are resolved); by
+        default ``world(spec)``, for worlds that need no files."""
+        return self.world(spec)  # type: ignore[call-arg]
+
+    def built(self, world: World | WorldSpec) -> World:
+        """``world`` itself, or the world its spec describes."""
+        return world if isinstance(world, World) else self.from_spec(world)
+
+    def write(self, spec: WorldSpec, out: Path, pairs: int, seed: int, workers: int | None,
+              progress: bool = False) -> str:
+        """``idaudit world``: write this world's pairs to ``out``; return a one-line summary."""
+        raise IdauditError(f"world {spec.name!r} cannot be written as a dataset")
+
+    def prepare(self, spec: WorldSpec, data_root: Path, workers: int | None = None,
+                progress: bool = False) -> WorldSpec:
+        """Make whatever the world needs on disk under ``data_root`` (sweeps render first)."""
+        if workers is not None:
+            raise IdauditError(f"--workers does not apply to world {spec.name!r} (nothing to "
+                               "render)")
+        return spec
+
+    @abstractmethod
+    def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
+        """The paper's encoder for ``world`` (a World or its spec): (registry name, kwargs)."""
+
+    def train_defaults(self) -> dict[str, Any]:
+        """Training options whose default differs on this kind of world."""
+        return {}
+
+    def data_exists(self, data: str | Path) -> bool:
+        """Whether ``data`` names data that exist already (so recipes do not describe it)."""
+        return Path(data).exists()
+
+    def recipes(self) -> dict[str, Recipe]:
+        """Named run configurations (``--recipe``); empty where the kind has none."""
+        return {}
+
+
+KINDS: Registry[WorldKind] = Registry("world")

@@ -1,0 +1,622 @@
+"""Other JEPA projects' encoder files, opened by the library (idaudit.loaders.load_target with
+LoadOptions) and embedded by idaudit.encoders.embed: I-JEPA / V-JEPA 2 torch.save dicts, Hugging
+Face model directories, Lightning .ckpt files, torch.compile'd state dicts, LeWM /
+stable-worldmodel directories, the paper's run.pt, half-precision files; and the one-line
+refusals (exit 2) where the file or the output is ambiguous or would run code.
+
+Every model is a real tiny network built here (transformers, lightning, timm: random weights,
+explicit seeds, never a download); the project's own modules (``--arch`` factories, classes of
+pickled modules, LeWM's) are written into a temporary working directory, as a user's are.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import idaudit
+from idaudit.encoders import embed
+from idaudit.errors import IdauditError
+from idaudit.loaders import Arrays, LoadedEncoder, LoadOptions, load_embedding_target, load_target
+
+PROJECT = textwrap.dedent('''
+    """A user's project: encoders as other JEPA codebases write them."""
+    import torch
+    from torch import nn
+
+
+    class TokenNet(nn.Module):
+        """Vectors (B, d) → tokens (B, d, width), as a ViT's patch tokens (no CLS token)."""
+
+        def __init__(self, dim=4, width=8):
+            super().__init__()
+            self.embed = nn.Linear(1, width)
+            self.pos = nn.Parameter(torch.zeros(dim, width))
+            self.mix = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU())
+
+        def forward(self, x):
+            t = self.embed(x.unsqueeze(-1)) + self.pos
+            return t + self.mix(t)
+
+
+    def make_tokens(dim=4, width=8):
+        return TokenNet(dim, width)
+
+
+    def make_linear(dim=4):
+        return nn.Linear(dim, dim)
+
+
+    class PatchViT(nn.Module):
+        """A Hugging Face ViT that returns its patch tokens only, as I-JEPA's encoder does."""
+
+        def __init__(self):
+            super().__init__()
+            from transformers import ViTConfig, ViTModel
+
+            self.vit = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2,
+                                          num_attention_heads=2, intermediate_size=64,
+                                          image_size=32, patch_size=8), add_pooling_layer=False)
+
+        def forward(self, x):
+            return self.vit(pixel_values=x).last_hidden_state[:, 1:]
+
+
+    def make_patch_vit():
+        return PatchViT()
+
+
+    def first_token(model, x):
+        """--embed: the embedding of the model's tokens, token 0."""
+        return model(x)[:, 0]
+
+
+    class Pair(nn.Module):
+        """Returns (tokens, pooled): a tuple output."""
+
+        def __init__(self, dim=4):
+            super().__init__()
+            self.lin = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y.unsqueeze(1).repeat(1, 3, 1), 2 * y
+
+
+    class JEPA(nn.Module):
+        """LeWM's shape: encoder, projector, predictor; no forward, an encode(info)."""
+
+        def __init__(self, encoder, projector, predictor):
+            super().__init__()
+            self.encoder, self.projector, self.predictor = encoder, projector, predictor
+
+        def encode(self, info):
+            pixels = info["pixels"].float()
+            b = pixels.size(0)
+            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
+            info["emb"] = emb.reshape(b, -1, emb.shape[-1])
+            return info
+
+
+    def make_mlp(dim=4):
+        return nn.Sequential(nn.Linear(dim, 8), nn.GELU(), nn.Linear(8, dim))
+''')
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """tmp_path holds the user's project (myproject.py) and is the working directory, not on
+    sys.path (as under the idaudit executable); the modules imported from it are forgotten
+    after."""
+    (tmp_path / "myproject.py").write_text(PROJECT)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "myproject", raising=False)
+    importlib.invalidate_caches()
+    yield tmp_path
+    sys.modules.pop("myproject", None)
+
+
+def user_module():
+    """myproject, imported the way a user's script would (the working directory on the path)."""
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module("myproject")
+    finally:
+        sys.path.remove(str(Path.cwd()))
+
+
+def refused(fragments, call, *args, **kwargs) -> str:
+    """``call`` raises IdauditError, exit code 2, one line holding every fragment."""
+    with pytest.raises(IdauditError) as info:
+        call(*args, **kwargs)
+    msg = str(info.value)
+    assert info.value.exit_code == 2, msg
+    assert "\n" not in msg, msg
+    for fragment in [fragments] if isinstance(fragments, str) else fragments:
+        assert fragment in msg, msg
+    return msg
+
+
+def ddp(state):
+    """A state dict as DistributedDataParallel saves it (I-JEPA, V-JEPA 2)."""
+    return {f"module.{k}": v for k, v in state.items()}
+
+
+def save_ijepa(path, encoder, target, predictor):
+    """torch.save as I-JEPA's train.py writes its checkpoint."""
+    opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
+                "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
+                "scaler": scaler.state_dict(), "epoch": 7, "loss": 0.25, "batch_size": 8,
+                "world_size": 1, "lr": 1e-3}, str(path))
+
+
+def assert_same_state(module, state):
+    got = module.state_dict()
+    assert set(got) == set(state)
+    for k, v in state.items():
+        assert torch.equal(got[k], v.float() if v.is_floating_point() else v), k
+
+
+# ---- I-JEPA / V-JEPA 2: a torch.save dict of DDP state dicts --------------------------------
+
+
+def test_ijepa_checkpoint_equals_safetensors_with_arch(project):
+    mp = user_module()
+    torch.manual_seed(0)
+    encoder, target, predictor = mp.TokenNet(), mp.TokenNet(), torch.nn.Linear(8, 8)
+    save_ijepa(project / "jepa.pth.tar", encoder, target, predictor)
+    save_file(target.state_dict(), str(project / "target.safetensors"))
+
+    options = dict(arch="myproject:make_tokens", pool="mean")
+    from_ijepa = load_target("jepa.pth.tar", LoadOptions(key="target_encoder", **options))
+    from_safetensors = load_target("target.safetensors", LoadOptions(**options))
+    assert isinstance(from_ijepa, LoadedEncoder)
+    assert_same_state(from_ijepa.module.module, target.state_dict())  # module. stripped
+
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal((300, 4))).float()
+    h1, h2 = embed(from_ijepa.module, x), embed(from_safetensors.module, x)
+    assert h1.shape == (300, 8)
+    np.testing.assert_array_equal(h1.numpy(), h2.numpy())
+    with torch.no_grad():
+        np.testing.assert_allclose(h1.numpy(), target.eval()(x).mean(dim=1).numpy(), atol=1e-6)
+    # the same audit on a synthetic world, number for number
+    reports = [idaudit.audit(encoder=loaded.module, world="coupling", dim=4, n_eval=500,
+                             gauss_sims=0, seed=3) for loaded in (from_ijepa, from_safetensors)]
+    assert reports[0].metrics == reports[1].metrics
+    assert 0 < reports[0].metrics["r2_h_to_z"] <= 1
+    # the online encoder is another state dict of the same file
+    online = load_target("jepa.pth.tar", LoadOptions(key="encoder", **options))
+    assert_same_state(online.module.module, encoder.state_dict())
+
+
+def test_ijepa_vit_patch_tokens(project):
+    mp = user_module()
+    torch.manual_seed(0)
+    encoder, target = mp.PatchViT(), mp.PatchViT()
+    save_ijepa(project / "vit.pth.tar", encoder, target, torch.nn.Linear(32, 32))
+    save_file(target.state_dict(), str(project / "vit.safetensors"))
+    images = torch.from_numpy(np.random.default_rng(2).standard_normal((6, 3, 32, 32))).float()
+    got = {}
+    for name, opts in (("ijepa", LoadOptions(arch="myproject:make_patch_vit",
+                                             key="target_encoder", pool="mean")),
+                       ("safetensors", LoadOptions(arch="myproject:make_patch_vit", pool="mean")),
+                       ("embed", LoadOptions(arch="myproject:make_patch_vit", key="target_encoder",
+                                             embed="myproject:first_token")),
+                       ("cls", LoadOptions(arch="myproject:make_patch_vit", key="target_encoder",
+                                           pool="cls"))):
+        file = "vit.safetensors" if name == "safetensors" else "vit.pth.tar"
+        got[name] = embed(load_target(file, opts).module, images).numpy()
+    assert got["ijepa"].shape == (6, 32)
+    np.testing.assert_array_equal(got["ijepa"], got["safetensors"])
+    np.testing.assert_array_equal(got["embed"], got["cls"])
+    with torch.no_grad():
+        tokens = target.eval()(images)
+    assert tokens.shape == (6, 16, 32)  # 16 patch tokens, no CLS token
+    np.testing.assert_allclose(got["ijepa"], tokens.mean(dim=1).numpy(), atol=1e-5)
+    np.testing.assert_allclose(got["cls"], tokens[:, 0].numpy(), atol=1e-5)
+    # pool none flattens the tokens, explicitly
+    flat = embed(load_target("vit.pth.tar", LoadOptions(arch="myproject:make_patch_vit",
+                                                        key="target_encoder",
+                                                        pool="none")).module, images)
+    assert flat.shape == (6, 16 * 32)
+    np.testing.assert_allclose(flat.numpy(), tokens.reshape(6, -1).numpy(), atol=1e-5)
+
+
+def test_vjepa2_backbone_prefix_and_hint(project):
+    user_module()
+    torch.manual_seed(4)
+    lin = torch.nn.Linear(4, 4)
+    torch.save({"encoder": {f"module.backbone.{k}": v for k, v in lin.state_dict().items()}},
+               str(project / "vjepa2.pt"))
+    msg = refused(["the weights do not fit myproject:make_linear", "2 missing keys (weight, bias)",
+                   "2 unexpected keys (backbone.weight, backbone.bias)",
+                   "pass --prefix backbone."],
+                  load_target, "vjepa2.pt", LoadOptions(arch="myproject:make_linear"))
+    assert "module." not in msg  # the DDP wrapper is stripped before keys are compared
+    loaded = load_target("vjepa2.pt", LoadOptions(arch="myproject:make_linear",
+                                                  prefix="backbone"))
+    assert_same_state(loaded.module, lin.state_dict())
+    refused(["--prefix model.: no key of vjepa2.pt starts with 'model.'",
+             "its keys start with backbone."],
+            load_target, "vjepa2.pt", LoadOptions(arch="myproject:make_linear", prefix="model."))
+
+
+# ---- Hugging Face model directories ----------------------------------------------------------
+
+
+def tiny_vit(seed=0):
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(seed)
+    config = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, image_size=32, patch_size=8)
+    return ViTModel(config).eval()
+
+
+def test_hf_vit_directory_with_pool_cls(tmp_path):
+    model = tiny_vit()
+    model.save_pretrained(str(tmp_path / "vit"))
+    assert (tmp_path / "vit" / "model.safetensors").is_file()
+    pixels = torch.from_numpy(np.random.default_rng(3).standard_normal((5, 3, 32, 32))).float()
+    with torch.no_grad():
+        out = model(pixel_values=pixels)
+    loaded = load_target(tmp_path / "vit", LoadOptions(pool="cls"))
+    np.testing.assert_allclose(embed(loaded.module, pixels).numpy(),
+                               out.last_hidden_state[:, 0].numpy(), rtol=0, atol=1e-6)
+    pooled = load_target(tmp_path / "vit", LoadOptions(output="pooler_output"))
+    np.testing.assert_allclose(embed(pooled.module, pixels).numpy(), out.pooler_output.numpy(),
+                               rtol=0, atol=1e-6)
+    mean = load_target(tmp_path / "vit", LoadOptions(output="last_hidden_state", pool="mean"))
+    np.testing.assert_allclose(embed(mean.module, pixels).numpy(),
+                               out.last_hidden_state.mean(dim=1).numpy(), rtol=0, atol=1e-6)
+    # a ModelOutput with no choice is refused, naming its fields
+    bare = load_target(tmp_path / "vit")
+    refused(["BaseModelOutputWithPooling with fields last_hidden_state, pooler_output",
+             "--output FIELD"], embed, bare.module, pixels)
+    refused("--key does not apply to a Hugging Face model directory",
+            load_target, tmp_path / "vit", LoadOptions(key="state_dict"))
+
+
+def test_hf_directory_with_pytorch_model_bin_and_bf16(tmp_path):
+    model = tiny_vit(seed=1)
+    folder = tmp_path / "bin"
+    model.config.save_pretrained(str(folder))
+    state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    torch.save(state, str(folder / "pytorch_model.bin"))  # read by transformers, weights_only
+    loaded = load_target(folder, LoadOptions(pool="cls"))
+    for k, v in loaded.module.module.state_dict().items():
+        assert v.dtype == torch.float32, k
+        if k in state:
+            assert torch.equal(v, state[k].float()), k
+
+
+# ---- Lightning (LeJEPA / stable-pretraining) -------------------------------------------------
+
+
+def test_lightning_ckpt_with_key_and_prefix(project, tmp_path):
+    import lightning
+
+    user_module()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = torch.nn.Sequential(torch.nn.Linear(4, 4))
+            self.projector = torch.nn.Linear(4, 16)
+
+    class LeJEPA(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = Net()
+
+        def training_step(self, batch, _):
+            return self.model.projector(self.model.backbone(batch[0])).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(5)
+    lit = LeJEPA()
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)),
+                                       batch_size=8)
+    trainer = lightning.Trainer(max_steps=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                accelerator="cpu", default_root_dir=str(tmp_path))
+    trainer.fit(lit, data)
+    ckpt = project / "last.ckpt"
+    trainer.save_checkpoint(str(ckpt))
+    loaded = load_target(ckpt, LoadOptions(arch="myproject:make_linear", key="state_dict",
+                                           prefix="model.backbone.0."))
+    assert_same_state(loaded.module, lit.model.backbone[0].state_dict())
+    x = torch.randn(50, 4)
+    with torch.no_grad():
+        np.testing.assert_array_equal(embed(loaded.module, x).numpy(),
+                                      lit.model.backbone(x).numpy())
+    # the one state dict in the file is found without --key as well
+    again = load_target(ckpt, LoadOptions(arch="myproject:make_linear",
+                                          prefix="model.backbone.0"))
+    assert_same_state(again.module, lit.model.backbone[0].state_dict())
+
+
+# ---- torch.compile, tuples, --embed ----------------------------------------------------------
+
+
+def test_orig_mod_state_dict(project):
+    mp = user_module()
+    torch.manual_seed(6)
+    net = mp.TokenNet()
+    compiled = torch.compile(net)  # state_dict() keys gain _orig_mod.; nothing is compiled here
+    state = compiled.state_dict()
+    assert all(k.startswith("_orig_mod.") for k in state)
+    torch.save(state, str(project / "compiled.pt"))
+    torch.save(ddp(state), str(project / "both.pt"))  # DDP of a compiled model
+    for name in ("compiled.pt", "both.pt"):
+        loaded = load_target(name, LoadOptions(arch="myproject:make_tokens", pool="mean"))
+        assert_same_state(loaded.module.module, net.state_dict())
+
+
+def test_tuple_outputs_and_output_index(project):
+    mp = user_module()
+    torch.manual_seed(7)
+    pair = mp.Pair()
+    save_file(pair.state_dict(), str(project / "pair.safetensors"))
+    x = torch.randn(20, 4)
+    with torch.no_grad():
+        tokens, pooled = pair(x)
+    second = load_target("pair.safetensors", LoadOptions(arch="myproject:Pair", output="1"))
+    assert second.module.choice.output == 1  # "1" from the command line is an index
+    np.testing.assert_array_equal(embed(second.module, x).numpy(), pooled.numpy())
+    # without --output a tuple gives its element 0: here tokens, which need a pool
+    first = load_target("pair.safetensors", LoadOptions(arch="myproject:Pair"))
+    refused(["tokens of shape (20, 3, 4)", "--pool cls|mean|none", "--embed"],
+            embed, first.module, x)
+    cls = load_target("pair.safetensors", LoadOptions(arch="myproject:Pair", pool="cls"))
+    np.testing.assert_array_equal(embed(cls.module, x).numpy(), tokens[:, 0].numpy())
+    refused("--output 2 is out of range: the encoder returned 2 outputs", embed,
+            load_target("pair.safetensors", LoadOptions(arch="myproject:Pair",
+                                                        output=2)).module, x)
+
+
+# ---- LeWM / stable-worldmodel -----------------------------------------------------------------
+
+
+def lewm_config():
+    return {"_target_": "myproject.JEPA",
+            "encoder": {"_target_": "torch.nn.Linear", "in_features": 4, "out_features": 6},
+            "projector": {"_target_": "torch.nn.Linear", "in_features": 6, "out_features": 3},
+            "predictor": {"_target_": "torch.nn.Linear", "in_features": 3, "out_features": 3}}
+
+
+def test_lewm_shaped_model_through_embed(project):
+    mp = user_module()
+    torch.manual_seed(8)
+    model = mp.JEPA(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3), torch.nn.Linear(3, 3))
+    x = torch.randn(40, 4)
+    with torch.no_grad():
+        want = model.projector(model.encoder(x))
+    np.testing.assert_array_equal(embed(model, x).numpy(), want.numpy())  # no forward: encode
+    # a stable-worldmodel directory: weights.pt (a state dict) + config.json (Hydra _target_)
+    folder = project / "lewm"
+    folder.mkdir()
+    torch.save(model.state_dict(), str(folder / "weights.pt"))
+    (folder / "config.json").write_text(json.dumps(lewm_config()))
+    loaded = load_target(folder)
+    assert type(loaded.module).__name__ == "JEPA"
+    assert_same_state(loaded.module, model.state_dict())
+    np.testing.assert_array_equal(embed(loaded.module, x).numpy(), want.numpy())
+    assert isinstance(load_embedding_target(folder), LoadedEncoder)
+
+
+def test_lewm_directory_refusals(project, monkeypatch):
+    user_module()
+    folder = project / "lewm"
+    folder.mkdir()
+    torch.save({}, str(folder / "weights.pt"))
+    marker = project / "ran"
+    (folder / "config.json").write_text(json.dumps(
+        {"_target_": "os.system", "_args_": [f"touch {marker}"]}))
+    refused(["_target_ 'os.system' is a function", "--trust-pickle"],
+            load_target, folder)
+    assert not marker.exists()
+    config = lewm_config()
+    config["encoder"] = {"_target_": "myproject.make_mlp", "dim": 4}  # a function
+    (folder / "config.json").write_text(json.dumps(config))
+    refused("_target_ 'myproject.make_mlp' is a function", load_target, folder)
+    monkeypatch.setitem(sys.modules, "hydra", None)  # hydra not installed
+    monkeypatch.delitem(sys.modules, "hydra.utils", raising=False)
+    refused(["needs hydra, which cannot be imported (it is not installed)",
+             "pip install 'idaudit[hydra]'"], load_target, folder)
+
+
+# ---- the paper's run.pt, half precision -------------------------------------------------------
+
+
+def test_paper_run_pt_is_audited_as_arrays(tmp_path):
+    rng = np.random.default_rng(9)
+    z = rng.standard_normal((2000, 3))
+    q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    run_pt = tmp_path / "run.pt"
+    torch.manual_seed(9)
+    state = torch.nn.Linear(3, 3).state_dict()
+    torch.save({"z": z, "h": z @ q, "x": np.tanh(z) + z, "rho": np.float64(0.9),
+                "model_state_dict": state,
+                "config": {"world": "spiral", "steps": 100}}, str(run_pt))
+    arrays = load_target(run_pt)
+    assert isinstance(arrays, Arrays) and arrays.h_prime is None and arrays.rho == 0.9
+    np.testing.assert_array_equal(arrays.z, z)
+    report = idaudit.audit(encoder=str(run_pt), gauss_sims=0)
+    assert report.metrics["r2_h_to_z"] == pytest.approx(1.0, abs=1e-6)
+    assert report.metrics["r2_h_to_z_heldout"] == pytest.approx(1.0, abs=1e-6)
+    np.testing.assert_array_equal(load_embedding_target(run_pt), z @ q)
+    refused("--pool does not apply to arrays", load_target, run_pt, LoadOptions(pool="mean"))
+    # with --arch, the file's one state dict (model_state_dict) is the encoder
+    model = load_target(run_pt, LoadOptions(arch="torch.nn:Linear",
+                                            arch_kwargs={"in_features": 3, "out_features": 3}))
+    assert_same_state(model.module, state)
+
+
+def test_bf16_and_f16_arrays_and_weights(project):
+    user_module()
+    rng = np.random.default_rng(10)
+    z = torch.from_numpy(rng.standard_normal((500, 2))).to(torch.bfloat16)
+    h = torch.from_numpy(rng.standard_normal((500, 2))).to(torch.float16)
+    save_file({"z": z, "h": h}, str(project / "half.safetensors"))
+    torch.save({"z": z, "h": h}, str(project / "half.pt"))
+    for name in ("half.safetensors", "half.pt"):
+        arrays = load_target(name)
+        assert arrays.z.dtype == np.float32 and arrays.h.dtype == np.float32
+        np.testing.assert_array_equal(arrays.z, z.float().numpy())
+        np.testing.assert_array_equal(arrays.h, h.float().numpy())
+    torch.manual_seed(11)
+    state = {k: v.to(torch.bfloat16) for k, v in torch.nn.Linear(4, 4).state_dict().items()}
+    save_file(state, str(project / "w16.safetensors"))
+    torch.save(state, str(project / "w16.pt"))
+    for name in ("w16.safetensors", "w16.pt"):
+        loaded = load_target(name, LoadOptions(arch="myproject:make_linear"))
+        assert loaded.module.weight.dtype == torch.float32
+        assert_same_state(loaded.module, state)
+
+
+# ---- pickles: weights_only by default, the user's classes with --trust-pickle --------------
+
+
+def test_user_class_pickle_needs_trust_and_is_found_in_the_working_directory(project):
+    mp = user_module()
+    torch.manual_seed(12)
+    net = mp.TokenNet()
+    torch.save(net, str(project / "whole.pt"))
+    sys.modules.pop("myproject")  # a fresh process: the class is not imported yet
+    before = list(sys.path)
+    refused(["holds an object of class myproject.TokenNet", "--trust-pickle would unpickle it"],
+            load_target, "whole.pt")
+    assert "myproject" not in sys.modules  # nothing ran
+    loaded = load_target("whole.pt", LoadOptions(trust_pickle=True, pool="mean"))
+    assert sys.path == before  # the working directory was importable only while unpickling
+    assert type(loaded.module.module).__module__ == "myproject"
+    assert_same_state(loaded.module.module, net.state_dict())
+
+
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_only_numpy_arrays_of_numbers_are_let_through(tmp_path):
+    marker = tmp_path / "ran"
+    torch.save({"h": np.zeros((4, 2)), "hook": _RunsCode(marker)}, str(tmp_path / "evil.pt"))
+    refused([f"holds an object of class {os.system.__module__}.system", "--trust-pickle"], load_target,
+            tmp_path / "evil.pt")
+    assert not marker.exists()
+    torch.save({"z": np.zeros((4, 2)), "h": np.array([None] * 4, dtype=object)},
+               str(tmp_path / "objects.pt"))
+    refused("holds an object of class numpy.dtypes.ObjectDType", load_target,
+            tmp_path / "objects.pt")
+
+
+def test_dict_of_tensors_needs_no_trust_but_an_arch(project):
+    torch.save(torch.nn.Linear(4, 4).state_dict(), str(project / "state.pt"))
+    refused(["state.pt holds weights (a state dict)", "pass --arch module.path:factory"],
+            load_target, "state.pt")
+
+
+# ---- refusals ----------------------------------------------------------------------------
+
+
+def test_several_state_dicts_are_listed(project):
+    mp = user_module()
+    save_ijepa(project / "jepa.pth.tar", mp.TokenNet(), mp.TokenNet(), torch.nn.Linear(8, 8))
+    refused("jepa.pth.tar holds several state dicts: encoder, predictor, target_encoder; "
+            "choose one with --key", load_target, "jepa.pth.tar",
+            LoadOptions(arch="myproject:make_tokens"))
+    refused(["--key nope: jepa.pth.tar has no entry 'nope'", "encoder, predictor"],
+            load_target, "jepa.pth.tar", LoadOptions(arch="myproject:make_tokens", key="nope"))
+
+
+def test_tokens_without_pool_are_refused(project):
+    mp = user_module()
+    refused(["the encoder returned tokens of shape (10, 4, 8)", "--pool cls|mean|none",
+             "--embed module:function"], embed, mp.TokenNet(), torch.randn(10, 4))
+    save_file(torch.nn.Linear(4, 4).state_dict(), str(project / "lin.safetensors"))
+    pooled = load_target("lin.safetensors", LoadOptions(arch="myproject:make_linear", pool="cls"))
+    refused("--pool cls applies to tokens (batch, tokens, dim), but the encoder returned shape "
+            "(10, 4)", embed, pooled.module, torch.randn(10, 4))
+
+
+def test_mismatched_keys_are_named_and_counted(project):
+    user_module()
+    state = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)).state_dict()
+    save_file(state, str(project / "seq.safetensors"))
+    refused(["seq.safetensors: the weights do not fit myproject:make_linear",
+             "2 missing keys (weight, bias)", "4 unexpected keys (0.bias, 0.weight, 1.bias, "
+             "1.weight)", "the keys under '0.' fit: pass --prefix 0."],
+            load_target, "seq.safetensors", LoadOptions(arch="myproject:make_linear"))
+    save_file(torch.nn.Linear(3, 3).state_dict(), str(project / "small.safetensors"))
+    refused("2 keys of other shapes (weight: (3, 3) in the file, (4, 4) in the model",
+            load_target, "small.safetensors", LoadOptions(arch="myproject:make_linear"))
+
+
+def test_timm_that_cannot_be_imported_is_one_line(monkeypatch):
+    from idaudit.architectures import build_arch
+
+    try:
+        import timm  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - here: timm is installed, torchvision is not
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    else:
+        monkeypatch.setitem(sys.modules, "timm", None)
+        why = "it is not installed"
+    refused([f"--arch timm:vit_tiny_patch16_224 needs timm, which cannot be imported ({why})",
+             "pip install 'idaudit[vision]'"], build_arch, "timm:vit_tiny_patch16_224",
+            {"img_size": 32})
+    refused("--arch-kwargs pretrained not taken for timm:vit_tiny_patch16_224", build_arch,
+            "timm:vit_tiny_patch16_224", {"pretrained": True})
+
+
+@pytest.mark.parametrize("options,fragment", [
+    (dict(pool="max"), "--pool must be one of cls, mean, none, got 'max'"),
+    (dict(output="last hidden"), "--output must be a field name"),
+    (dict(key="a..b"), "--key must be names joined by dots"),
+    (dict(embed="nocolon"), "--embed must look like module.path:function"),
+    (dict(arch="nocolon"), "--arch must look like module.path:factory or timm:NAME"),
+    (dict(arch_kwargs=[1]), "--arch-kwargs must be an object"),
+    (dict(arch_kwargs={"dim": 4}), "--arch-kwargs goes with --arch"),
+])
+def test_load_options_are_checked(options, fragment):
+    refused(fragment, LoadOptions, **options)
+
+
+# ---- timm (runs where timm imports; skipped, with the reason, where it does not) -------------
+
+
+def test_timm_vit_saved_as_ijepa(project):
+    try:
+        import timm
+    except Exception as exc:  # noqa: BLE001 - any failure to import timm
+        pytest.skip(f"timm cannot be imported: {type(exc).__name__}: {exc}")
+    kwargs = dict(num_classes=0, img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2)
+    torch.manual_seed(13)
+    encoder = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs)
+    target = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs).eval()
+    save_ijepa(project / "timm.pth.tar", encoder, target, torch.nn.Linear(32, 32))
+    loaded = load_target("timm.pth.tar", LoadOptions(arch="timm:vit_tiny_patch16_224",
+                                                     arch_kwargs=kwargs, key="target_encoder"))
+    assert_same_state(loaded.module, target.state_dict())
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        want = target(images)
+    np.testing.assert_array_equal(embed(loaded.module, images).numpy(), want.numpy())

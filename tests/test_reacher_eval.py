@@ -1,0 +1,237 @@
+"""Reacher evaluation pairs at any image size: the angles, the pixels, the cache, the errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("dm_control")
+
+from idaudit.errors import IdauditError  # noqa: E402
+from idaudit.render_mujoco import render_settings  # noqa: E402
+from idaudit.worlds import reacher_data as rd  # noqa: E402
+from idaudit.worlds import reacher_eval as re_  # noqa: E402
+from idaudit.worlds.reacher import ReacherRenderer  # noqa: E402
+from idaudit.worlds.reacher_eval import (  # noqa: E402
+    ReacherEvalSpec,
+    cache_key,
+    cache_root,
+    eval_pairs,
+    reacher_eval_set,
+)
+
+RHO = 0.9
+SEED = 20_260_525
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def ev224(cache):
+    return reacher_eval_set(RHO, 224, 8, cache_dir=cache, workers=1)
+
+
+def _no_render(*args, **kwargs):
+    raise AssertionError("rendered although a valid cache was there")
+
+
+def test_eval_set_at_224_px_holds_pairs(ev224):
+    assert ev224.x.shape == (8, 224, 224, 3) and ev224.x.dtype == np.uint8
+    assert ev224.x_prime.shape == (8, 224, 224, 3) and ev224.x_prime.dtype == np.uint8
+    assert ev224.z.shape == (8, 2) and ev224.z.dtype == torch.float64
+    assert ev224.rho == RHO and ev224.circular == (0, 1) and ev224.test_rows is None
+    assert not np.array_equal(ev224.x, ev224.x_prime)
+
+
+def test_partners_follow_one_ou_step_from_the_seed(ev224, cache):
+    z = np.random.default_rng(SEED).standard_normal((8, 2))
+    eta = np.random.default_rng([SEED, 1]).standard_normal((8, 2))
+    np.testing.assert_array_equal(ev224.z.numpy(), z)
+    pairs = eval_pairs(ReacherEvalSpec(RHO, 224, 8), cache)
+    np.testing.assert_allclose(pairs.z_prime, RHO * z + math.sqrt(1 - RHO**2) * eta, rtol=0,
+                               atol=1e-15)
+    # the default seed's z are every Reacher dataset's evaluation angles
+    np.testing.assert_array_equal(z, rd.eval_angles(30)[:8])
+
+
+def test_the_pixels_are_the_renderers_at_that_size(ev224, cache):
+    pairs = eval_pairs(ReacherEvalSpec(RHO, 224, 8), cache)
+    renderer = ReacherRenderer(224)
+    np.testing.assert_array_equal(renderer.render(pairs.z[:2]), ev224.x[:2])
+    np.testing.assert_array_equal(renderer.render(pairs.z_prime[-1:]), ev224.x_prime[-1:])
+
+
+def test_a_second_call_reads_the_cache(ev224, cache, monkeypatch):
+    spec = ReacherEvalSpec(RHO, 224, 8)
+    first = eval_pairs(spec, cache)
+    chunk = first.path / "pairs-00000.npz"
+    mtime = chunk.stat().st_mtime_ns
+    monkeypatch.setattr(re_, "_render", _no_render)
+    again = eval_pairs(spec, cache)
+    assert not again.rendered and again.reason is None and again.path == first.path
+    np.testing.assert_array_equal(again.x, ev224.x)
+    np.testing.assert_array_equal(again.x_prime, ev224.x_prime)
+    assert chunk.stat().st_mtime_ns == mtime
+    # one directory, nothing left beside it (no temporaries)
+    assert [p.name for p in (cache / "reacher-eval").iterdir()] == [first.path.name]
+
+
+def _corrupt_meta(path):
+    (path / "meta.json").write_text((path / "meta.json").read_text()[:40])
+
+
+def _truncate_chunk(path):
+    chunk = path / "pairs-00000.npz"
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
+
+
+def _other_angles(path):
+    # a chunk rewritten with other angles and its hash updated: only the angle check sees it
+    chunk = path / "pairs-00000.npz"
+    with np.load(chunk) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["z"] = arrays["z"] + 1e-9
+    with open(chunk, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["chunks"][0]["sha256"] = re_._sha256(chunk)
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def _missing_chunk(path):
+    (path / "pairs-00000.npz").unlink()
+
+
+@pytest.mark.parametrize("damage,reason", [
+    (_truncate_chunk, "sha256 differs"),
+    (_corrupt_meta, "meta.json unreadable"),
+    (_other_angles, "pairs-00000.npz are not this seed's"),
+    (_missing_chunk, "unreadable"),
+])
+def test_a_damaged_cache_is_rendered_again(tmp_path, monkeypatch, capsys, damage, reason):
+    spec = ReacherEvalSpec(RHO, 32, 12)
+    first = eval_pairs(spec, tmp_path, workers=1)
+    assert first.rendered and first.path.is_dir()
+    damage(first.path)
+    again = eval_pairs(spec, tmp_path, workers=1)
+    assert again.rendered and reason in again.reason and again.path == first.path
+    assert reason in capsys.readouterr().err
+    np.testing.assert_array_equal(again.x, first.x)
+    np.testing.assert_array_equal(again.x_prime, first.x_prime)
+    # repaired: the third call reads it
+    monkeypatch.setattr(re_, "_render", _no_render)
+    third = eval_pairs(spec, tmp_path)
+    assert not third.rendered
+    assert [p.name for p in (tmp_path / "reacher-eval").iterdir()] == [first.path.name]
+
+
+def test_every_parameter_and_the_renderer_change_the_key():
+    spec = ReacherEvalSpec(RHO, 224, 8)
+    renderer = {"mujoco": "3.17.0", "gl": "egl"}
+    keys = {cache_key(s, renderer) for s in (spec, ReacherEvalSpec(0.95, 224, 8),
+                                             ReacherEvalSpec(RHO, 256, 8),
+                                             ReacherEvalSpec(RHO, 224, 9),
+                                             ReacherEvalSpec(RHO, 224, 8, seed=1))}
+    keys.add(cache_key(spec, {**renderer, "gl": "osmesa"}))
+    keys.add(cache_key(spec, {**renderer, "mujoco": "3.18.0"}))
+    assert len(keys) == 7
+    assert cache_key(spec, renderer).startswith("ou-rho0.9-px224-n8-s20260525-")
+
+
+def test_cache_root(monkeypatch, tmp_path):
+    monkeypatch.setenv("IDAUDIT_CACHE", str(tmp_path / "env"))
+    assert cache_root() == tmp_path / "env"
+    assert cache_root(tmp_path / "given") == tmp_path / "given"
+    monkeypatch.delenv("IDAUDIT_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "idaudit"
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    (ReacherEvalSpec(image_size=8), "--image-size must lie in [16, 512] pixels"),
+    (ReacherEvalSpec(image_size=513), "--image-size must lie in [16, 512] pixels"),
+    (ReacherEvalSpec(rho=1.0), "--rho must lie strictly between 0 and 1"),
+    (ReacherEvalSpec(n=0), "--n-eval must be ≥ 1"),
+    (ReacherEvalSpec(seed=-1), "--seed"),
+    (ReacherEvalSpec(image_size=224.0), "--image-size"),
+])
+def test_bad_specs_are_one_line_errors(spec, fragment):
+    with pytest.raises(IdauditError) as info:
+        spec.validate()
+    assert info.value.exit_code == 2
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_sizes_up_to_512_are_accepted():
+    assert ReacherEvalSpec(image_size=512).validate().image_size == 512
+    assert ReacherEvalSpec(image_size=16).validate().chunk_rows() == 1000
+    assert ReacherEvalSpec(image_size=512).validate().chunk_rows() == 170
+
+
+def test_an_unwritable_cache_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(IdauditError, match="cannot write the evaluation cache") as info:
+        eval_pairs(ReacherEvalSpec(RHO, 16, 2), blocker, workers=1)
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+
+
+def test_without_a_cache_nothing_is_written(tmp_path):
+    pairs = eval_pairs(ReacherEvalSpec(RHO, 16, 3), tmp_path, workers=1, cache=False)
+    assert pairs.rendered and pairs.path is None and pairs.x.shape == (3, 16, 16, 3)
+    assert not (tmp_path / "reacher-eval").exists()
+
+
+def test_a_pixel_encoders_label_free_report_has_the_pair_signals(tmp_path):
+    from idaudit.auditing import audit
+    from idaudit.encoders import embed
+    from idaudit.image_input import ImageAdapter, parse_normalize
+
+    ev = reacher_eval_set(RHO, 32, 60, cache_dir=tmp_path, workers=1)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 8, stride=8), torch.nn.Flatten(),
+                              torch.nn.Linear(64, 3))
+    enc = ImageAdapter(net, parse_normalize("imagenet"))
+    h, hp = embed(enc, ev.x), embed(enc, ev.x_prime)
+    report = audit(h=h.numpy(), h_prime=hp.numpy(), rho=ev.rho)
+    m = report.metrics
+    assert m["label_free"] and m["n_samples"] == 60
+    for key in ("rho_estimated", "canonical_min", "canonical_spread", "alignment_gap",
+                "bound", "canonical_shortfall"):
+        assert np.isfinite(m[key]), key
+    assert m["canonical_min"] <= m["rho_estimated"] < 1
+    # shortfall = ρ − mean canonical correlation = ρ − (ρ̂ − spread)
+    assert m["canonical_shortfall"] == pytest.approx(
+        RHO - (m["rho_estimated"] - m["canonical_spread"]), abs=1e-12)
+    # the rows are pairs: shuffling the partners loses the correlation
+    shuffled = audit(h=h.numpy(), h_prime=hp.numpy()[np.random.default_rng(0).permutation(60)],
+                     rho=ev.rho).metrics
+    assert shuffled["rho_estimated"] < m["rho_estimated"] - 0.2  # 0.07 against 0.46
+
+
+def test_copies_of_a_cache_elsewhere_are_read(tmp_path, monkeypatch):
+    spec = ReacherEvalSpec(RHO, 16, 5)
+    first = eval_pairs(spec, tmp_path / "a", workers=1)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    monkeypatch.setattr(re_, "_render", _no_render)
+    moved = eval_pairs(spec, tmp_path / "b")
+    assert not moved.rendered and moved.path == tmp_path / "b" / "reacher-eval" / first.path.name
+
+
+def test_a_killed_renders_temporary_is_removed(tmp_path):
+    spec = ReacherEvalSpec(RHO, 16, 2)
+    key = cache_key(spec, render_settings())
+    root = tmp_path / "reacher-eval"
+    dead = root / f".{key}.999999999.abc123.tmp"  # a pid no process has
+    dead.mkdir(parents=True)
+    (dead / "pairs-00000.npz").write_bytes(b"half")
+    pairs = eval_pairs(spec, tmp_path, workers=1)
+    assert sorted(p.name for p in root.iterdir()) == [pairs.path.name]

@@ -1,0 +1,112 @@
+"""One request per command, every default in one place: the CLI's flags, the request
+dataclasses and the resolver agree, and help texts show the values the code uses."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+import typer
+from conftest import run
+
+from idaudit import cli
+from idaudit.defaults import TEST_FRACTION, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
+from idaudit.requests import (
+    AuditRequest,
+    ConsistencyRequest,
+    PlanRequest,
+    SweepRequest,
+    TrainRequest,
+    WorldRequest,
+)
+from idaudit.runs import RUN_OPTIONS, resolve
+from idaudit.training.config import TrainConfig
+from idaudit.worlds import make_spec
+
+#: command → its request, and the flags whose parameter is not the request's field name
+COMMANDS = {"audit": AuditRequest, "consistency": ConsistencyRequest, "plan": PlanRequest,
+            "train": TrainRequest, "world": WorldRequest, "sweep": SweepRequest}
+RENAMED = {"world_": "world", "out_path": "out", "out_dir": "out", "json_path": None,
+           "min_": "min", "max_": "max", "max_orth": "max_orthogonality_error", "set_": "set",
+           "name": None, "junit": None, "markdown": None, "plot": None, "quiet": None,
+           "show_config": None, "keys": None, "list_only": None, "targets": "targets", "target": "target"}
+
+
+def _params(command: str):
+    fn = next(c.callback for c in cli.app.registered_commands
+              if (c.name or c.callback.__name__) == command)
+    for p in inspect.signature(fn).parameters.values():
+        if isinstance(p.default, typer.models.ParameterInfo):
+            yield RENAMED.get(p.name, p.name), p.default
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_flag_is_a_request_field_with_the_same_default(command):
+    request = COMMANDS[command]
+    fields = {f.name: f for f in dataclasses.fields(request)}
+    for name, info in _params(command):
+        if name is None:  # rendering and output flags of the CLI itself
+            continue
+        assert name in fields, f"{command} --{name} has no field in {request.__name__}"
+        f = fields[name]
+        want = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        got = info.default
+        if got is ...:  # a required argument
+            continue
+        if want in ([], (), None) and got in ([], (), None):
+            continue
+        assert str(got) == str(want), (command, name, got, want)
+
+
+def test_the_train_request_holds_exactly_the_run_options():
+    names = {f.name for f in dataclasses.fields(TrainRequest)} - {"out", "workers", "data_root"}
+    assert names == set(RUN_OPTIONS)
+
+
+def test_global_defaults_are_the_ones_that_run():
+    """What defaults.py says is what a run, a world and the train config get."""
+    assert {f.name for f in dataclasses.fields(TrainConfig)} == set(TRAIN_DEFAULTS)
+    resolved = resolve({})
+    assert resolved.world.name == WORLD
+    cfg = resolved.train
+    for key in ("objective", "lamb", "steps", "batch", "lr", "weight_decay", "schedule", "seed",
+                "inits", "eval_every", "n_eval", "n_slices", "views"):
+        assert getattr(cfg, key) == TRAIN_DEFAULTS[key], key
+    spiral = make_spec("spiral")
+    assert spiral.rho == WORLD_DEFAULTS["rho"] and spiral.dim == WORLD_DEFAULTS["dim"]
+    assert spiral.source == WORLD_DEFAULTS["source"]
+    assert make_spec("coupling", dim=4).layers == WORLD_DEFAULTS["layers"]
+    from idaudit.worlds import build_world
+
+    assert len(build_world(make_spec("spiral")).eval_set(None, 0).z) == WORLD_DEFAULTS["n_eval"]
+    assert len(build_world(make_spec("spiral")).plan_set(2, None, 0).gallery_z) == \
+        WORLD_DEFAULTS["gallery"]
+    assert AuditRequest().test_fraction is None and ConsistencyRequest().test_fraction == \
+        TEST_FRACTION
+
+
+@pytest.mark.parametrize("command, text", [
+    ("world", f"(default {WORLD_DEFAULTS['rho']:g})"),
+    ("world", f"(default {WORLD_DEFAULTS['layers']}; the encoder matches)"),
+    ("train", f"(default: {WORLD}, or"),
+    ("audit", f"(default {TEST_FRACTION:g}; not where"),
+    ("plan", "default 10 000"),
+])
+def test_help_texts_show_the_defaults_the_code_uses(command, text):
+    res = run(command, "--help")
+    assert res.exit_code == 0
+    flat = " ".join(line.strip(" │") for line in res.output.splitlines())
+    assert text in " ".join(flat.split()), flat
+
+
+def test_tables_can_show_each_metrics_key(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((600, 2))
+    np.savez(tmp_path / "a.npz", z=z, h=z @ np.array([[0.0, 1.0], [-1.0, 0.0]]))
+    plain = run("audit", tmp_path / "a.npz")
+    keyed = run("audit", tmp_path / "a.npz", "--keys")
+    assert plain.exit_code == keyed.exit_code == 0
+    assert "r2_h_to_z_heldout" in keyed.output and "r2_h_to_z_heldout" not in plain.output
