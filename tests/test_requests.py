@@ -15,6 +15,7 @@ from idaudit.defaults import TEST_FRACTION, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULT
 from idaudit.requests import (
     AuditRequest,
     ConsistencyRequest,
+    EmbedRequest,
     PlanRequest,
     SweepRequest,
     TrainRequest,
@@ -25,12 +26,14 @@ from idaudit.training.config import TrainConfig
 from idaudit.worlds import make_spec
 
 #: command → its request, and the flags whose parameter is not the request's field name
-COMMANDS = {"audit": AuditRequest, "consistency": ConsistencyRequest, "plan": PlanRequest,
-            "train": TrainRequest, "world": WorldRequest, "sweep": SweepRequest}
+COMMANDS = {"embed": EmbedRequest, "audit": AuditRequest, "consistency": ConsistencyRequest,
+            "plan": PlanRequest, "train": TrainRequest, "world": WorldRequest,
+            "sweep": SweepRequest}
 RENAMED = {"world_": "world", "out_path": "out", "out_dir": "out", "json_path": None,
-           "min_": "min", "max_": "max", "max_orth": "max_orthogonality_error", "set_": "set",
-           "name": None, "junit": None, "markdown": None, "plot": None, "quiet": None,
-           "show_config": None, "keys": None, "list_only": None, "targets": "targets", "target": "target"}
+           "min_": "min", "embed_": "embed", "max_": "max", "max_orth": "max_orthogonality_error",
+           "set_": "set", "name": None, "junit": None, "markdown": None, "plot": None,
+           "quiet": None, "show_config": None, "keys": None, "list_only": None,
+           "targets": "targets", "target": "target"}
 
 
 def _params(command: str):

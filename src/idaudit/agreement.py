@@ -28,7 +28,7 @@ from .auditing import (
 )
 from .catalogue import gate_keys
 from .metrics import audit_metrics, to_numpy
-from .requests import ConsistencyRequest, unknown_options
+from .requests import ConsistencyRequest, EncoderOptions, unknown_options
 
 # what a consistency gate may name (the catalogue's consistency entries)
 CONSISTENCY_METRICS = gate_keys("consistency")
@@ -71,32 +71,33 @@ def consistency_metrics(embeddings: list[np.ndarray], names: list[str],
     }
 
 
-def embed_runs(targets: list[Any], world: Any = None, data: str | Path | None = None,
-               n_eval: int | None = None, seed: int | None = None,
-               options: dict[str, Any] | None = None
+def embed_runs(targets: list[Any], opts: EncoderOptions
                ) -> tuple[list[np.ndarray], dict[str, Any] | None, int]:
     """Each target's embedding of the same inputs: arrays as they are; every encoder on one
-    evaluation set — of ``world``/``data`` when given, else of the first encoder's own world
-    (a checkpoint's eval-set size and seed). Returns (embeddings, that world, its seed)."""
-    from .auditing import eval_set_for
+    evaluation set — of ``opts.world``/``opts.data`` when given, else of the first encoder's
+    own world (a checkpoint's eval-set size and seed). Returns (embeddings, that world, its
+    seed)."""
+    from .auditing import eval_set_for, input_adapter
     from .encoders import embed
     from .errors import IdauditError
     from .loaders import LoadedEncoder
 
     encoders = [t for t in targets if isinstance(t, LoadedEncoder)]
     if not encoders:
-        if world is not None or data is not None or options or n_eval is not None:
+        given = [opts.world, opts.data, opts.n_eval, opts.normalize, opts.cache_dir,
+                 *opts.world_options().values()]
+        if any(v is not None for v in given):
             raise IdauditError("arrays are compared as they are: --world, --data, --n-eval and "
                                "world options apply only to encoders")
-        return [to_numpy(t) for t in targets], None, seed or 0
-    w, ev, seed = eval_set_for(encoders[0], world, data, n_eval, seed, options)
+        return [to_numpy(t) for t in targets], None, opts.seed or 0
+    spec, ev, seed = eval_set_for(encoders[0], opts)
     out = []
     for t in targets:
-        if isinstance(t, LoadedEncoder):
-            out.append(to_numpy(embed(t.module, ev.x)))  # a misfit is a one-line error
+        if isinstance(t, LoadedEncoder):  # a misfit is a one-line error
+            out.append(to_numpy(embed(input_adapter(t, ev.x, opts.normalize), ev.x)))
         else:
             out.append(to_numpy(t))
-    return out, w.spec.to_dict(), seed
+    return out, spec.to_dict(), seed
 
 
 def check_consistency(embeddings: list[np.ndarray], names: list[str],
@@ -146,8 +147,7 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
             loaded.append(t)
         else:
             loaded.append(LoadedEncoder(t, None, {}, Path("encoder")))
-    embeddings, world, seed = embed_runs(loaded, req.world, req.data, req.n_eval, req.seed,
-                                         req.world_options())
+    embeddings, world, seed = embed_runs(loaded, req)
     names = [Path(t).name if isinstance(t, (str, Path)) else f"run{i}"
              for i, t in enumerate(req.targets)]
     if len(set(names)) < len(names):

@@ -174,13 +174,28 @@ def load_hf_dir(path: Path) -> Any:
 
     transformers = optional_module("transformers", "vision",
                                    f"{path} (a Hugging Face model directory)")
+    logs = transformers.utils.logging
+    verbosity, bars = logs.get_verbosity(), logs.is_progress_bar_enabled()
+    logs.set_verbosity_error()  # its load report and bars: idaudit says what matters, once
+    logs.disable_progress_bar()
     try:
-        return transformers.AutoModel.from_pretrained(
+        model, info = transformers.AutoModel.from_pretrained(
             str(path), local_files_only=True, trust_remote_code=False, weights_only=True,
-            dtype=torch.float32)
+            dtype=torch.float32, output_loading_info=True)
     except Exception as exc:
         raise IdauditError(f"cannot load {path} as a Hugging Face model ({type(exc).__name__}: "
                            f"{_first_line(exc)})") from None
+    finally:
+        logs.set_verbosity(verbosity)
+        if bars:
+            logs.enable_progress_bar()
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # e.g. a pooler the encoder was saved without: random, so never the embedding
+        shown = ", ".join(missing[:4]) + (", …" if len(missing) > 4 else "")
+        print(f"note: {path} lacks {len(missing)} weights of its model ({shown}); they are "
+              "left at random initialisation: do not choose them as the embedding",
+              file=sys.stderr)
+    return model
 
 
 def _locate(target: str, source: str) -> Any:

@@ -35,7 +35,7 @@ from .loaders import (
     world_for_encoder,
 )
 from .metrics import audit_metrics, to_numpy
-from .requests import AuditRequest, EncoderOptions, unknown_options
+from .requests import AuditRequest, EmbedRequest, EncoderOptions, unknown_options
 
 # "ungated": no threshold was given, so nothing was checked (a report only, exit 0); never
 # shown as a pass, so a CI step that forgot its gate cannot pass for ever unnoticed.
@@ -50,7 +50,6 @@ class AuditInputs(Arrays):
     """What every route reduces to: the arrays, and where they came from."""
 
     world: dict[str, Any] | None = None
-    test_rows: np.ndarray | None = None  # a fixed held-out split (pixel worlds: eval images)
     seed: int | None = None  # the evaluation set's seed (a checkpoint's: its training seed)
 
 
@@ -286,9 +285,14 @@ def _column_spread(h: np.ndarray, sums: np.ndarray) -> tuple[float, float]:
 
 def split_reason(inp: AuditInputs, test_fraction: float) -> str | None:
     """Why the held-out split cannot support the fits (too few rows on one side), or None."""
+    width = max(inp.z.shape[1], inp.h.shape[1])
     if inp.test_rows is not None:
+        n, n_test = inp.h.shape[0], int(np.asarray(inp.test_rows).size)
+        if n - n_test < width + 2 or n_test < 2:
+            return (f"the fixed held-out rows leave {n - n_test} rows to fit and {n_test} to "
+                    f"test; the fits need at least {width + 2} and 2")
         return None
-    return split_reason_rows(inp.h.shape[0], max(inp.z.shape[1], inp.h.shape[1]), test_fraction)
+    return split_reason_rows(inp.h.shape[0], width, test_fraction)
 
 
 def split_reason_rows(rows: int, width: int, test_fraction: float) -> str | None:
@@ -494,8 +498,9 @@ def _refuse_world_options(req: EncoderOptions, with_rho: bool) -> None:
     """Arrays are audited as they are: the options that say where an encoder is embedded do
     not apply to them (``rho`` among them only where the arrays bring their own)."""
     given = [f for f, v in (("--world", req.world), ("--data", req.data),
-                            ("--n-eval", req.n_eval)) if v is not None]
-    given += [f"--{k}" for k in req.world_options() if with_rho or k != "rho"]
+                            ("--n-eval", req.n_eval), ("--normalize", req.normalize),
+                            ("--cache-dir", req.cache_dir)) if v is not None]
+    given += [f"--{k.replace('_', '-')}" for k in req.world_options() if with_rho or k != "rho"]
     if given:
         raise IdauditError(f"arrays are audited as they are: {', '.join(given)} do not apply")
 
@@ -521,7 +526,6 @@ def run_audit(req: AuditRequest) -> AuditReport:
         raise IdauditError("audit needs either z and h arrays or an encoder")
     if len(req.targets) <= 1 and req.reduce != "worst":
         raise IdauditError("--reduce applies to several targets; one was given")
-    options = req.world_options()
     inputs: list[tuple[AuditInputs, int | None]] = []
     if arrays_given:
         if req.h is None:
@@ -539,10 +543,10 @@ def run_audit(req: AuditRequest) -> AuditReport:
             loaded = LoadedEncoder(target, None, {}, Path("encoder"))
         if isinstance(loaded, Arrays):
             _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
-            inputs.append((inputs_from_arrays(loaded), req.seed))
+            inputs.append((inputs_from_arrays(loaded),
+                           req.seed if req.seed is not None else loaded.seed))
         else:
-            inp = inputs_for_encoder(loaded, world=req.world, data=req.data, n_eval=req.n_eval,
-                                     seed=req.seed, options=options)
+            inp = inputs_for_encoder(loaded, req)
             inputs.append((inp, inp.seed))
     several = len(inputs) > 1
     reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
@@ -585,33 +589,97 @@ def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
     return AuditInputs(**vars(arrays))
 
 
-def eval_set_for(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
-                 n_eval: int | None = None, seed: int | None = None,
-                 options: dict[str, Any] | None = None) -> tuple[Any, Any, int]:
-    """(world, evaluation set, its seed) to embed for an encoder: ``data``/``world`` when
-    given, else a checkpoint's own world with its training's eval-set size and seed."""
-    w = world_for_encoder(loaded, world, data, options)
-    own = world is None and data is None and loaded.world is not None
-    if own:
+def eval_set_for(loaded: LoadedEncoder, opts: EncoderOptions) -> tuple[Any, Any, int]:
+    """(world spec, evaluation set, its seed) to embed an encoder on: ``opts.data`` or
+    ``opts.world`` when given — a kind that can evaluate without building the world (Reacher
+    without a dataset renders evaluation pairs) does so — else a checkpoint's own world with
+    its training's eval-set size and seed."""
+    from .worlds import KINDS, World, WorldSpec, make_spec
+
+    n_eval, seed, options = opts.n_eval, opts.seed, opts.world_options()
+    if opts.world is None and opts.data is None and loaded.world is not None:
         n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
         seed = seed if seed is not None else int(loaded.train.get("seed", 0))
     seed = seed or 0
-    return w, w.eval_set(n_eval, seed), seed
+    if opts.data is None and opts.world is not None and not isinstance(opts.world, World):
+        spec = opts.world if isinstance(opts.world, WorldSpec) else make_spec(opts.world,
+                                                                               **options)
+        ev = KINDS.get(spec.name).evaluation_set(spec, n_eval, seed, opts.cache_dir,
+                                                 opts.progress)
+        if ev is not None:
+            return spec, ev, seed
+    w = world_for_encoder(loaded, opts.world, opts.data, options)
+    return w.spec, w.eval_set(n_eval, seed), seed
 
 
-def inputs_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
-                       n_eval: int | None = None, seed: int | None = None,
-                       options: dict[str, Any] | None = None) -> AuditInputs:
+def input_adapter(loaded: LoadedEncoder, x: Any, normalize: str | None) -> Any:
+    """What embeds a world's inputs ``x`` with ``loaded``: vectors and an idaudit
+    checkpoint's images (it records its own input format) go as they are; images (uint8
+    N×H×W×3) reach any other encoder as float N×3×H×W in [0, 1], then ``normalize``
+    (:func:`~idaudit.image_input.parse_normalize`)."""
+    images = getattr(x, "dtype", None) == np.uint8 and getattr(x, "ndim", 0) == 4
+    if normalize is not None and not images:
+        raise IdauditError("--normalize applies to image worlds (reacher); this world's inputs "
+                           "are vectors")
+    if not images:
+        return loaded.module
+    if loaded.world is not None:
+        if normalize is not None:
+            raise IdauditError("--normalize does not apply to an idaudit checkpoint: it records "
+                               "its own input format")
+        return loaded.module
+    from .image_input import ImageAdapter, parse_normalize
+
+    return ImageAdapter(loaded.module, parse_normalize(normalize or "none"))
+
+
+def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions) -> AuditInputs:
     """Embed the world's evaluation set (for a checkpoint on its own world: the set its
-    training used, same size and seed)."""
+    training used, same size and seed) and its positive partners where it has them."""
     from .encoders import embed
 
-    w, ev, seed = eval_set_for(loaded, world, data, n_eval, seed, options)
-    h = embed(loaded.module, ev.x)
-    hp = embed(loaded.module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None \
-        else None
+    spec, ev, seed = eval_set_for(loaded, opts)
+    module = input_adapter(loaded, ev.x, opts.normalize)
+    h = embed(module, ev.x)
+    hp = embed(module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None
     arrays = {k: None if v is None else to_numpy(v) for k, v in
               (("z", ev.z), ("h", h), ("h_prime", hp), ("x", ev.baseline),
                ("test_rows", ev.test_rows))}
     return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, source=str(loaded.path),
-                       world=w.spec.to_dict(), seed=seed)
+                       world=spec.to_dict(), seed=seed)
+
+
+def run_embed(req: EmbedRequest) -> AuditInputs:
+    """The embeddings of :class:`~idaudit.requests.EmbedRequest` ``req``: its encoder on its
+    evaluation set (as an audit would embed it), written to ``req.out`` as ``.npz`` when given
+    (z, h, and h_prime with rho where there are pairs; x, the raw-mixing baseline, on vector
+    worlds; circular; test_rows where the world fixes the held-out rows; the seed of the
+    split), atomically, so that auditing the file gives the audit's numbers. Returns the
+    arrays."""
+    from .io import atomic_write
+
+    check_seed(req.seed)
+    if req.target is None:
+        raise IdauditError("embed needs an encoder")
+    if req.n_eval is not None and (isinstance(req.n_eval, bool) or not isinstance(
+            req.n_eval, (int, np.integer)) or req.n_eval < 10):
+        raise IdauditError(f"--n-eval must be an integer ≥ 10, got {req.n_eval!r}")
+    out = None if req.out is None else Path(req.out)
+    if out is not None and out.suffix.lower() != ".npz":
+        raise IdauditError(f"--out must name an .npz file, got {out}")
+    if isinstance(req.target, (str, Path)):
+        loaded = load_target(req.target, req)
+        if isinstance(loaded, Arrays):
+            raise IdauditError(f"{req.target} holds arrays already: audit it as it is")
+    else:
+        loaded = LoadedEncoder(req.target, None, {}, Path("encoder"))
+    inp = inputs_for_encoder(loaded, req)
+    if out is not None:
+        arrays = {k: v for k, v in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime),
+                                    ("x", inp.x), ("test_rows", inp.test_rows)) if v is not None}
+        if inp.rho is not None and inp.h_prime is not None:
+            arrays["rho"] = np.float64(inp.rho)
+        arrays["circular"] = np.asarray(inp.circular or (), dtype=np.int64)
+        arrays["seed"] = np.int64(inp.seed or 0)  # the audit's split and seed, reproduced
+        atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
+    return inp

@@ -287,15 +287,39 @@ def train(
               f"checkpoint {record.checkpoint}; log {record.log}")
 
 
-EncoderArg = typer.Argument(..., help="idaudit checkpoint, .safetensors weights (with --arch), "
-                            "TorchScript .pt, torch.export .pt2, or .npz / .safetensors arrays "
-                            "holding z, h [, h_prime, rho]")
-ArchOpt = typer.Option(None, "--arch", help="module.path:factory returning the nn.Module for "
-                       "plain safetensors weights")
+ENCODER_FORMS = ("an idaudit checkpoint; weights (.safetensors, or a torch.save .pt/.pth/"
+                 ".pth.tar/.ckpt read with weights_only) with --arch; a Hugging Face or LeWM "
+                 "model directory; TorchScript; torch.export .pt2; or arrays holding z, h "
+                 "[, h_prime, rho] (.npz, .safetensors, a torch.save dict)")
+EncoderArg = typer.Argument(..., help=ENCODER_FORMS)
+ArchOpt = typer.Option(None, "--arch", help="the network plain weights belong to: "
+                       "module.path:factory (searched in installed packages, then the working "
+                       "directory) or timm:NAME (timm.create_model, no download)")
 ArchKwargsOpt = typer.Option(None, "--arch-kwargs", help="JSON kwargs for the factory")
-TrustOpt = typer.Option(False, "--trust-pickle", help="allow torch.load of a pickled module, "
-                        "and a .pt2 archive idaudit cannot vet as code-free (pickled weights, "
-                        "AOTInductor code, another torch than 2.13): runs arbitrary code")
+TrustOpt = typer.Option(False, "--trust-pickle", help="unpickle a whole module or an object "
+                        "of your own class, and a .pt2 archive idaudit cannot vet as code-free "
+                        "(pickled weights, AOTInductor code, another torch than 2.13): runs "
+                        "arbitrary code from the file")
+KeyOpt = typer.Option(None, "--key", help="the entry of a torch.save dict holding the weights, "
+                      "dots nesting (state_dict, target_encoder); asked for when it holds "
+                      "several")
+PrefixOpt = typer.Option(None, "--prefix", help="keep the weights under this prefix and strip "
+                         "it (model.backbone.); module. and _orig_mod. are stripped always")
+PoolOpt = typer.Option(None, "--pool", help="token outputs (batch, tokens, dim): cls (the first "
+                       "token) | mean | none (all, flattened)")
+OutputOpt = typer.Option(None, "--output", help="the field of a model output or dict "
+                         "(last_hidden_state, pooler_output, emb), or an index of a tuple")
+EmbedOpt = typer.Option(None, "--embed", help="module:function called as function(model, "
+                        "images) → (batch, m), for encoders with no plain forward")
+NormalizeOpt = typer.Option(None, "--normalize", help="images for an encoder that is not an "
+                            "idaudit checkpoint: float N×3×S×S in [0, 1], then imagenet | none "
+                            "| MEAN,STD (default none)")
+EvalImageSizeOpt = typer.Option(None, "--image-size", help="reacher: render the evaluation "
+                                "images at S × S (e.g. 224 for a ViT; without --data, "
+                                f"{_d('rendered_eval_pairs')} pairs are rendered and cached, "
+                                "see --n-eval)")
+CacheDirOpt = typer.Option(None, "--cache-dir", help="where rendered evaluation images are "
+                           "cached (default $IDAUDIT_CACHE, else ~/.cache/idaudit)")
 EvalWorldOpt = typer.Option(None, "--world", "-w", help="evaluate on this world (default: the "
                             "checkpoint's)")
 DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs file from "
@@ -304,6 +328,15 @@ DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs fi
 
 KeysOpt = typer.Option(False, "--keys", help="show each metric's key (what --min, --max and "
                        "gate files name) beside its label")
+
+
+def _encoder_options(arch_kwargs: str | None, **given) -> dict:
+    """The EncoderOptions fields of a command's flags (``--arch-kwargs`` parsed; a progress
+    bar while evaluation images render)."""
+    from .jsontext import parse_json_object
+
+    return {**given, "arch_kwargs": parse_json_object(arch_kwargs, "--arch-kwargs"),
+            "progress": True}
 
 
 def _finish(report, table, json_path: Path | None, junit: Path | None,
@@ -333,10 +366,9 @@ def _finish(report, table, json_path: Path | None, junit: Path | None,
 @app.command()
 @cli_errors
 def audit(
-    targets: list[Path] = typer.Argument(..., help="encoder or arrays to audit: an idaudit "
-                                         "checkpoint, TorchScript/.pt2, weights + --arch, or "
-                                         "z/h arrays; several (e.g. seeds of one recipe) are "
-                                         "gated together, see --reduce"),
+    targets: list[Path] = typer.Argument(..., help="encoders or arrays to audit: "
+                                         + ENCODER_FORMS + "; several (e.g. seeds of one "
+                                         "recipe) are gated together, see --reduce"),
     reduce: str = typer.Option(default(AuditRequest, "reduce"), "--reduce", help="with several "
                                "targets, gate the "
                                "worst run's value of each gated metric, or the median"),
@@ -346,13 +378,21 @@ def audit(
     arch: str | None = ArchOpt,
     arch_kwargs: str | None = ArchKwargsOpt,
     trust_pickle: bool = TrustOpt,
+    key: str | None = KeyOpt,
+    prefix: str | None = PrefixOpt,
+    pool: str | None = PoolOpt,
+    output: str | None = OutputOpt,
+    embed: str | None = EmbedOpt,
     world_: str | None = EvalWorldOpt,
     dim: int | None = DimOpt,
     source: str | None = SourceOpt,
     alpha: float | None = AlphaOpt,
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
+    image_size: int | None = EvalImageSizeOpt,
     data: Path | None = DataOpt,
+    normalize: str | None = NormalizeOpt,
+    cache_dir: Path | None = CacheDirOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="evaluation pairs (default: "
                                       f"the training eval set, else {_d('n_eval')})"),
     seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed (default: "
@@ -389,7 +429,6 @@ def audit(
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
     from .auditing import run_audit
-    from .loaders import parse_json_object
     from .report import audit_table
 
     check_seed(seed)
@@ -397,10 +436,12 @@ def audit(
                   [*((t, "the input") for t in targets), (gate, "--gate"), (data, "--data")],
                   remove_stale=True)
     report = run_audit(AuditRequest(
-        targets=list(targets), reduce=reduce, arch=arch,
-        arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"), trust_pickle=trust_pickle,
-        world=world_, data=data, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
-        n_eval=n_eval, seed=seed, bootstrap=bootstrap, test_fraction=test_fraction,
+        targets=list(targets), reduce=reduce, **_encoder_options(
+            arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix,
+            pool=pool, output=output, embed=embed, world=world_, data=data, dim=dim,
+            source=source, alpha=alpha, rho=rho, layers=layers, image_size=image_size,
+            normalize=normalize, cache_dir=cache_dir, n_eval=n_eval, seed=seed),
+        bootstrap=bootstrap, test_fraction=test_fraction,
         circular=circular or (), gauss_sims=gauss_sims, min_r2=min_r2,
         max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate,
         label_free=label_free))
@@ -419,13 +460,21 @@ def consistency(
     arch: str | None = ArchOpt,
     arch_kwargs: str | None = ArchKwargsOpt,
     trust_pickle: bool = TrustOpt,
+    key: str | None = KeyOpt,
+    prefix: str | None = PrefixOpt,
+    pool: str | None = PoolOpt,
+    output: str | None = OutputOpt,
+    embed: str | None = EmbedOpt,
     world_: str | None = EvalWorldOpt,
     dim: int | None = DimOpt,
     source: str | None = SourceOpt,
     alpha: float | None = AlphaOpt,
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
+    image_size: int | None = EvalImageSizeOpt,
     data: Path | None = DataOpt,
+    normalize: str | None = NormalizeOpt,
+    cache_dir: Path | None = CacheDirOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="inputs to embed (default: the "
                                       f"first checkpoint's eval set, else {_d('n_eval')})"),
     seed: int | None = typer.Option(None, "--seed", help="inputs and split seed (default: the "
@@ -453,7 +502,6 @@ def consistency(
     input or usage, 3 inconclusive (a collapsed run, NaN/Inf, different numbers of inputs).
     """
     from .agreement import run_consistency
-    from .loaders import parse_json_object
     from .report import consistency_table
 
     check_seed(seed)
@@ -463,12 +511,63 @@ def consistency(
                   [*((t, "the run") for t in targets), (gate, "--gate"), (data, "--data")],
                   remove_stale=True)
     report = run_consistency(ConsistencyRequest(
-        targets=list(targets), arch=arch,
-        arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"), trust_pickle=trust_pickle,
-        world=world_, data=data, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
-        n_eval=n_eval, seed=seed, test_fraction=test_fraction, min_r2=min_r2,
+        targets=list(targets), **_encoder_options(
+            arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix,
+            pool=pool, output=output, embed=embed, world=world_, data=data, dim=dim,
+            source=source, alpha=alpha, rho=rho, layers=layers, image_size=image_size,
+            normalize=normalize, cache_dir=cache_dir, n_eval=n_eval, seed=seed),
+        test_fraction=test_fraction, min_r2=min_r2,
         max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate))
     _finish(report, consistency_table(report, keys), json_path, junit, markdown, "consistency")
+
+
+@app.command()
+@cli_errors
+def embed(
+    target: Path = EncoderArg,
+    out_path: Path = typer.Option(..., "--out", "-o", help="the .npz to write: z, h, and "
+                                  "h_prime with rho where the world has pairs, circular, "
+                                  "test_rows where the world fixes its held-out rows"),
+    arch: str | None = ArchOpt,
+    arch_kwargs: str | None = ArchKwargsOpt,
+    trust_pickle: bool = TrustOpt,
+    key: str | None = KeyOpt,
+    prefix: str | None = PrefixOpt,
+    pool: str | None = PoolOpt,
+    output: str | None = OutputOpt,
+    embed_: str | None = EmbedOpt,
+    world_: str | None = EvalWorldOpt,
+    dim: int | None = DimOpt,
+    source: str | None = SourceOpt,
+    alpha: float | None = AlphaOpt,
+    rho: float | None = RhoOpt,
+    layers: int | None = LayersOpt,
+    image_size: int | None = EvalImageSizeOpt,
+    data: Path | None = DataOpt,
+    normalize: str | None = NormalizeOpt,
+    cache_dir: Path | None = CacheDirOpt,
+    n_eval: int | None = typer.Option(None, "--n-eval", help="inputs to embed (default: the "
+                                      f"training eval set, else {_d('n_eval')})"),
+    seed: int | None = typer.Option(None, "--seed", help="evaluation-set seed (default: a "
+                                    "checkpoint's training seed, else 0)"),
+) -> None:
+    """Embed a world's evaluation set with any encoder and write the arrays (z, h, h′, ρ)
+    as an .npz: what audit would measure, to look at, store, compare (`idaudit consistency`)
+    or audit later (`idaudit audit OUT.npz` gives the same numbers). Options as audit's."""
+    from .auditing import run_embed
+    from .requests import EmbedRequest
+
+    check_seed(seed)
+    check_outputs([(out_path, "--out")], [(target, "the target"), (data, "--data")],
+                  remove_stale=True)
+    inp = run_embed(EmbedRequest(target=target, out=out_path, **_encoder_options(
+        arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix, pool=pool,
+        output=output, embed=embed_, world=world_, data=data, dim=dim, source=source,
+        alpha=alpha, rho=rho, layers=layers, image_size=image_size, normalize=normalize,
+        cache_dir=cache_dir, n_eval=n_eval, seed=seed)))
+    pairs = "" if inp.h_prime is None else f", h_prime (ρ = {inp.rho:g})"
+    out.print(f"wrote {out_path}: z {tuple(inp.z.shape)}, h {tuple(inp.h.shape)}{pairs}",
+              highlight=False)
 
 
 @app.command("metrics")
@@ -498,13 +597,21 @@ def plan(
     arch: str | None = ArchOpt,
     arch_kwargs: str | None = ArchKwargsOpt,
     trust_pickle: bool = TrustOpt,
+    key: str | None = KeyOpt,
+    prefix: str | None = PrefixOpt,
+    pool: str | None = PoolOpt,
+    output: str | None = OutputOpt,
+    embed: str | None = EmbedOpt,
     world_: str | None = EvalWorldOpt,
     dim: int | None = DimOpt,
     source: str | None = SourceOpt,
     alpha: float | None = AlphaOpt,
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
+    image_size: int | None = EvalImageSizeOpt,
     data: Path | None = DataOpt,
+    normalize: str | None = NormalizeOpt,
+    cache_dir: Path | None = CacheDirOpt,
     pairs: int = typer.Option(default(PlanRequest, "pairs"), "--pairs", "-k",
                               help="random start/goal pairs"),
     waypoints: int = typer.Option(default(PlanRequest, "waypoints"), "--waypoints",
@@ -524,16 +631,18 @@ def plan(
     median cost ratio near 1 means the embedding plans like the true latents.
     """
     from .io import write_json
-    from .loaders import parse_json_object
     from .planning import run_plan
     from .report import plan_table
 
     check_outputs([(json_path, "--json"), (plot, "--plot")],
                   [(target, "the target"), (data, "--data")], remove_stale=True)
     report = run_plan(PlanRequest(
-        target=target, arch=arch, arch_kwargs=parse_json_object(arch_kwargs, "--arch-kwargs"),
-        trust_pickle=trust_pickle, world=world_, data=data, dim=dim, source=source, alpha=alpha,
-        rho=rho, layers=layers, pairs=pairs, waypoints=waypoints, gallery=gallery, seed=seed))
+        target=target, **_encoder_options(
+            arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix,
+            pool=pool, output=output, embed=embed, world=world_, data=data, dim=dim,
+            source=source, alpha=alpha, rho=rho, layers=layers, image_size=image_size,
+            normalize=normalize, cache_dir=cache_dir, seed=seed),
+        pairs=pairs, waypoints=waypoints, gallery=gallery))
     out.print(plan_table(report.metrics))
     if plot is not None:
         report.plot(plot)

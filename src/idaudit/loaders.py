@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .architectures import build_arch, import_factory  # noqa: F401 - re-exported
-from .errors import IdauditError, latent_indices
+from .errors import IdauditError, check_seed, latent_indices
 from .io import CHECKPOINT_FORMAT as CHECKPOINT
 from .io import PAIRS_FORMAT, read_metadata
 from .io import first_line as _first_line
@@ -38,7 +38,7 @@ from .requests import LoadOptions
 if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
     from .worlds import World, WorldSpec
 
-ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x")
+ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed")
 
 
 @dataclass
@@ -52,6 +52,21 @@ class Arrays:
     x: np.ndarray | None = None
     circular: tuple[int, ...] = ()
     source: str = "arrays"
+    test_rows: np.ndarray | None = None  # a fixed held-out split (as `idaudit embed` writes)
+    seed: int | None = None  # the split's and the audit's seed, stored with the arrays
+
+
+def held_out_rows(rows: Any, n: int, source: str) -> np.ndarray:
+    """``test_rows`` as distinct row indices in [0, n) (int64), or a one-line error."""
+    a = numeric_array(rows, f"{source}: array 'test_rows'").reshape(-1)
+    if a.size and (not np.all(np.isfinite(a)) or not np.all(a == np.round(a))):
+        raise IdauditError(f"{source}: test_rows must be whole row indices")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() >= n):
+        raise IdauditError(f"{source}: test_rows must lie in [0, {n}), got {a.min()}…{a.max()}")
+    if np.unique(a).size != a.size:
+        raise IdauditError(f"{source}: test_rows holds a row more than once")
+    return a
 
 
 def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
@@ -73,8 +88,18 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
     circ = t("circular")
     circular = latent_indices(circ.reshape(-1).tolist(), f"{source}: circular") \
         if circ is not None else ()
-    return Arrays(z=t("z"), h=t("h"), h_prime=t("h_prime"), rho=rho, x=t("x"),
-                  circular=circular, source=source)
+    h = t("h")
+    rows = None if "test_rows" not in d else held_out_rows(d["test_rows"], len(h), source)
+    seed_t = t("seed")
+    seed = None
+    if seed_t is not None:
+        value = seed_t.reshape(-1)
+        if value.size != 1 or not float(value[0]).is_integer():
+            raise IdauditError(f"{source}: seed must be a single integer")
+        seed = int(value[0])
+        check_seed(seed, f"{source}: seed")
+    return Arrays(z=t("z"), h=h, h_prime=t("h_prime"), rho=rho, x=t("x"),
+                  circular=circular, source=source, test_rows=rows, seed=seed)
 
 
 def sniff(path: Path) -> str:

@@ -211,7 +211,9 @@ def run_plan(req: PlanRequest) -> PlanReport:
     w = world_for_encoder(loaded, req.world, req.data, options)
     check_plan_memory(req.pairs, req.waypoints, w.latent_dim, w.latent_dim)
     ps = w.plan_set(req.pairs, req.gallery, seed)
-    module = loaded.module
+    from .auditing import input_adapter
+
+    module = input_adapter(loaded, ps.gallery_x, req.normalize)
     hg = embed(module, ps.gallery_x).numpy()
     res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(module, ps.start_x).numpy(),
                                embed(module, ps.goal_x).numpy(), ps.start_z.numpy(),

@@ -112,9 +112,14 @@ class LoadOptions:
 @dataclass
 class EncoderOptions(LoadOptions):
     """How encoder files are opened (:class:`LoadOptions`) and where encoders are embedded
-    (audit, consistency, plan): the world (``world`` or ``data``, and the world options
-    ``dim``, ``source``, ``alpha``, ``rho``, ``layers``), the evaluation set's size ``n_eval``
-    and ``seed``."""
+    (audit, consistency, plan, embed): the world (``world`` or ``data``, and the world options
+    ``dim``, ``source``, ``alpha``, ``rho``, ``layers``, ``image_size``), the evaluation set's
+    size ``n_eval`` and ``seed``. Images reach an idaudit checkpoint as it recorded; any other
+    encoder gets float N×3×S×S in [0, 1], then ``normalize`` (``imagenet``, ``none``,
+    ``MEAN,STD``: :func:`idaudit.image_input.parse_normalize`). Evaluation images rendered
+    for an encoder (``--world reacher`` without ``--data``) are cached under ``cache_dir``
+    (None: ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``); ``progress`` shows a bar while they
+    render."""
 
     world: Any = None
     data: str | Path | None = None
@@ -123,13 +128,19 @@ class EncoderOptions(LoadOptions):
     alpha: float | None = None
     rho: float | None = None
     layers: int | None = None
+    image_size: int | None = None
     n_eval: int | None = None
     seed: int | None = None
+    normalize: str | None = None
+    cache_dir: str | Path | None = None
+    progress: bool = False
 
     def world_options(self) -> dict[str, Any]:
-        return {k: v for k, v in (("dim", self.dim), ("source", self.source),
-                                  ("alpha", self.alpha), ("rho", self.rho),
-                                  ("layers", self.layers)) if v is not None}
+        return {k: getattr(self, k) for k in WORLD_OPTION_NAMES if getattr(self, k) is not None}
+
+
+#: the world options an evaluation takes (where an encoder is embedded)
+WORLD_OPTION_NAMES = ("dim", "source", "alpha", "rho", "layers", "image_size")
 
 
 @dataclass
@@ -218,6 +229,17 @@ class PlanRequest(EncoderOptions):
     waypoints: int = 20
     gallery: int | None = None
     k: int = 5
+
+
+@dataclass
+class EmbedRequest(EncoderOptions):
+    """Every option of ``idaudit embed`` (:func:`idaudit.auditing.run_embed`): ``target`` an
+    encoder in any form audit takes (a path, or an ``nn.Module``/callable), embedded where
+    :class:`EncoderOptions` say, and ``out`` the ``.npz`` to write (``z``, ``h``, ``h_prime``
+    and ``rho`` where the world has pairs, ``circular``, ``test_rows`` where it fixes them)."""
+
+    target: Any = None
+    out: str | Path | None = None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from ..errors import IdauditError, latent_indices
 from ..registry import Registry
-from .base import World
+from .base import EvalSet, World
 from .spec import WorldSpec, check_type
 
 
@@ -87,6 +87,13 @@ class WorldKind(ABC):
             raise IdauditError(f"--workers does not apply to world {spec.name!r} (nothing to "
                                "render)")
         return spec
+
+    def evaluation_set(self, spec: WorldSpec, n: int | None, seed: int,
+                       cache_dir: str | Path | None = None, progress: bool = False
+                       ) -> EvalSet | None:
+        """An evaluation set for an encoder brought from elsewhere, made without building the
+        world (its training data), where this kind can; None: build the world and ask it."""
+        return None
 
     @abstractmethod
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:

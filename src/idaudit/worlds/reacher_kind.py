@@ -13,8 +13,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError
-from .base import World
+from .base import EvalSet, World
 from .dataset import locate
 from .kind import KINDS, Recipe, WorldKind
 from .reacher_data import ReacherSpec, build_dataset, read_meta
@@ -133,6 +134,24 @@ class ReacherKind(WorldKind):
 
     def data_exists(self, data: str | Path) -> bool:
         return (Path(data) / "meta.json").exists()
+
+    def evaluation_set(self, spec: WorldSpec, n: int | None, seed: int,
+                       cache_dir: str | Path | None = None, progress: bool = False
+                       ) -> EvalSet | None:
+        """Without a dataset (no ``--data``): ``n`` OU pairs (z, z′) at the spec's ρ, both
+        rendered at its image size and cached (:func:`reacher_eval_set`); the held-out rows
+        are a seeded split. With a dataset: None (the world's own evaluation set)."""
+        if spec.extra.get("data"):
+            return None
+        rspec = dataset_of(spec)
+        if rspec.mode != "ou":
+            raise IdauditError("an evaluation set without a dataset needs OU pairs (--rho); "
+                               "trajectory pairs come from a rendered dataset (--data DIR)")
+        from .reacher_eval import reacher_eval_set
+
+        n = WORLD_DEFAULTS["rendered_eval_pairs"] if n is None else n
+        return reacher_eval_set(rspec.rho, rspec.image_size, n, cache_dir=cache_dir,
+                                progress=progress)
 
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
         """The paper's pixel CNN, normalised by the dataset's channel mean and std (a spec is
