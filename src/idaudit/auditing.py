@@ -628,9 +628,12 @@ def input_adapter(loaded: LoadedEncoder, x: Any, normalize: str | None) -> Any:
             raise IdauditError("--normalize does not apply to an idaudit checkpoint: it records "
                                "its own input format")
         return loaded.module
+    from .embedding_choice import ChosenEmbedding
     from .image_input import ImageAdapter, parse_normalize
 
-    return ImageAdapter(loaded.module, parse_normalize(normalize or "none"))
+    module = loaded.module  # its way of being called (forward, or LeWM's encode) kept inside
+    module = module if isinstance(module, ChosenEmbedding) else ChosenEmbedding(module)
+    return ImageAdapter(module, parse_normalize(normalize or "none"))
 
 
 def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions) -> AuditInputs:

@@ -315,9 +315,8 @@ NormalizeOpt = typer.Option(None, "--normalize", help="images for an encoder tha
                             "idaudit checkpoint: float N×3×S×S in [0, 1], then imagenet | none "
                             "| MEAN,STD (default none)")
 EvalImageSizeOpt = typer.Option(None, "--image-size", help="reacher: render the evaluation "
-                                "images at S × S (e.g. 224 for a ViT; without --data, "
-                                f"{_d('rendered_eval_pairs')} pairs are rendered and cached, "
-                                "see --n-eval)")
+                                "images at S × S (e.g. 224 for a ViT; without --data the "
+                                "--n-eval pairs are rendered and cached)")
 CacheDirOpt = typer.Option(None, "--cache-dir", help="where rendered evaluation images are "
                            "cached (default $IDAUDIT_CACHE, else ~/.cache/idaudit)")
 EvalWorldOpt = typer.Option(None, "--world", "-w", help="evaluate on this world (default: the "
@@ -330,13 +329,47 @@ KeysOpt = typer.Option(False, "--keys", help="show each metric's key (what --min
                        "gate files name) beside its label")
 
 
-def _encoder_options(arch_kwargs: str | None, **given) -> dict:
-    """The EncoderOptions fields of a command's flags (``--arch-kwargs`` parsed; a progress
-    bar while evaluation images render)."""
-    from .jsontext import parse_json_object
+#: the flags of every command that embeds encoders (audit, consistency, plan, embed): the
+#: fields of EncoderOptions, each declared once here — (name, annotation, typer option)
+ENCODER_FLAGS = (
+    ("arch", "str | None", ArchOpt), ("arch_kwargs", "str | None", ArchKwargsOpt),
+    ("trust_pickle", "bool", TrustOpt), ("key", "str | None", KeyOpt),
+    ("prefix", "str | None", PrefixOpt), ("pool", "str | None", PoolOpt),
+    ("output", "str | None", OutputOpt), ("embed", "str | None", EmbedOpt),
+    ("world", "str | None", EvalWorldOpt), ("dim", "int | None", DimOpt),
+    ("source", "str | None", SourceOpt), ("alpha", "float | None", AlphaOpt),
+    ("rho", "float | None", RhoOpt), ("layers", "int | None", LayersOpt),
+    ("image_size", "int | None", EvalImageSizeOpt), ("data", "Path | None", DataOpt),
+    ("normalize", "str | None", NormalizeOpt), ("cache_dir", "Path | None", CacheDirOpt),
+)
 
-    return {**given, "arch_kwargs": parse_json_object(arch_kwargs, "--arch-kwargs"),
-            "progress": True}
+
+def encoder_flags(fn):
+    """Give command ``fn`` the :data:`ENCODER_FLAGS` in place of its parameter ``encoder``,
+    which receives them as one dict of EncoderOptions fields (``--arch-kwargs`` parsed, a
+    progress bar while evaluation images render)."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    flags = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option,
+                               annotation=annotation)
+             for name, annotation, option in ENCODER_FLAGS]
+    params = []
+    for p in sig.parameters.values():
+        params += flags if p.name == "encoder" else [p]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from .jsontext import parse_json_object
+
+        given = {name: kwargs.pop(name) for name, _, _ in ENCODER_FLAGS}
+        given["arch_kwargs"] = parse_json_object(given["arch_kwargs"], "--arch-kwargs")
+        return fn(*args, encoder={**given, "progress": True}, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != "encoder"},
+                               **{name: annotation for name, annotation, _ in ENCODER_FLAGS}}
+    return wrapper
 
 
 def _finish(report, table, json_path: Path | None, junit: Path | None,
@@ -365,6 +398,7 @@ def _finish(report, table, json_path: Path | None, junit: Path | None,
 
 @app.command()
 @cli_errors
+@encoder_flags
 def audit(
     targets: list[Path] = typer.Argument(..., help="encoders or arrays to audit: "
                                          + ENCODER_FORMS + "; several (e.g. seeds of one "
@@ -375,26 +409,10 @@ def audit(
     json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
     junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
     markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
-    arch: str | None = ArchOpt,
-    arch_kwargs: str | None = ArchKwargsOpt,
-    trust_pickle: bool = TrustOpt,
-    key: str | None = KeyOpt,
-    prefix: str | None = PrefixOpt,
-    pool: str | None = PoolOpt,
-    output: str | None = OutputOpt,
-    embed: str | None = EmbedOpt,
-    world_: str | None = EvalWorldOpt,
-    dim: int | None = DimOpt,
-    source: str | None = SourceOpt,
-    alpha: float | None = AlphaOpt,
-    rho: float | None = RhoOpt,
-    layers: int | None = LayersOpt,
-    image_size: int | None = EvalImageSizeOpt,
-    data: Path | None = DataOpt,
-    normalize: str | None = NormalizeOpt,
-    cache_dir: Path | None = CacheDirOpt,
+    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
     n_eval: int | None = typer.Option(None, "--n-eval", help="evaluation pairs (default: "
-                                      f"the training eval set, else {_d('n_eval')})"),
+                                      f"the training eval set, else {_d('n_eval')}; reacher "
+                                      f"without --data: {_d('rendered_eval_pairs')} rendered pairs)"),
     seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed (default: "
                                     "a checkpoint's training seed, else 0)"),
     bootstrap: int = typer.Option(default(AuditRequest, "bootstrap"), "--bootstrap",
@@ -433,14 +451,10 @@ def audit(
 
     check_seed(seed)
     check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
-                  [*((t, "the input") for t in targets), (gate, "--gate"), (data, "--data")],
+                  [*((t, "the input") for t in targets), (gate, "--gate"), (encoder["data"], "--data")],
                   remove_stale=True)
     report = run_audit(AuditRequest(
-        targets=list(targets), reduce=reduce, **_encoder_options(
-            arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix,
-            pool=pool, output=output, embed=embed, world=world_, data=data, dim=dim,
-            source=source, alpha=alpha, rho=rho, layers=layers, image_size=image_size,
-            normalize=normalize, cache_dir=cache_dir, n_eval=n_eval, seed=seed),
+        targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction,
         circular=circular or (), gauss_sims=gauss_sims, min_r2=min_r2,
         max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate,
@@ -450,6 +464,7 @@ def audit(
 
 @app.command()
 @cli_errors
+@encoder_flags
 def consistency(
     targets: list[Path] = typer.Argument(..., help="two or more runs: arrays with h (.npy, or h "
                                          "in .npz/.safetensors) embedding the same inputs, or "
@@ -457,26 +472,10 @@ def consistency(
     json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
     junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
     markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
-    arch: str | None = ArchOpt,
-    arch_kwargs: str | None = ArchKwargsOpt,
-    trust_pickle: bool = TrustOpt,
-    key: str | None = KeyOpt,
-    prefix: str | None = PrefixOpt,
-    pool: str | None = PoolOpt,
-    output: str | None = OutputOpt,
-    embed: str | None = EmbedOpt,
-    world_: str | None = EvalWorldOpt,
-    dim: int | None = DimOpt,
-    source: str | None = SourceOpt,
-    alpha: float | None = AlphaOpt,
-    rho: float | None = RhoOpt,
-    layers: int | None = LayersOpt,
-    image_size: int | None = EvalImageSizeOpt,
-    data: Path | None = DataOpt,
-    normalize: str | None = NormalizeOpt,
-    cache_dir: Path | None = CacheDirOpt,
+    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
     n_eval: int | None = typer.Option(None, "--n-eval", help="inputs to embed (default: the "
-                                      f"first checkpoint's eval set, else {_d('n_eval')})"),
+                                      f"first checkpoint's eval set, else {_d('n_eval')}; reacher "
+                                      f"without --data: {_d('rendered_eval_pairs')} rendered pairs)"),
     seed: int | None = typer.Option(None, "--seed", help="inputs and split seed (default: the "
                                     "first checkpoint's training seed, else 0)"),
     test_fraction: float = typer.Option(default(ConsistencyRequest, "test_fraction"),
@@ -508,14 +507,10 @@ def consistency(
     if len(targets) < 2:
         raise IdauditError(f"consistency needs at least two runs, got {len(targets)}")
     check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
-                  [*((t, "the run") for t in targets), (gate, "--gate"), (data, "--data")],
+                  [*((t, "the run") for t in targets), (gate, "--gate"), (encoder["data"], "--data")],
                   remove_stale=True)
     report = run_consistency(ConsistencyRequest(
-        targets=list(targets), **_encoder_options(
-            arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix,
-            pool=pool, output=output, embed=embed, world=world_, data=data, dim=dim,
-            source=source, alpha=alpha, rho=rho, layers=layers, image_size=image_size,
-            normalize=normalize, cache_dir=cache_dir, n_eval=n_eval, seed=seed),
+        targets=list(targets), **encoder, n_eval=n_eval, seed=seed,
         test_fraction=test_fraction, min_r2=min_r2,
         max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate))
     _finish(report, consistency_table(report, keys), json_path, junit, markdown, "consistency")
@@ -523,31 +518,17 @@ def consistency(
 
 @app.command()
 @cli_errors
+@encoder_flags
 def embed(
     target: Path = EncoderArg,
-    out_path: Path = typer.Option(..., "--out", "-o", help="the .npz to write: z, h, and "
-                                  "h_prime with rho where the world has pairs, circular, "
+    out_path: Path = typer.Option(..., "--out", "-o", help="the .npz to write: z, h; h_prime "
+                                  "and rho where the world has pairs; x on vector worlds (the "
+                                  "raw-mixing baseline); circular; the split's seed, and "
                                   "test_rows where the world fixes its held-out rows"),
-    arch: str | None = ArchOpt,
-    arch_kwargs: str | None = ArchKwargsOpt,
-    trust_pickle: bool = TrustOpt,
-    key: str | None = KeyOpt,
-    prefix: str | None = PrefixOpt,
-    pool: str | None = PoolOpt,
-    output: str | None = OutputOpt,
-    embed_: str | None = EmbedOpt,
-    world_: str | None = EvalWorldOpt,
-    dim: int | None = DimOpt,
-    source: str | None = SourceOpt,
-    alpha: float | None = AlphaOpt,
-    rho: float | None = RhoOpt,
-    layers: int | None = LayersOpt,
-    image_size: int | None = EvalImageSizeOpt,
-    data: Path | None = DataOpt,
-    normalize: str | None = NormalizeOpt,
-    cache_dir: Path | None = CacheDirOpt,
+    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
     n_eval: int | None = typer.Option(None, "--n-eval", help="inputs to embed (default: the "
-                                      f"training eval set, else {_d('n_eval')})"),
+                                      f"training eval set, else {_d('n_eval')}; reacher "
+                                      f"without --data: {_d('rendered_eval_pairs')} rendered pairs)"),
     seed: int | None = typer.Option(None, "--seed", help="evaluation-set seed (default: a "
                                     "checkpoint's training seed, else 0)"),
 ) -> None:
@@ -558,13 +539,10 @@ def embed(
     from .requests import EmbedRequest
 
     check_seed(seed)
-    check_outputs([(out_path, "--out")], [(target, "the target"), (data, "--data")],
+    check_outputs([(out_path, "--out")], [(target, "the target"), (encoder["data"], "--data")],
                   remove_stale=True)
-    inp = run_embed(EmbedRequest(target=target, out=out_path, **_encoder_options(
-        arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix, pool=pool,
-        output=output, embed=embed_, world=world_, data=data, dim=dim, source=source,
-        alpha=alpha, rho=rho, layers=layers, image_size=image_size, normalize=normalize,
-        cache_dir=cache_dir, n_eval=n_eval, seed=seed)))
+    inp = run_embed(EmbedRequest(target=target, out=out_path, n_eval=n_eval, seed=seed,
+                                 **encoder))
     pairs = "" if inp.h_prime is None else f", h_prime (ρ = {inp.rho:g})"
     out.print(f"wrote {out_path}: z {tuple(inp.z.shape)}, h {tuple(inp.h.shape)}{pairs}",
               highlight=False)
@@ -592,26 +570,10 @@ def metrics_(
 
 @app.command()
 @cli_errors
+@encoder_flags
 def plan(
     target: Path = EncoderArg,
-    arch: str | None = ArchOpt,
-    arch_kwargs: str | None = ArchKwargsOpt,
-    trust_pickle: bool = TrustOpt,
-    key: str | None = KeyOpt,
-    prefix: str | None = PrefixOpt,
-    pool: str | None = PoolOpt,
-    output: str | None = OutputOpt,
-    embed: str | None = EmbedOpt,
-    world_: str | None = EvalWorldOpt,
-    dim: int | None = DimOpt,
-    source: str | None = SourceOpt,
-    alpha: float | None = AlphaOpt,
-    rho: float | None = RhoOpt,
-    layers: int | None = LayersOpt,
-    image_size: int | None = EvalImageSizeOpt,
-    data: Path | None = DataOpt,
-    normalize: str | None = NormalizeOpt,
-    cache_dir: Path | None = CacheDirOpt,
+    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
     pairs: int = typer.Option(default(PlanRequest, "pairs"), "--pairs", "-k",
                               help="random start/goal pairs"),
     waypoints: int = typer.Option(default(PlanRequest, "waypoints"), "--waypoints",
@@ -635,13 +597,9 @@ def plan(
     from .report import plan_table
 
     check_outputs([(json_path, "--json"), (plot, "--plot")],
-                  [(target, "the target"), (data, "--data")], remove_stale=True)
+                  [(target, "the target"), (encoder["data"], "--data")], remove_stale=True)
     report = run_plan(PlanRequest(
-        target=target, **_encoder_options(
-            arch_kwargs, arch=arch, trust_pickle=trust_pickle, key=key, prefix=prefix,
-            pool=pool, output=output, embed=embed, world=world_, data=data, dim=dim,
-            source=source, alpha=alpha, rho=rho, layers=layers, image_size=image_size,
-            normalize=normalize, cache_dir=cache_dir, seed=seed),
+        target=target, **encoder, seed=seed,
         pairs=pairs, waypoints=waypoints, gallery=gallery))
     out.print(plan_table(report.metrics))
     if plot is not None:

@@ -110,37 +110,42 @@ class LoadOptions:
 
 
 @dataclass
-class EncoderOptions(LoadOptions):
-    """How encoder files are opened (:class:`LoadOptions`) and where encoders are embedded
-    (audit, consistency, plan, embed): the world (``world`` or ``data``, and the world options
-    ``dim``, ``source``, ``alpha``, ``rho``, ``layers``, ``image_size``), the evaluation set's
-    size ``n_eval`` and ``seed``. Images reach an idaudit checkpoint as it recorded; any other
-    encoder gets float N×3×S×S in [0, 1], then ``normalize`` (``imagenet``, ``none``,
-    ``MEAN,STD``: :func:`idaudit.image_input.parse_normalize`). Evaluation images rendered
-    for an encoder (``--world reacher`` without ``--data``) are cached under ``cache_dir``
-    (None: ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``); ``progress`` shows a bar while they
-    render."""
+class WorldChoice:
+    """Which world (a name, a ``WorldSpec`` or a ``World``) and its options: ``dim``,
+    ``source``, ``alpha``, ``rho``, ``layers``, ``image_size`` (None: the world's own)."""
 
     world: Any = None
-    data: str | Path | None = None
     dim: int | None = None
     source: str | None = None
     alpha: float | None = None
     rho: float | None = None
     layers: int | None = None
     image_size: int | None = None
+
+    def world_options(self) -> dict[str, Any]:
+        """The world options given (world names: see :func:`idaudit.worlds.make_spec`)."""
+        return {k: getattr(self, k) for k in self._WORLD_OPTIONS if getattr(self, k) is not None}
+
+    _WORLD_OPTIONS = ("dim", "source", "alpha", "rho", "layers", "image_size")
+
+
+@dataclass
+class EncoderOptions(LoadOptions, WorldChoice):
+    """How encoder files are opened (:class:`LoadOptions`) and where encoders are embedded
+    (audit, consistency, plan, embed): the world (:class:`WorldChoice`, or ``data``), the
+    evaluation set's size ``n_eval`` and ``seed``. Images reach an idaudit checkpoint as it
+    recorded; any other encoder gets float N×3×S×S in [0, 1], then ``normalize``
+    (``imagenet``, ``none``, ``MEAN,STD``: :func:`idaudit.image_input.parse_normalize`).
+    Evaluation images rendered for an encoder (``--world reacher`` without ``--data``) are
+    cached under ``cache_dir`` (None: ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``);
+    ``progress`` shows a bar while they render."""
+
+    data: str | Path | None = None
     n_eval: int | None = None
     seed: int | None = None
     normalize: str | None = None
     cache_dir: str | Path | None = None
     progress: bool = False
-
-    def world_options(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in WORLD_OPTION_NAMES if getattr(self, k) is not None}
-
-
-#: the world options an evaluation takes (where an encoder is embedded)
-WORLD_OPTION_NAMES = ("dim", "source", "alpha", "rho", "layers", "image_size")
 
 
 @dataclass
@@ -243,7 +248,7 @@ class EmbedRequest(EncoderOptions):
 
 
 @dataclass
-class TrainRequest:
+class TrainRequest(WorldChoice):
     """Every option of ``idaudit train`` (:func:`idaudit.runs.run_train`); ``None`` means
     "not given" (the resolver fills it and says where from: :func:`idaudit.runs.resolve`).
 
@@ -255,19 +260,12 @@ class TrainRequest:
     place.
     """
 
-    world: str | None = None
-    dim: int | None = None
-    source: str | None = None
-    alpha: float | None = None
-    rho: float | None = None
-    layers: int | None = None
     mixing_seed: int | None = None
     pairs: int | None = None
     trajectory: bool | None = None
     mode: str | None = None
     stride: int | None = None
     data_seed: int | None = None
-    image_size: int | None = None
     data: str | Path | None = None
     recipe: str | None = None
     objective: str | None = None
@@ -307,31 +305,21 @@ _NOT_RUN_OPTIONS = frozenset({"out", "workers", "data_root"})
 
 
 @dataclass
-class WorldRequest:
+class WorldRequest(WorldChoice):
     """Every option of ``idaudit world`` (:func:`idaudit.datasets.write_world`): the world
     (``world``) and its options (None: the world's defaults), ``pairs`` positive pairs from
     ``seed``, written to ``out`` (a file, or a directory for Reacher) with ``workers`` render
     processes (None: one per core)."""
 
-    world: str | None = None
-    dim: int | None = None
-    source: str | None = None
-    alpha: float | None = None
-    rho: float | None = None
-    layers: int | None = None
     trajectory: bool | None = None
     stride: int | None = None
     n_eval: int | None = None
-    image_size: int | None = None
     out: str | Path | None = None
     pairs: int = 10_000
     seed: int = 0
     workers: int | None = None
 
-    def world_options(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("dim", "source", "alpha", "rho", "layers",
-                                              "trajectory", "stride", "n_eval", "image_size")
-                if getattr(self, k) is not None}
+    _WORLD_OPTIONS = (*WorldChoice._WORLD_OPTIONS, "trajectory", "stride", "n_eval")
 
 
 @dataclass

@@ -1,0 +1,292 @@
+"""Other projects' encoder files through ``idaudit audit`` at 224 px: a Markdown table of the
+format, the exact command, its exit code, held-out R²(h → z) and its wall time.
+
+Each format is saved as its project saves it, with random-weight stand-ins (transformers ViTs,
+hidden 64, 2 layers, 16-px patches, at 224 px): the table measures that each route works
+and what it costs, not the quality of an encoder. Every command runs as a subprocess of this
+venv's Python (``python -m idaudit …``, the same as the ``idaudit`` script) in a temporary
+directory with its own ``$IDAUDIT_CACHE``; the first renders the Reacher evaluation set
+(its time is printed apart), the table's times are with that cache warm.
+
+    python scripts/integration_table.py [--out FILE] [--image-size 224] [--n-eval 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+PROJECT = textwrap.dedent('''
+    """The stand-in project: the networks its files hold (random weights)."""
+    import torch
+    from torch import nn
+    from transformers import ViTConfig, ViTModel
+
+    SIZE = {size}
+
+
+    def vit_model():
+        return ViTModel(ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=128, image_size=SIZE, patch_size=16),
+                        add_pooling_layer=False)
+
+
+    class PatchViT(nn.Module):
+        """I-JEPA's encoder: images → patch tokens (B, N, 64), no CLS token."""
+
+        def __init__(self):
+            super().__init__()
+            self.vit = vit_model()
+
+        def forward(self, x):
+            return self.vit(pixel_values=x).last_hidden_state[:, 1:]
+
+
+    def make_vit():
+        return PatchViT()
+
+
+    class ClsViT(nn.Module):
+        """LeWM's encoder: images → the CLS token (B, 64)."""
+
+        def __init__(self):
+            super().__init__()
+            self.vit = vit_model()
+
+        def forward(self, x):
+            return self.vit(pixel_values=x).last_hidden_state[:, 0]
+
+
+    class JEPA(nn.Module):
+        """LeWM's shape: no forward, an encode(info)."""
+
+        def __init__(self, encoder, projector, predictor):
+            super().__init__()
+            self.encoder, self.projector, self.predictor = encoder, projector, predictor
+
+        def encode(self, info):
+            pixels = info["pixels"].float()
+            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
+            info["emb"] = emb.reshape(pixels.size(0), -1, emb.shape[-1])
+            return info
+
+
+    def encode_fn(model, x):
+        """--embed: LeWM's embedding of images x (B, 3, S, S), as one time step."""
+        return model.encode({{"pixels": x.unsqueeze(1)}})["emb"][:, 0]
+''')
+
+TIMM = "vit_tiny_patch16_224"
+
+
+def ddp(state: dict) -> dict:
+    return {f"module.{k}": v for k, v in state.items()}
+
+
+def timm_problem() -> str | None:
+    """Why ``import timm`` fails in this venv (one line), or None when it works."""
+    res = subprocess.run([sys.executable, "-c", "import timm"], capture_output=True, text=True)
+    if res.returncode == 0:
+        return None
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {res.returncode}"
+
+
+def idaudit(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, float, str]:
+    """``idaudit ARGS`` as a subprocess: (exit code, wall seconds, last stderr line)."""
+    start = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "idaudit", *args], cwd=cwd, env=env,
+                         capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith(("error", "inconclusive"))]
+    return res.returncode, wall, errors[-1] if errors else ""
+
+
+def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[str, float]:
+    """Every file the rows audit, saved as each project saves it; returns setup timings."""
+    import logging
+
+    import lightning
+    import numpy as np
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+    from transformers import ViTConfig, ViTModel
+
+    transformers.utils.logging.disable_progress_bar()  # the setup's noise: bars, tips
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+    (d / "myproject.py").write_text(PROJECT.format(size=size))
+    sys.path.insert(0, str(d))
+    try:
+        import myproject as mp
+    finally:
+        sys.path.remove(str(d))
+    torch.manual_seed(0)
+    # I-JEPA: torch.save of DDP state dicts (train.py's save_checkpoint)
+    encoder, target, predictor = mp.make_vit(), mp.make_vit(), torch.nn.Linear(64, 64)
+    opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()))
+    torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
+                "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
+                "scaler": None, "epoch": 3, "loss": 0.1, "batch_size": 64, "world_size": 1,
+                "lr": 1e-3}, str(d / "jepa-latest.pth.tar"))
+    # V-JEPA 2: the encoder wrapped in MultiSeqWrapper (backbone.) and DDP (module.)
+    wrap = {f"backbone.{k}": v for k, v in target.state_dict().items()}
+    torch.save({"encoder": ddp(wrap), "target_encoder": ddp(wrap), "epoch": 3},
+               str(d / "vjepa2.pt"))
+    # Hugging Face: save_pretrained
+    ViTModel(ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=128, image_size=size,
+                       patch_size=16)).save_pretrained(str(d / "vit-hf"))
+
+    # Lightning (LeJEPA / stable-pretraining): a 1-step fit, then save_checkpoint
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone, self.projector = mp.make_vit(), torch.nn.Linear(64, 16)
+
+    class LeJEPA(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Net()
+
+        def training_step(self, batch, _):
+            return self.model.projector(self.model.backbone(batch[0]).mean(1)).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    trainer = lightning.Trainer(max_steps=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                accelerator="cpu", default_root_dir=str(d))
+    images = torch.utils.data.TensorDataset(torch.rand(4, 3, size, size))
+    trainer.fit(LeJEPA(), torch.utils.data.DataLoader(images, batch_size=2))
+    trainer.save_checkpoint(str(d / "last.ckpt"))
+    # torch.compile: the compiled wrapper's state_dict (_orig_mod. keys)
+    torch.save(torch.compile(mp.make_vit()).state_dict(), str(d / "compiled.pt"))
+    # LeWM / stable-worldmodel: weights.pt + config.json (Hydra _target_s)
+    lewm = mp.JEPA(mp.ClsViT(), torch.nn.Linear(64, 16), torch.nn.Linear(16, 16))
+    (d / "lewm").mkdir()
+    torch.save(lewm.state_dict(), str(d / "lewm" / "weights.pt"))
+    (d / "lewm" / "config.json").write_text(json.dumps({
+        "_target_": "myproject.JEPA", "encoder": {"_target_": "myproject.ClsViT"},
+        "projector": {"_target_": "torch.nn.Linear", "in_features": 64, "out_features": 16},
+        "predictor": {"_target_": "torch.nn.Linear", "in_features": 16, "out_features": 16}}))
+    if timm_ok:
+        import timm
+
+        net = timm.create_model(TIMM, pretrained=False, num_classes=0, img_size=size)
+        save_file(net.state_dict(), str(d / "timm.safetensors"))
+    sys.modules.pop("myproject", None)
+    # an idaudit checkpoint (a synthetic world: Reacher training needs a rendered dataset),
+    # and the paper's run.pt made from its embeddings
+    timings = {}
+    start = time.perf_counter()
+    code, _, err = idaudit(["train", "--world", "spiral", "--steps", "500", "--quiet", "--out",
+                            "spiral.safetensors"], d, env)
+    timings["train"] = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"idaudit train failed ({code}): {err}")
+    code, _, err = idaudit(["embed", "spiral.safetensors", "--out", "spiral.npz"], d, env)
+    if code != 0:
+        raise SystemExit(f"idaudit embed failed ({code}): {err}")
+    with np.load(d / "spiral.npz") as f:
+        run_pt = {"z": f["z"], "x": f["x"], "h": f["h"]}
+    from idaudit.checkpoint import load_checkpoint
+
+    run_pt["model_state_dict"] = load_checkpoint(d / "spiral.safetensors").encoder.state_dict()
+    torch.save(run_pt, str(d / "run.pt"))
+    return timings
+
+
+def rows(size: int, n_eval: int, timm_reason: str | None) -> list[tuple[str, list[str] | str]]:
+    """(format, the idaudit arguments, or why the row is skipped)."""
+    reacher = ["--world", "reacher", "--image-size", str(size), "--n-eval", str(n_eval),
+               "--normalize", "imagenet"]
+    vit = ["--arch", "myproject:make_vit", "--pool", "mean"]
+    timm_row: list[str] | str = f"skipped: timm cannot be imported ({timm_reason})" \
+        if timm_reason else ["audit", "timm.safetensors", "--arch", f"timm:{TIMM}",
+                             "--arch-kwargs", json.dumps({"num_classes": 0, "img_size": size}),
+                             *reacher]
+    return [
+        ("I-JEPA `.pth.tar`", ["audit", "jepa-latest.pth.tar", "--key", "target_encoder", *vit,
+                               *reacher]),
+        ("V-JEPA 2 (`backbone.` prefix)", ["audit", "vjepa2.pt", "--key", "target_encoder",
+                                           "--prefix", "backbone.", *vit, *reacher]),
+        ("Hugging Face directory", ["audit", "vit-hf", "--pool", "cls", *reacher]),
+        ("Lightning `.ckpt`", ["audit", "last.ckpt", "--key", "state_dict", "--prefix",
+                               "model.backbone.", *vit, *reacher]),
+        ("`torch.compile` (`_orig_mod.`)", ["audit", "compiled.pt", *vit, *reacher]),
+        ("LeWM directory, `--embed`", ["audit", "lewm", "--embed", "myproject:encode_fn",
+                                       *reacher]),
+        ("`idaudit embed` → `.npz`", ["embed", "vit-hf", "--pool", "cls", *reacher,
+                                      "--out", "e.npz"]),
+        ("the `.npz` of `idaudit embed`", ["audit", "e.npz"]),
+        ("the paper's `run.pt` (arrays)", ["audit", "run.pt"]),
+        ("idaudit checkpoint (spiral world, `idaudit train --world spiral --steps 500`)",
+         ["audit", "spiral.safetensors"]),
+        (f"timm (`timm:{TIMM}`)", timm_row),
+    ]
+
+
+def r2_of(report: Path) -> str:
+    if not report.is_file():
+        return "—"
+    value = json.loads(report.read_text())["metrics"].get("r2_h_to_z_heldout")
+    return "—" if value is None else f"{value:.4f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--n-eval", type=int, default=300)
+    args = parser.parse_args()
+    reason = timm_problem()
+    with tempfile.TemporaryDirectory(prefix="idaudit-integrations-") as tmp:
+        d = Path(tmp)
+        env = {**os.environ, "IDAUDIT_CACHE": str(d / "cache")}
+        start = time.perf_counter()
+        timings = make_files(d, args.image_size, env, reason is None)
+        setup = time.perf_counter() - start
+        table = rows(args.image_size, args.n_eval, reason)
+        first = table[0][1]
+        assert isinstance(first, list)
+        code, cold, err = idaudit(first, d, env)  # renders the evaluation set into the cache
+        lines = ["| format | command | exit | R²(h → z) held-out | wall (s) |",
+                 "|---|---|---|---|---|"]
+        for name, argv in table:
+            if isinstance(argv, str):
+                lines.append(f"| {name} | — | — | — | {argv} |")
+                continue
+            report = d / f"report-{len(lines)}.json"
+            extra = ["--json", report.name] if argv[0] == "audit" else []
+            code_i, wall, err_i = idaudit([*argv, *extra], d, env)
+            shown = " ".join(a if " " not in a and "{" not in a else f"'{a}'" for a in argv)
+            note = f" ({err_i})" if err_i else ""
+            lines.append(f"| {name} | `idaudit {shown}` | {code_i}{note} | {r2_of(report)} | "
+                         f"{wall:.1f} |")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    caption = (f"Reacher evaluation set: {args.n_eval} OU pairs at {args.image_size} px "
+               f"(ρ = 0.95); stand-ins with random weights (HF ViT, hidden 64, 2 layers, "
+               f"16-px patches). The first command with a cold cache (rendering the set): "
+               f"{cold:.1f} s (exit {code}{', ' + err if err else ''}); the table's times are "
+               f"with the cache warm, each a fresh process (imports included). Setup (saving "
+               f"every file, `idaudit train --world spiral --steps 500` in "
+               f"{timings['train']:.1f} s for the idaudit checkpoint and run.pt): {setup:.1f} s. "
+               f"{os.cpu_count()} CPUs, load average {load}.")
+    text = "\n".join(lines) + "\n\n" + caption + "\n"
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

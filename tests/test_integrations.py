@@ -1,0 +1,491 @@
+"""Other projects' encoders end to end through the CLI, on the Reacher world at 32 px.
+
+One test per project family: a tiny real model built with the real library (transformers,
+lightning, hydra; random weights, explicit seeds, never a download), saved exactly as that
+project saves it, then ``idaudit audit`` (and ``embed``) run on it as a user would, from the
+directory that holds the user's ``myproject.py``. Where two routes hold the same weights
+(an I-JEPA ``.pth.tar`` with ``--key`` and the same state dict as safetensors), their
+``--json`` metrics are equal, number for number. The refusals are one line and exit 2.
+
+Evaluation images (100 OU pairs at 32 px: 100 rows, enough held-out fits for a 32-wide
+embedding, which needs 2·(2 + 32) + 10 = 78) are rendered once into a temporary
+``$IDAUDIT_CACHE`` shared by the module; the cache test renders into its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import one_line, run
+from safetensors.torch import save_file
+
+pytest.importorskip("dm_control")
+pytest.importorskip("transformers")
+
+from idaudit.worlds import reacher_eval  # noqa: E402
+
+SIZE, N_EVAL, RHO = 32, 100, 0.95
+REACHER = ("--world", "reacher", "--image-size", SIZE, "--n-eval", N_EVAL)
+
+PROJECT = textwrap.dedent('''
+    """A user's project: the networks its checkpoints hold (tiny, random weights)."""
+    import torch
+    from torch import nn
+    from transformers import ViTConfig, ViTModel
+
+
+    def vit_model(pooling=False):
+        """A 2-layer Hugging Face ViT, hidden 32, at 32 px in 8-px patches (16 patch tokens)."""
+        return ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, image_size=32, patch_size=8),
+                        add_pooling_layer=pooling)
+
+
+    class PatchViT(nn.Module):
+        """I-JEPA's encoder: images (B, 3, S, S) → patch tokens (B, N, D), no CLS token."""
+
+        def __init__(self):
+            super().__init__()
+            self.vit = vit_model()
+
+        def forward(self, x):
+            return self.vit(pixel_values=x).last_hidden_state[:, 1:]
+
+
+    def make_vit():
+        return PatchViT()
+
+
+    class ClsViT(nn.Module):
+        """A ViT returning its CLS token (B, D): LeWM's encoder."""
+
+        def __init__(self):
+            super().__init__()
+            self.vit = vit_model()
+
+        def forward(self, x):
+            return self.vit(pixel_values=x).last_hidden_state[:, 0]
+
+
+    class JEPA(nn.Module):
+        """LeWM's shape: encoder, projector, predictor; no forward, an encode(info)."""
+
+        def __init__(self, encoder, projector, predictor):
+            super().__init__()
+            self.encoder, self.projector, self.predictor = encoder, projector, predictor
+
+        def encode(self, info):
+            pixels = info["pixels"].float()
+            b = pixels.size(0)
+            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
+            info["emb"] = emb.reshape(b, -1, emb.shape[-1])
+            return info
+
+
+    def make_lewm():
+        return JEPA(ClsViT(), nn.Linear(32, 16), nn.Linear(16, 16))
+
+
+    def encode_fn(model, x):
+        """--embed: LeWM's embedding of images x (B, 3, S, S), as one time step."""
+        return model.encode({"pixels": x.unsqueeze(1)})["emb"][:, 0]
+
+
+    def make_projector():
+        return nn.Linear(32, 16)
+''')
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """The module's evaluation cache, rendered once (as the CLI renders it)."""
+    root = tmp_path_factory.mktemp("idaudit-cache")
+    reacher_eval.reacher_eval_set(RHO, SIZE, N_EVAL, cache_dir=root)
+    return root
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, cache):
+    """tmp_path holds the user's myproject.py and is the working directory (not on sys.path,
+    as under the idaudit executable); $IDAUDIT_CACHE is the module's cache; the modules
+    imported from tmp_path are forgotten after."""
+    monkeypatch.setenv("IDAUDIT_CACHE", str(cache))
+    (tmp_path / "myproject.py").write_text(PROJECT)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "myproject", raising=False)
+    importlib.invalidate_caches()
+    yield tmp_path
+    sys.modules.pop("myproject", None)
+
+
+def user_module():
+    """myproject, imported the way the user's training script would."""
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module("myproject")
+    finally:
+        sys.path.remove(str(Path.cwd()))
+
+
+def finite_metrics(metrics: dict) -> dict:
+    """``metrics`` after checking that every number in it is finite."""
+    for k, v in metrics.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            assert math.isfinite(v), (k, v)
+    return metrics
+
+
+def audit_json(*args, code: int = 0) -> dict:
+    """``idaudit audit ARGS --json …``: its exit code checked, its metrics (all finite)."""
+    out = Path.cwd() / f"audit-{len(list(Path.cwd().glob('audit-*.json')))}.json"
+    res = run("audit", *args, "--json", out)
+    assert res.exit_code == code, res.output
+    report = json.loads(out.read_text())
+    assert report["metrics"]["n_samples"] == N_EVAL
+    return finite_metrics(report["metrics"])
+
+
+def ddp(state: dict) -> dict:
+    """A state dict as DistributedDataParallel saves it (I-JEPA, V-JEPA 2)."""
+    return {f"module.{k}": v for k, v in state.items()}
+
+
+def save_ijepa(path: Path, encoder, target, predictor) -> None:
+    """torch.save as I-JEPA's train.py writes its checkpoint."""
+    opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()), lr=1e-3)
+    torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
+                "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
+                "epoch": 3}, str(path))
+
+
+# ---- I-JEPA: a .pth.tar of DDP state dicts ---------------------------------------------------
+
+
+def test_ijepa_pth_tar_equals_safetensors_with_arch(project):
+    mp = user_module()
+    torch.manual_seed(0)
+    encoder, target, predictor = mp.make_vit(), mp.make_vit(), torch.nn.Linear(32, 32)
+    save_ijepa(project / "jepa.pth.tar", encoder, target, predictor)
+    save_file(target.state_dict(), str(project / "target.safetensors"))
+    arch = ("--arch", "myproject:make_vit", "--pool", "mean")
+    from_ijepa = audit_json("jepa.pth.tar", "--key", "target_encoder", *arch, *REACHER)
+    from_safetensors = audit_json("target.safetensors", *arch, *REACHER)
+    assert from_ijepa == from_safetensors
+    assert from_ijepa["embed_dim"] == 32 and 0 < from_ijepa["r2_h_to_z"] <= 1
+    online = audit_json("jepa.pth.tar", "--key", "encoder", *arch, *REACHER)
+    assert online["r2_h_to_z"] != from_ijepa["r2_h_to_z"]  # another state dict, other weights
+    # without --key: the candidates are listed
+    one_line(run("audit", "jepa.pth.tar", *arch, *REACHER), 2,
+             "jepa.pth.tar holds several state dicts: encoder, predictor, target_encoder; "
+             "choose one with --key")
+    one_line(run("audit", "jepa.pth.tar", *REACHER), 2,
+             "pass --arch module.path:factory or timm:NAME for the network they belong to and "
+             "choose one with --key (encoder, predictor, target_encoder)")
+    # patch tokens (100, 16, 32) without --pool: refused, naming --pool
+    one_line(run("audit", "jepa.pth.tar", "--key", "target_encoder", "--arch", "myproject:make_vit",
+                 *REACHER), 2, "the encoder returned tokens of shape (100, 16, 32) (batch, "
+             "tokens, dim); choose how to pool them with --pool cls|mean|none")
+
+
+# ---- V-JEPA 2: module.backbone. keys; Hugging Face directories --------------------------------
+
+
+def test_vjepa2_backbone_prefix(project):
+    mp = user_module()
+    torch.manual_seed(1)
+    encoder, target = mp.make_vit(), mp.make_vit()
+    wrapped = {f"backbone.{k}": v for k, v in target.state_dict().items()}  # MultiSeqWrapper
+    torch.save({"encoder": ddp({f"backbone.{k}": v for k, v in encoder.state_dict().items()}),
+                "target_encoder": ddp(wrapped), "epoch": 3}, str(project / "vjepa2.pt"))
+    save_file(target.state_dict(), str(project / "target.safetensors"))
+    arch = ("--arch", "myproject:make_vit", "--pool", "mean")
+    with_prefix = audit_json("vjepa2.pt", "--key", "target_encoder", "--prefix", "backbone.",
+                             *arch, *REACHER)
+    assert with_prefix == audit_json("target.safetensors", *arch, *REACHER)
+    one_line(run("audit", "vjepa2.pt", "--key", "target_encoder", *arch, *REACHER), 2,
+             "the keys under 'backbone.' fit: pass --prefix backbone.")
+
+
+def test_hugging_face_directory_with_pool_cls(project):
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(2)
+    ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, image_size=32,
+                       patch_size=8)).save_pretrained(str(project / "vit"))
+    cls = audit_json("vit", "--pool", "cls", *REACHER)
+    assert cls == audit_json("vit", "--output", "last_hidden_state", "--pool", "cls", *REACHER)
+    assert cls["embed_dim"] == 32
+    one_line(run("audit", "vit", *REACHER), 2, "the encoder returned "
+             "BaseModelOutputWithPooling with fields last_hidden_state, pooler_output; choose "
+             "the embedding with --output FIELD")
+    one_line(run("audit", "vit", "--key", "state_dict", "--pool", "cls", *REACHER), 2,
+             "--key does not apply to a Hugging Face model directory")
+
+
+# ---- Lightning (LeJEPA / stable-pretraining): state_dict, model.backbone. -----------------------
+
+
+def test_lightning_ckpt_with_key_and_prefix(project):
+    import lightning
+
+    mp = user_module()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone, self.projector = mp.make_vit(), mp.make_projector()
+
+    class LeJEPA(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = Net()
+
+        def training_step(self, batch, _):
+            return self.model.projector(self.model.backbone(batch[0]).mean(1)).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(3)
+    lit = LeJEPA()
+    images = torch.utils.data.TensorDataset(torch.rand(8, 3, SIZE, SIZE))
+    trainer = lightning.Trainer(max_steps=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                accelerator="cpu", default_root_dir=str(project))
+    trainer.fit(lit, torch.utils.data.DataLoader(images, batch_size=4))
+    trainer.save_checkpoint(str(project / "last.ckpt"))
+    save_file(lit.model.backbone.state_dict(), str(project / "backbone.safetensors"))
+    arch = ("--arch", "myproject:make_vit", "--pool", "mean")
+    backbone = audit_json("last.ckpt", "--key", "state_dict", "--prefix", "model.backbone.",
+                          *arch, *REACHER)
+    assert backbone == audit_json("backbone.safetensors", *arch, *REACHER)
+    one_line(run("audit", "last.ckpt", "--key", "state_dict", "--prefix", "model.head.", *arch,
+                 *REACHER), 2, "--prefix model.head.: no key of last.ckpt entry 'state_dict' "
+             "starts with 'model.head.' (its keys start with model.backbone., model.projector.)")
+
+
+# ---- torch.compile: _orig_mod. keys ---------------------------------------------------------
+
+
+def test_torch_compile_orig_mod_state_dict(project):
+    mp = user_module()
+    torch.manual_seed(4)
+    net = mp.make_vit()
+    state = torch.compile(net).state_dict()  # the wrapper's keys; nothing is compiled here
+    assert state and all(k.startswith("_orig_mod.") for k in state)
+    torch.save(state, str(project / "compiled.pt"))
+    save_file(net.state_dict(), str(project / "plain.safetensors"))
+    arch = ("--arch", "myproject:make_vit", "--pool", "mean")
+    assert audit_json("compiled.pt", *arch, *REACHER) == \
+        audit_json("plain.safetensors", *arch, *REACHER)
+
+
+# ---- LeWM / stable-worldmodel: no forward, encode(info) --------------------------------------
+
+
+def lewm_config() -> dict:
+    return {"_target_": "myproject.JEPA", "encoder": {"_target_": "myproject.ClsViT"},
+            "projector": {"_target_": "torch.nn.Linear", "in_features": 32, "out_features": 16},
+            "predictor": {"_target_": "torch.nn.Linear", "in_features": 16, "out_features": 16}}
+
+
+def test_lewm_model_through_embed(project):
+    pytest.importorskip("hydra")
+    mp = user_module()
+    torch.manual_seed(5)
+    model = mp.make_lewm()
+    torch.save(model.state_dict(), str(project / "lewm.pt"))
+    folder = project / "lewm"  # a stable-worldmodel directory: weights.pt + config.json
+    folder.mkdir()
+    torch.save(model.state_dict(), str(folder / "weights.pt"))
+    (folder / "config.json").write_text(json.dumps(lewm_config()))
+    through_embed = audit_json("lewm.pt", "--arch", "myproject:make_lewm", "--embed",
+                               "myproject:encode_fn", *REACHER)
+    assert through_embed["embed_dim"] == 16
+    assert through_embed == audit_json("lewm", "--embed", "myproject:encode_fn", *REACHER)
+    config = lewm_config()
+    config["projector"] = {"_target_": "myproject.make_projector"}  # a function, not a class
+    (folder / "config.json").write_text(json.dumps(config))
+    one_line(run("audit", "lewm", *REACHER), 2, "_target_ 'myproject.make_projector' is a "
+             "function; instantiating it runs code the file names, which idaudit does only with "
+             "--trust-pickle")
+    assert through_embed == audit_json("lewm", "--trust-pickle", "--embed", "myproject:encode_fn",
+                                       *REACHER)
+
+
+def test_lewm_directory_without_embed_uses_encode(project):
+    pytest.importorskip("hydra")
+    mp = user_module()
+    torch.manual_seed(5)
+    folder = project / "lewm"
+    folder.mkdir()
+    torch.save(mp.make_lewm().state_dict(), str(folder / "weights.pt"))
+    (folder / "config.json").write_text(json.dumps(lewm_config()))
+    assert audit_json("lewm", *REACHER) == \
+        audit_json("lewm", "--embed", "myproject:encode_fn", *REACHER)
+
+
+# ---- the paper's run.pt: arrays, no world ----------------------------------------------------
+
+
+def test_paper_run_pt_is_audited_as_arrays(project):
+    rng = np.random.default_rng(6)
+    z = rng.standard_normal((N_EVAL, 2))
+    q, _ = np.linalg.qr(rng.standard_normal((2, 2)))
+    torch.manual_seed(6)
+    torch.save({"z": z, "x": np.tanh(z) + z, "h": z @ q,
+                "model_state_dict": torch.nn.Linear(2, 2).state_dict()},
+               str(project / "run.pt"))
+    metrics = audit_json("run.pt")
+    assert metrics["r2_h_to_z_heldout"] == pytest.approx(1.0, abs=1e-9)
+    assert metrics["orthogonality_error"] == pytest.approx(0.0, abs=1e-6)
+    one_line(run("audit", "run.pt", *REACHER), 2, "arrays are audited as they are: --world, "
+             "--n-eval, --image-size do not apply")
+
+
+# ---- --normalize: only for images reaching an encoder that is not an idaudit checkpoint -------
+
+
+def test_normalize_is_refused_for_idaudit_checkpoints_and_vector_worlds(project):
+    from idaudit.checkpoint import save_checkpoint
+    from idaudit.encoders import build_encoder
+    from idaudit.worlds import make_spec
+
+    torch.manual_seed(7)  # an (untrained) idaudit checkpoint of the spiral world
+    kwargs = {"in_dim": 2, "out_dim": 2, "width": 16, "depth": 1}
+    save_checkpoint(project / "spiral.safetensors", build_encoder("mlp", kwargs), "mlp", kwargs,
+                    make_spec("spiral"), {"seed": 0, "n_eval": 200})
+    one_line(run("audit", "spiral.safetensors", "--normalize", "imagenet", *REACHER), 2,
+             "--normalize does not apply to an idaudit checkpoint: it records its own input "
+             "format")
+    one_line(run("audit", "spiral.safetensors", "--normalize", "imagenet"), 2,
+             "--normalize applies to image worlds (reacher); this world's inputs are vectors")
+    torch.manual_seed(7)
+    save_file(torch.nn.Linear(2, 2).state_dict(), str(project / "lin.safetensors"))
+    one_line(run("audit", "lin.safetensors", "--arch", "torch.nn:Linear", "--arch-kwargs",
+                 '{"in_features": 2, "out_features": 2}', "--world", "spiral", "--normalize",
+                 "imagenet"), 2, "--normalize applies to image worlds (reacher)")
+
+
+# ---- idaudit embed → .npz → audit: the same numbers -------------------------------------------
+
+
+def test_embed_npz_audits_as_the_direct_audit(project):
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(8)
+    ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, image_size=32,
+                       patch_size=8)).save_pretrained(str(project / "vit"))
+    res = run("embed", "vit", "--pool", "cls", "--normalize", "imagenet", *REACHER,
+              "--out", "e.npz")
+    assert res.exit_code == 0, res.output
+    assert "wrote e.npz: z (100, 2), h (100, 32), h_prime (ρ = 0.95)" in res.output
+    with np.load(project / "e.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    assert set(arrays) == {"z", "h", "h_prime", "rho", "circular", "seed"}
+    assert arrays["z"].shape == (N_EVAL, 2) and arrays["h"].shape == (N_EVAL, 32)
+    assert arrays["h_prime"].shape == (N_EVAL, 32) and float(arrays["rho"]) == RHO
+    assert arrays["circular"].tolist() == [0, 1] and int(arrays["seed"]) == 0
+    assert np.all(np.isfinite(arrays["h"])) and not np.array_equal(arrays["h"], arrays["h_prime"])
+    direct = audit_json("vit", "--pool", "cls", "--normalize", "imagenet", *REACHER)
+    assert audit_json("e.npz") == direct
+    free = audit_json("e.npz", "--label-free")
+    for key in ("rho_estimated", "canonical_mean", "alignment_gap_rho_estimated"):
+        assert isinstance(free[key], float) and math.isfinite(free[key]), key
+    assert 0 < free["canonical_mean"] <= free["rho_estimated"] <= 1
+
+
+# ---- the evaluation set is rendered once, then read from the cache ----------------------------
+
+
+def test_a_second_audit_reads_the_cached_evaluation_set(project, monkeypatch, tmp_path):
+    from transformers import ViTConfig, ViTModel
+
+    own = tmp_path / "own-cache"
+    monkeypatch.setenv("IDAUDIT_CACHE", str(own))
+    torch.manual_seed(9)
+    ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, image_size=32,
+                       patch_size=8)).save_pretrained(str(project / "vit"))
+    first = audit_json("vit", "--pool", "mean", *REACHER)
+    (entry,) = (own / "reacher-eval").iterdir()
+    files = sorted(p.name for p in entry.iterdir())
+    assert files == ["meta.json", "pairs-00000.npz"]
+    stamps = {p.name: p.stat().st_mtime_ns for p in entry.iterdir()}
+
+    def no_render(*args, **kwargs):
+        raise AssertionError("rendered again although the cache was valid")
+
+    monkeypatch.setattr(reacher_eval, "_render", no_render)
+    assert audit_json("vit", "--pool", "mean", *REACHER) == first
+    assert {p.name: p.stat().st_mtime_ns for p in entry.iterdir()} == stamps
+    assert sorted(p.name for p in (own / "reacher-eval").iterdir()) == [entry.name]
+
+
+# ---- timm: runs where timm imports, one line naming the extra where it does not ---------------
+
+
+def test_timm_arch_runs_or_names_the_extra(project):
+    kwargs = dict(num_classes=0, img_size=SIZE, patch_size=8, depth=2, embed_dim=32, num_heads=2)
+    try:
+        import timm
+    except Exception as exc:  # noqa: BLE001 - here: installed, but torchvision has no CPU build
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        torch.manual_seed(10)
+        save_file(torch.nn.Linear(2, 2).state_dict(), str(project / "w.safetensors"))
+        one_line(run("audit", "w.safetensors", "--arch", "timm:vit_tiny_patch16_224",
+                     "--arch-kwargs", json.dumps(kwargs), *REACHER), 2,
+                 f"--arch timm:vit_tiny_patch16_224 needs timm, which cannot be imported ({why}"
+                 "); pip install 'idaudit[vision]'")
+        return
+    torch.manual_seed(10)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs)
+    save_file(model.state_dict(), str(project / "timm.safetensors"))
+    torch.save({"target_encoder": ddp(model.state_dict())}, str(project / "timm.pth.tar"))
+    arch = ("--arch", "timm:vit_tiny_patch16_224", "--arch-kwargs", json.dumps(kwargs))
+    assert audit_json("timm.safetensors", *arch, *REACHER) == \
+        audit_json("timm.pth.tar", "--key", "target_encoder", *arch, *REACHER)
+
+
+# ---- docs/integrations.md: real flags, and files made before they are used -------------------
+
+
+def test_the_integrations_guide_names_real_flags_and_makes_its_files():
+    import re
+    import shlex
+
+    import typer
+
+    from idaudit.cli import app
+
+    text = (Path(__file__).parents[1] / "docs" / "integrations.md").read_text()
+    script = "\n".join(re.findall(r"```bash\n(.*?)```", text, re.S)).replace("\\\n", " ")
+    commands = typer.main.get_command(app).commands
+    seen = 0
+    for i, line in enumerate(script.splitlines()):
+        words = shlex.split(line, comments=True)
+        if not words or words[0] != "idaudit":
+            continue
+        seen += 1
+        command = commands[words[1]]
+        flags = {name for p in command.params for name in getattr(p, "opts", [])}
+        for word in words[2:]:
+            if word.startswith("--"):
+                assert word.split("=")[0] in flags, (words[1], word)
+        earlier = "\n".join(script.splitlines()[:i])
+        targets = words[2:4] if words[1] == "consistency" else words[2:3]
+        for target in targets:
+            assert re.search(rf"""["'(]{re.escape(target)}["')/]|--out {re.escape(target)}\b""",
+                             earlier), f"{target} is used before a block makes it"
+    assert seen >= 20
