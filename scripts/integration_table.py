@@ -19,69 +19,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
-PROJECT = textwrap.dedent('''
-    """The stand-in project: the networks its files hold (random weights)."""
-    import torch
-    from torch import nn
-    from transformers import ViTConfig, ViTModel
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the stand-in project the tests use too
+from standins import vit_project  # noqa: E402
 
-    SIZE = {size}
-
-
-    def vit_model():
-        return ViTModel(ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=128, image_size=SIZE, patch_size=16),
-                        add_pooling_layer=False)
-
-
-    class PatchViT(nn.Module):
-        """I-JEPA's encoder: images → patch tokens (B, N, 64), no CLS token."""
-
-        def __init__(self):
-            super().__init__()
-            self.vit = vit_model()
-
-        def forward(self, x):
-            return self.vit(pixel_values=x).last_hidden_state[:, 1:]
-
-
-    def make_vit():
-        return PatchViT()
-
-
-    class ClsViT(nn.Module):
-        """LeWM's encoder: images → the CLS token (B, 64)."""
-
-        def __init__(self):
-            super().__init__()
-            self.vit = vit_model()
-
-        def forward(self, x):
-            return self.vit(pixel_values=x).last_hidden_state[:, 0]
-
-
-    class JEPA(nn.Module):
-        """LeWM's shape: no forward, an encode(info)."""
-
-        def __init__(self, encoder, projector, predictor):
-            super().__init__()
-            self.encoder, self.projector, self.predictor = encoder, projector, predictor
-
-        def encode(self, info):
-            pixels = info["pixels"].float()
-            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
-            info["emb"] = emb.reshape(pixels.size(0), -1, emb.shape[-1])
-            return info
-
-
-    def encode_fn(model, x):
-        """--embed: LeWM's embedding of images x (B, 3, S, S), as one time step."""
-        return model.encode({{"pixels": x.unsqueeze(1)}})["emb"][:, 0]
-''')
+HIDDEN = 64
 
 TIMM = "vit_tiny_patch16_224"
 
@@ -118,12 +63,11 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
     import torch
     import transformers
     from safetensors.torch import save_file
-    from transformers import ViTConfig, ViTModel
 
     transformers.utils.logging.disable_progress_bar()  # the setup's noise: bars, tips
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 
-    (d / "myproject.py").write_text(PROJECT.format(size=size))
+    (d / "myproject.py").write_text(vit_project(size=size, hidden=HIDDEN, patch=16))
     sys.path.insert(0, str(d))
     try:
         import myproject as mp
@@ -131,7 +75,7 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
         sys.path.remove(str(d))
     torch.manual_seed(0)
     # I-JEPA: torch.save of DDP state dicts (train.py's save_checkpoint)
-    encoder, target, predictor = mp.make_vit(), mp.make_vit(), torch.nn.Linear(64, 64)
+    encoder, target, predictor = mp.make_vit(), mp.make_vit(), torch.nn.Linear(HIDDEN, HIDDEN)
     opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()))
     torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
                 "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
@@ -142,15 +86,13 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
     torch.save({"encoder": ddp(wrap), "target_encoder": ddp(wrap), "epoch": 3},
                str(d / "vjepa2.pt"))
     # Hugging Face: save_pretrained
-    ViTModel(ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                       intermediate_size=128, image_size=size,
-                       patch_size=16)).save_pretrained(str(d / "vit-hf"))
+    mp.vit_model(pooling=True).save_pretrained(str(d / "vit-hf"))
 
     # Lightning (LeJEPA / stable-pretraining): a 1-step fit, then save_checkpoint
     class Net(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.backbone, self.projector = mp.make_vit(), torch.nn.Linear(64, 16)
+            self.backbone, self.projector = mp.make_vit(), mp.make_projector()
 
     class LeJEPA(lightning.LightningModule):
         def __init__(self) -> None:
@@ -172,12 +114,12 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
     # torch.compile: the compiled wrapper's state_dict (_orig_mod. keys)
     torch.save(torch.compile(mp.make_vit()).state_dict(), str(d / "compiled.pt"))
     # LeWM / stable-worldmodel: weights.pt + config.json (Hydra _target_s)
-    lewm = mp.JEPA(mp.ClsViT(), torch.nn.Linear(64, 16), torch.nn.Linear(16, 16))
+    lewm = mp.make_lewm()
     (d / "lewm").mkdir()
     torch.save(lewm.state_dict(), str(d / "lewm" / "weights.pt"))
     (d / "lewm" / "config.json").write_text(json.dumps({
         "_target_": "myproject.JEPA", "encoder": {"_target_": "myproject.ClsViT"},
-        "projector": {"_target_": "torch.nn.Linear", "in_features": 64, "out_features": 16},
+        "projector": {"_target_": "torch.nn.Linear", "in_features": HIDDEN, "out_features": 16},
         "predictor": {"_target_": "torch.nn.Linear", "in_features": 16, "out_features": 16}}))
     if timm_ok:
         import timm

@@ -221,3 +221,22 @@ def test_sweep(tmp_path):
     assert [r["seed"] for r in runs] == [2]
     with pytest.raises(idaudit.IdauditError, match="--set takes one value per option"):
         sweep_runs(SweepRequest(suite=str(grid), set=["lamb=0.01,0.02"]))
+
+
+def test_embed(tmp_path):
+    """`idaudit embed` and `run_embed` of the same request write the same arrays."""
+    from idaudit.auditing import run_embed
+    from idaudit.requests import EmbedRequest
+
+    enc = tmp_path / "enc.pt"
+    torch.jit.trace(torch.nn.Identity(), torch.zeros(1, 4)).save(str(enc))
+    res = runner.invoke(app, ["embed", str(enc), "--world", "coupling", "--dim", "4", "--rho",
+                              "0.8", "--n-eval", "300", "--seed", "2", "--out",
+                              str(tmp_path / "cli.npz")])
+    assert res.exit_code == 0, res.output
+    run_embed(EmbedRequest(target=enc, world="coupling", dim=4, rho=0.8, n_eval=300, seed=2,
+                           out=tmp_path / "lib.npz"))
+    a, b = np.load(tmp_path / "cli.npz"), np.load(tmp_path / "lib.npz")
+    assert sorted(a.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z"]
+    assert all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert a["h"].shape == (300, 4) and float(a["rho"]) == 0.8 and int(a["seed"]) == 2

@@ -63,6 +63,83 @@ def test_world_writes_pairs(tmp_path):
     assert t["z"].shape == (100, 6) and t["x_prime"].shape == (100, 6)
 
 
+def test_embed_writes_an_npz_that_audits_like_the_encoder(tmp_path):
+    import numpy as np
+    import torch
+    from conftest import identity_linear
+
+    enc = tmp_path / "enc.pt"
+    torch.jit.script(identity_linear()).save(str(enc))
+    world = ("--world", "coupling", "--dim", "4", "--n-eval", "100")
+    out = tmp_path / "emb.npz"
+    res = run("embed", enc, *world, "--out", out)
+    assert res.exit_code == 0 and res.stderr == "", res.output
+    assert " ".join(res.stdout.split()) == (f"wrote {out}: z (100, 4), h (100, 4), h_prime "
+                                            "(ρ = 0.95)")
+    data = np.load(out)
+    assert sorted(data.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z"]
+    assert data["z"].shape == data["h"].shape == data["h_prime"].shape == (100, 4)
+    assert float(data["rho"]) == 0.95 and int(data["seed"]) == 0 and data["circular"].size == 0
+    np.testing.assert_allclose(data["h"], data["x"], rtol=0, atol=1e-6)  # the identity encoder
+    # auditing the file gives the numbers of auditing the encoder on the same world
+    a, b = tmp_path / "file.json", tmp_path / "enc.json"
+    assert run("audit", out, "--json", a).exit_code == 0
+    assert run("audit", enc, *world, "--json", b).exit_code == 0
+    assert json.loads(a.read_text())["metrics"] == json.loads(b.read_text())["metrics"]
+
+
+def test_consistency_of_two_runs(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    h = rng.standard_normal((800, 3))
+    q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    np.save(tmp_path / "a.npy", h)
+    np.save(tmp_path / "b.npy", h @ q)  # the same embedding up to a rotation
+    np.save(tmp_path / "c.npy", np.tanh(2 * h))
+    out = tmp_path / "c.json"
+    res = run("consistency", tmp_path / "a.npy", tmp_path / "b.npy", "--min-r2", "0.999",
+              "--json", out)
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "pass" and report["metrics"]["n_runs"] == 2
+    assert report["metrics"]["consistency_r2"] > 0.999999
+    res = run("consistency", tmp_path / "a.npy", tmp_path / "c.npy", "--min-r2", "0.999")
+    assert res.exit_code == 1 and res.stderr == "gate failed: consistency_r2\n", res.output
+
+
+def test_metrics_json_lists_the_catalogue(tmp_path):
+    from idaudit.catalogue import CATALOGUE
+
+    out = tmp_path / "m.json"
+    res = run("metrics", "--json", out)
+    assert res.exit_code == 0 and f"wrote {out}" in " ".join(res.output.split()), res.output
+    data = json.loads(out.read_text())
+    assert [d["key"] for d in data] == [m.key for m in CATALOGUE]
+    assert {"key", "label", "direction"} <= set(data[0])
+
+
+def test_sweep_then_report(tmp_path):
+    suite = tmp_path / "grid.toml"
+    suite.write_text('[fixed]\nworld = "spiral"\nsteps = 20\nbatch = 64\nn_eval = 300\n'
+                     'eval_every = 0\n[grid]\nseed = [1, 2]\n')
+    res = run("sweep", suite, "--list")
+    assert res.exit_code == 0 and "grid.toml:2runs" in "".join(res.output.split()), res.output
+    out = tmp_path / "o"
+    res = run("sweep", suite, "--out", out, "--workers", "1", "--set", "lamb=0.01")
+    assert res.exit_code == 0, res.output
+    assert "2 runs: 0 already done, 2 ok, 0 failed" in " ".join(res.output.split())
+    assert len(list((out / "runs").glob("*.json"))) == 2
+    res = run("sweep", suite, "--out", out, "--workers", "1", "--set", "lamb=0.01")
+    assert res.exit_code == 0 and "2 already done, 0 ok" in " ".join(res.output.split())
+    res = run("report", out, "--no-figures")
+    assert res.exit_code == 0, res.output
+    csv = (out / "summary.csv").read_text().splitlines()
+    assert len(csv) == 2 and "r2_h_to_z_mean" in csv[0]  # two seeds of one recipe: one row
+    assert (out / "summary.md").read_text().startswith("|")
+    assert f"wrote {out / 'summary.csv'}" in " ".join(res.output.split())
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["train", "--world", "moon"], "valid: spiral, banana, sinusoid, nvp, coupling"),
     (["train", "--objective", "byol"], "valid: infonce, lejepa, whiten"),
@@ -87,6 +164,11 @@ def test_world_writes_pairs(tmp_path):
     (["train", "--world", "banana", "--layers", "3"], "--layers only applies to coupling"),
     (["world", "spiral", "--trajectory", "--out", "x.safetensors"], "--trajectory does not "
                                                                      "apply"),
+    (["consistency", "a.npy"], "consistency needs at least two runs, got 1"),
+    (["embed", "enc.pt", "--out", "x.txt"], "--out must name an .npz file, got x.txt"),
+    (["metrics", "--json", "/tmp"], "--json /tmp: is a directory, not a file"),
+    (["sweep", "nope", "--list"], "unknown suite 'nope'; valid: 2d, scaling"),
+    (["report", "no-such-sweep"], "no-such-sweep has no runs/ directory"),
 ])
 def test_bad_input_is_one_line_exit_2(args, fragment):
     res = run(*args)
@@ -172,11 +254,22 @@ def test_help_texts_print_as_written(command, monkeypatch):
         assert "holding z, h [, h_prime, rho]" in shown
 
 
-def test_doctor_names_idaudits_own_version():
-    from idaudit import __version__
+def test_doctor_names_idaudits_own_version(monkeypatch):
+    from idaudit import __version__, doctor
 
     res = run("doctor")
     assert f"idaudit {__version__}" in " ".join(res.output.split())
+    # exit 0 when every check is ok, 1 when one is missing (with its fix in the table)
+    missing = [line for line in res.output.splitlines() if "│ missing │" in line]
+    assert res.exit_code == (1 if missing else 0), res.output
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.setattr(doctor, "probe_backend", lambda backend: (False, f"no {backend}"))
+    monkeypatch.setenv("COLUMNS", "400")  # one line per row
+    res = run("doctor")
+    assert res.exit_code == 1, res.output
+    gl = next(line for line in res.output.splitlines() if line.startswith("│ gl_backend"))
+    assert "│ missing │" in gl and "no headless GL backend works: egl fails: no egl" in gl, gl
+    assert doctor.INSTALL_HINT in " ".join(res.output.split())  # the fix
 
 
 def test_a_cli_that_cannot_import_is_one_line_exit_5(tmp_path):

@@ -11,17 +11,16 @@ pickled modules, LeWM's) are written into a temporary working directory, as a us
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
+from standins import project_dir, user_module
 
 import idaudit
 from idaudit.encoders import embed
@@ -117,22 +116,9 @@ def project(tmp_path, monkeypatch):
     """tmp_path holds the user's project (myproject.py) and is the working directory, not on
     sys.path (as under the idaudit executable); the modules imported from it are forgotten
     after."""
-    (tmp_path / "myproject.py").write_text(PROJECT)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
-    monkeypatch.delitem(sys.modules, "myproject", raising=False)
-    importlib.invalidate_caches()
+    project_dir(tmp_path, PROJECT, monkeypatch)
     yield tmp_path
     sys.modules.pop("myproject", None)
-
-
-def user_module():
-    """myproject, imported the way a user's script would (the working directory on the path)."""
-    sys.path.insert(0, str(Path.cwd()))
-    try:
-        return importlib.import_module("myproject")
-    finally:
-        sys.path.remove(str(Path.cwd()))
 
 
 def refused(fragments, call, *args, **kwargs) -> str:

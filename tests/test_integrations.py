@@ -14,11 +14,9 @@ embedding, which needs 2·(2 + 32) + 10 = 78) are rendered once into a temporary
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ import pytest
 import torch
 from conftest import one_line, run
 from safetensors.torch import save_file
+from standins import project_dir, user_module, vit_project
 
 pytest.importorskip("dm_control")
 pytest.importorskip("transformers")
@@ -35,73 +34,7 @@ from idaudit.worlds import reacher_eval  # noqa: E402
 SIZE, N_EVAL, RHO = 32, 100, 0.95
 REACHER = ("--world", "reacher", "--image-size", SIZE, "--n-eval", N_EVAL)
 
-PROJECT = textwrap.dedent('''
-    """A user's project: the networks its checkpoints hold (tiny, random weights)."""
-    import torch
-    from torch import nn
-    from transformers import ViTConfig, ViTModel
-
-
-    def vit_model(pooling=False):
-        """A 2-layer Hugging Face ViT, hidden 32, at 32 px in 8-px patches (16 patch tokens)."""
-        return ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, image_size=32, patch_size=8),
-                        add_pooling_layer=pooling)
-
-
-    class PatchViT(nn.Module):
-        """I-JEPA's encoder: images (B, 3, S, S) → patch tokens (B, N, D), no CLS token."""
-
-        def __init__(self):
-            super().__init__()
-            self.vit = vit_model()
-
-        def forward(self, x):
-            return self.vit(pixel_values=x).last_hidden_state[:, 1:]
-
-
-    def make_vit():
-        return PatchViT()
-
-
-    class ClsViT(nn.Module):
-        """A ViT returning its CLS token (B, D): LeWM's encoder."""
-
-        def __init__(self):
-            super().__init__()
-            self.vit = vit_model()
-
-        def forward(self, x):
-            return self.vit(pixel_values=x).last_hidden_state[:, 0]
-
-
-    class JEPA(nn.Module):
-        """LeWM's shape: encoder, projector, predictor; no forward, an encode(info)."""
-
-        def __init__(self, encoder, projector, predictor):
-            super().__init__()
-            self.encoder, self.projector, self.predictor = encoder, projector, predictor
-
-        def encode(self, info):
-            pixels = info["pixels"].float()
-            b = pixels.size(0)
-            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
-            info["emb"] = emb.reshape(b, -1, emb.shape[-1])
-            return info
-
-
-    def make_lewm():
-        return JEPA(ClsViT(), nn.Linear(32, 16), nn.Linear(16, 16))
-
-
-    def encode_fn(model, x):
-        """--embed: LeWM's embedding of images x (B, 3, S, S), as one time step."""
-        return model.encode({"pixels": x.unsqueeze(1)})["emb"][:, 0]
-
-
-    def make_projector():
-        return nn.Linear(32, 16)
-''')
+PROJECT = vit_project(size=SIZE, hidden=32, patch=8)
 
 
 @pytest.fixture(scope="module")
@@ -118,22 +51,9 @@ def project(tmp_path, monkeypatch, cache):
     as under the idaudit executable); $IDAUDIT_CACHE is the module's cache; the modules
     imported from tmp_path are forgotten after."""
     monkeypatch.setenv("IDAUDIT_CACHE", str(cache))
-    (tmp_path / "myproject.py").write_text(PROJECT)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
-    monkeypatch.delitem(sys.modules, "myproject", raising=False)
-    importlib.invalidate_caches()
+    project_dir(tmp_path, PROJECT, monkeypatch)
     yield tmp_path
     sys.modules.pop("myproject", None)
-
-
-def user_module():
-    """myproject, imported the way the user's training script would."""
-    sys.path.insert(0, str(Path.cwd()))
-    try:
-        return importlib.import_module("myproject")
-    finally:
-        sys.path.remove(str(Path.cwd()))
 
 
 def finite_metrics(metrics: dict) -> dict:
