@@ -133,7 +133,7 @@ def main() -> None:
         t0 = time.perf_counter()
         build_dataset(f"{tmp}/ds", spec, workers=args.workers)
         world_s = time.perf_counter() - t0
-    frames = 2 * pairs + 500
+    frames = spec.images()  # both views of each pair, the evaluation images and their partners
     print(f"idaudit world reacher (build_dataset, {args.workers} workers, start-up and writing "
           f"included): {frames} frames in {world_s:.2f} s  {frames / world_s:8.1f} frames/s  "
           f"→ {frames / world_s / naive_fps:.1f}x the naive loop")

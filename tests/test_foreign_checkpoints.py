@@ -413,9 +413,20 @@ def test_lewm_directory_refusals(project, monkeypatch):
     marker = project / "ran"
     (folder / "config.json").write_text(json.dumps(
         {"_target_": "os.system", "_args_": [f"touch {marker}"]}))
-    refused(["_target_ 'os.system' is a function", "--trust-pickle"],
+    refused(["_target_ 'os.system' is not in torch", "--trust-pickle"],
             load_target, folder)
     assert not marker.exists()
+    # a module outside the ML packages and the project is never imported (its import runs
+    # whatever it does): a stand-in that would leave a marker if imported
+    sitedir = project / "site"
+    sitedir.mkdir()
+    (sitedir / "sideeffect.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                           "import torch\nclass Net(torch.nn.Linear): pass\n")
+    monkeypatch.syspath_prepend(str(sitedir))
+    (folder / "config.json").write_text(json.dumps(
+        {"_target_": "sideeffect.Net", "in_features": 2, "out_features": 2}))
+    refused(["_target_ 'sideeffect.Net' is not in torch", "--trust-pickle"], load_target, folder)
+    assert not marker.exists() and "sideeffect" not in sys.modules
     config = lewm_config()
     config["encoder"] = {"_target_": "myproject.make_mlp", "dim": 4}  # a function
     (folder / "config.json").write_text(json.dumps(config))

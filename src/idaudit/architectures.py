@@ -235,15 +235,38 @@ def _targets(config: Any) -> Iterator[str]:
             stack.extend(item)
 
 
+#: packages whose modules an untrusted config may name (importing them builds networks);
+#: a module in the working directory (the user's project) may be named too
+CONFIG_PACKAGES = frozenset({"torch", "timm", "transformers", "stable_worldmodel",
+                             "stable_pretraining", "lejepa"})
+
+
+def _importable_by_config(target: str) -> bool:
+    """Whether an untrusted config may make idaudit import ``target``'s module: one of
+    :data:`CONFIG_PACKAGES`, or the user's own project in the working directory (importing
+    any other installed module runs whatever its import does, chosen by the file)."""
+    top = target.split(".")[0]
+    cwd = Path.cwd()
+    return top in CONFIG_PACKAGES or (cwd / f"{top}.py").is_file() or \
+        (cwd / top / "__init__.py").is_file()
+
+
 def vet_targets(config: dict[str, Any], source: str) -> None:
-    """Every ``_target_`` of an untrusted config names an ``nn.Module`` class: instantiating
-    one builds a network; any other callable (a function, ``os.system``) runs code the file
-    chose, refused in one line naming it and ``--trust-pickle``."""
+    """Every ``_target_`` of an untrusted config names an ``nn.Module`` class of the
+    :data:`CONFIG_PACKAGES` or of the user's project: instantiating one builds a network; any
+    other callable (a function, ``os.system``) or module runs code the file chose, refused in
+    one line naming it and ``--trust-pickle``."""
     import torch
 
     for target in _targets(config):
         if not isinstance(target, str):
             raise IdauditError(f"{source}: _target_ must be a dotted name, got {target!r}")
+        if not _importable_by_config(target):
+            raise IdauditError(f"{source}: _target_ {target!r} is not in torch, timm, "
+                               "transformers, stable_worldmodel, stable_pretraining, lejepa or "
+                               "a module of the working directory; importing it runs code the "
+                               "file names, which idaudit does only with --trust-pickle (for a "
+                               "directory you trust)")
         obj = _locate(target, source)
         if not (isinstance(obj, type) and issubclass(obj, torch.nn.Module)):
             kind = "a class that is not an nn.Module" if isinstance(obj, type) else \

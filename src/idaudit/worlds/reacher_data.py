@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, check_seed
 from ..io import MAX_TEXT_INPUT, atomic_write, check_memory, first_line, write_json
 from ..progress import ProgressBar
@@ -46,12 +47,12 @@ class ReacherSpec:
     """``mode`` ou: z ~ N(0, I₂), z′ = ρz + √(1−ρ²)η; trajectory: (θ_t, θ_{t+stride})."""
 
     mode: str = "ou"
-    rho: float = 0.95
-    stride: int = 8
-    pairs: int = 100_000
-    n_eval: int = 10_000
-    seed: int = 0
-    image_size: int = 64
+    rho: float = WORLD_DEFAULTS["rho"]
+    stride: int = WORLD_DEFAULTS["stride"]
+    pairs: int = 100_000  # the paper's; recipes and --pairs choose a run's
+    n_eval: int = WORLD_DEFAULTS["n_eval"]
+    seed: int = WORLD_DEFAULTS["data_seed"]
+    image_size: int = WORLD_DEFAULTS["image_size"]
 
     def validate(self) -> ReacherSpec:
         for name, kind in FIELD_TYPES.items():

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, check_seed
 from ..io import MAX_TEXT_INPUT, check_memory, clean_stale_temporaries, first_line
 from ..progress import ProgressBar
@@ -55,9 +56,9 @@ _CHUNK_NAME = re.compile(r"pairs-\d{5}\.npz")
 class ReacherEvalSpec:
     """What fixes an evaluation set's pixels besides the renderer: ρ, S, n and the seed."""
 
-    rho: float = 0.95
+    rho: float = WORLD_DEFAULTS["rho"]
     image_size: int = 224
-    n: int = 1000
+    n: int = WORLD_DEFAULTS["rendered_eval_pairs"]
     seed: int = EVAL_SEED
 
     def validate(self) -> ReacherEvalSpec:
@@ -268,7 +269,8 @@ def eval_pairs(spec: ReacherEvalSpec, cache_dir: str | Path | None = None,
                      reason)
 
 
-def reacher_eval_set(rho: float = 0.95, image_size: int = 224, n: int = 1000,
+def reacher_eval_set(rho: float = WORLD_DEFAULTS["rho"], image_size: int = 224,
+                     n: int = WORLD_DEFAULTS["rendered_eval_pairs"],
                      seed: int = EVAL_SEED, cache_dir: str | Path | None = None,
                      workers: int | None = None, progress: bool = False) -> EvalSet:
     """An evaluation set of ``n`` Reacher OU pairs at ``image_size`` px (see the module):
