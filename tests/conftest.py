@@ -48,3 +48,17 @@ def identity_linear(dim=4):
         lin.weight.copy_(torch.eye(dim))
         lin.bias.zero_()
     return lin
+
+
+def three_runs(directory):
+    """(z, the paths of three runs' arrays): two good seeds (noise 0.05, 0.1) and a poor one
+    (0.6) of one recipe, 2000 rows of a 3-D latent."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    z = rng.standard_normal((2000, 3))
+    paths = []
+    for i, noise in enumerate((0.05, 0.1, 0.6)):
+        paths.append(directory / f"run{i}.npz")
+        np.savez(paths[-1], z=z, h=z + noise * rng.standard_normal(z.shape))
+    return z, paths

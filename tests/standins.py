@@ -14,6 +14,24 @@ import sys
 import textwrap
 from pathlib import Path
 
+#: LeWM's model shape (stable-worldmodel's JEPA): no forward, an encode(info) whose "emb"
+#: is the embedding of each time step; needs ``nn`` (torch.nn) where it is pasted
+JEPA_SOURCE = textwrap.dedent('''
+    class JEPA(nn.Module):
+        """LeWM's shape: encoder, projector, predictor; no forward, an encode(info)."""
+
+        def __init__(self, encoder, projector, predictor):
+            super().__init__()
+            self.encoder, self.projector, self.predictor = encoder, projector, predictor
+
+        def encode(self, info):
+            pixels = info["pixels"].float()
+            b = pixels.size(0)
+            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
+            info["emb"] = emb.reshape(b, -1, emb.shape[-1])
+            return info
+''')
+
 _VIT_PROJECT = textwrap.dedent('''
     """A user's project: the networks its checkpoints hold (tiny, random weights)."""
     import torch
@@ -56,20 +74,7 @@ _VIT_PROJECT = textwrap.dedent('''
             return self.vit(pixel_values=x).last_hidden_state[:, 0]
 
 
-    class JEPA(nn.Module):
-        """LeWM's shape: encoder, projector, predictor; no forward, an encode(info)."""
-
-        def __init__(self, encoder, projector, predictor):
-            super().__init__()
-            self.encoder, self.projector, self.predictor = encoder, projector, predictor
-
-        def encode(self, info):
-            pixels = info["pixels"].float()
-            b = pixels.size(0)
-            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
-            info["emb"] = emb.reshape(b, -1, emb.shape[-1])
-            return info
-
+    {jepa}
 
     def make_projector():
         return nn.Linear(HIDDEN, 16)
@@ -88,7 +93,8 @@ _VIT_PROJECT = textwrap.dedent('''
 def vit_project(size: int = 32, hidden: int = 32, patch: int = 8) -> str:
     """The source of ``myproject.py`` with ViTs at ``size`` px, ``hidden`` wide, in ``patch``-px
     patches."""
-    return _VIT_PROJECT.format(size=size, hidden=hidden, patch=patch)
+    return _VIT_PROJECT.format(size=size, hidden=hidden, patch=patch,
+                               jepa=JEPA_SOURCE.strip())
 
 
 def project_dir(directory: Path, source: str, monkeypatch) -> Path:

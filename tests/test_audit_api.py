@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import identity_linear
+from conftest import identity_linear, three_runs
 from safetensors.torch import load_file, save_file
 from scipy.stats import ortho_group
 
@@ -513,12 +513,7 @@ def test_test_fraction_is_refused_where_it_does_not_apply(npz_files):
 
 
 def test_several_runs_are_gated_on_the_worst_or_the_median(tmp_path):
-    rng = np.random.default_rng(11)
-    z = rng.standard_normal((2000, 3))
-    paths = []
-    for i, noise in enumerate((0.05, 0.1, 0.6)):  # two good seeds and a poor one
-        paths.append(tmp_path / f"run{i}.npz")
-        np.savez(paths[-1], z=z, h=z + noise * rng.standard_normal(z.shape))
+    z, paths = three_runs(tmp_path)  # two good seeds and a poor one
     worst = idaudit.audit(targets=paths, min_r2=0.95, gauss_sims=0)
     assert worst.verdict == "fail" and worst.exit_code == 1
     per_run = [r["metrics"]["r2_h_to_z_heldout"] for r in worst.runs]

@@ -12,7 +12,7 @@ from xml.etree import ElementTree as ET
 
 import numpy as np
 import pytest
-from conftest import identity_linear, run
+from conftest import identity_linear, run, three_runs
 from safetensors.torch import save_file
 from scipy.stats import ortho_group
 
@@ -257,12 +257,7 @@ def test_circular_flag(npz_files, tmp_path):
 
 
 def test_reduce_flag(tmp_path):
-    rng = np.random.default_rng(11)
-    z = rng.standard_normal((2000, 3))
-    paths = []
-    for i, noise in enumerate((0.05, 0.1, 0.6)):  # two good seeds and a poor one
-        paths.append(tmp_path / f"run{i}.npz")
-        np.savez(paths[-1], z=z, h=z + noise * rng.standard_normal(z.shape))
+    z, paths = three_runs(tmp_path)  # two good seeds and a poor one
     out = tmp_path / "r.json"
     res = run("audit", *paths, "--min-r2", "0.95", "--json", out)
     assert res.exit_code == 1 and res.stderr == "gate failed: r2_h_to_z_heldout\n", res.output

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
-from standins import project_dir, user_module
+from standins import JEPA_SOURCE, project_dir, user_module
 
 import idaudit
 from idaudit.encoders import embed
@@ -91,24 +91,9 @@ PROJECT = textwrap.dedent('''
             return y.unsqueeze(1).repeat(1, 3, 1), 2 * y
 
 
-    class JEPA(nn.Module):
-        """LeWM's shape: encoder, projector, predictor; no forward, an encode(info)."""
-
-        def __init__(self, encoder, projector, predictor):
-            super().__init__()
-            self.encoder, self.projector, self.predictor = encoder, projector, predictor
-
-        def encode(self, info):
-            pixels = info["pixels"].float()
-            b = pixels.size(0)
-            emb = self.projector(self.encoder(pixels.flatten(0, 1)))
-            info["emb"] = emb.reshape(b, -1, emb.shape[-1])
-            return info
-
-
     def make_mlp(dim=4):
         return nn.Sequential(nn.Linear(dim, 8), nn.GELU(), nn.Linear(8, dim))
-''')
+''') + JEPA_SOURCE
 
 
 @pytest.fixture

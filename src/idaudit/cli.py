@@ -344,40 +344,79 @@ ENCODER_FLAGS = (
 )
 
 
-def encoder_flags(fn):
-    """Give command ``fn`` the :data:`ENCODER_FLAGS` in place of its parameter ``encoder``,
-    which receives them as one dict of EncoderOptions fields (``--arch-kwargs`` parsed, a
-    progress bar while evaluation images render)."""
+def flag_group(param: str, flags: tuple, prepare=None):
+    """A decorator giving a command the ``flags`` — (name, annotation, typer option) triples,
+    declared once for every command that takes them — in place of its parameter ``param``,
+    which receives them as one dict (passed through ``prepare`` when given)."""
     import inspect
 
-    sig = inspect.signature(fn)
-    flags = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option,
-                               annotation=annotation)
-             for name, annotation, option in ENCODER_FLAGS]
-    params = []
-    for p in sig.parameters.values():
-        params += flags if p.name == "encoder" else [p]
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        group = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                   default=option, annotation=annotation)
+                 for name, annotation, option in flags]
+        params = []
+        for p in sig.parameters.values():
+            params += group if p.name == param else [p]
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from .jsontext import parse_json_object
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            given = {name: kwargs.pop(name) for name, _, _ in flags}
+            return fn(*args, **{param: prepare(given) if prepare else given}, **kwargs)
 
-        given = {name: kwargs.pop(name) for name, _, _ in ENCODER_FLAGS}
-        given["arch_kwargs"] = parse_json_object(given["arch_kwargs"], "--arch-kwargs")
-        return fn(*args, encoder={**given, "progress": True}, **kwargs)
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != param},
+                                   **{name: annotation for name, annotation, _ in flags}}
+        return wrapper
 
-    wrapper.__signature__ = sig.replace(parameters=params)
-    wrapper.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != "encoder"},
-                               **{name: annotation for name, annotation, _ in ENCODER_FLAGS}}
-    return wrapper
+    return decorate
 
 
-def _finish(report, table, json_path: Path | None, junit: Path | None,
-            markdown: Path | None, kind: str = "audit") -> None:
-    """Print a gated report, write its --json/--junit/--markdown files, exit with its code."""
+def _encoder_fields(given: dict) -> dict:
+    """The EncoderOptions fields of the encoder flags: ``--arch-kwargs`` parsed, a progress
+    bar while evaluation images render."""
+    from .jsontext import parse_json_object
+
+    return {**given, "arch_kwargs": parse_json_object(given["arch_kwargs"], "--arch-kwargs"),
+            "progress": True}
+
+
+#: give a command the ENCODER_FLAGS as one dict ``encoder`` of EncoderOptions fields
+encoder_flags = flag_group("encoder", ENCODER_FLAGS, _encoder_fields)
+
+#: the flags of a gated report (audit, consistency): where it is written, and the gate given
+#: as METRIC=VALUE pairs or a file (each command has its own --min-r2 and orthogonality flag)
+REPORT_FLAGS = (
+    ("json_path", "Path | None", typer.Option(None, "--json", help="write the report as JSON")),
+    ("junit", "Path | None", typer.Option(None, "--junit", help="JUnit XML, a testcase per "
+                                           "gate")),
+    ("markdown", "Path | None", typer.Option(None, "--markdown", help="Markdown summary")),
+    ("keys", "bool", KeysOpt),
+    ("min", "list[str]", typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
+                                      "(repeatable)")),
+    ("max", "list[str]", typer.Option([], "--max", help="gate: METRIC=VALUE, metric ≤ value "
+                                      "(repeatable)")),
+    ("gate", "Path | None", typer.Option(None, "--gate", help="TOML file with [min] / [max] "
+                                         "tables")),
+)
+report_flags = flag_group("report", REPORT_FLAGS)
+
+
+def _check_reports(flags: dict, inputs: list) -> None:
+    """The report files of ``flags`` checked writable (and not an input, the gate file
+    included) before any work; a stale report at their paths removed."""
+    check_outputs([(flags["json_path"], "--json"), (flags["junit"], "--junit"),
+                   (flags["markdown"], "--markdown")], [*inputs, (flags["gate"], "--gate")],
+                  remove_stale=True)
+
+
+def _finish(report, table, flags: dict, kind: str = "audit") -> None:
+    """Print a gated report, write the --json/--junit/--markdown files its ``flags`` name,
+    exit with its code."""
     from .io import atomic_write, write_json
     from .report import audit_junit, audit_markdown
 
+    json_path, junit, markdown = flags["json_path"], flags["junit"], flags["markdown"]
     out.print(table)
     if report.reason:
         err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
@@ -398,6 +437,7 @@ def _finish(report, table, json_path: Path | None, junit: Path | None,
 
 @app.command()
 @cli_errors
+@report_flags
 @encoder_flags
 def audit(
     targets: list[Path] = typer.Argument(..., help="encoders or arrays to audit: "
@@ -406,9 +446,7 @@ def audit(
     reduce: str = typer.Option(default(AuditRequest, "reduce"), "--reduce", help="with several "
                                "targets, gate the "
                                "worst run's value of each gated metric, or the median"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
-    junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
-    markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
+    report: dict = None,  # the REPORT_FLAGS (report_flags)
     encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
     n_eval: int | None = typer.Option(None, "--n-eval", help="evaluation pairs (default: "
                                       f"the training eval set, else {_d('n_eval')}; reacher "
@@ -430,13 +468,6 @@ def audit(
     min_r2: float | None = typer.Option(None, "--min-r2", help="gate: held-out R²(h → z) ≥"),
     max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
                                           help="gate: orthogonality error ≤"),
-    min_: list[str] = typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
-                                   "(repeatable)"),
-    max_: list[str] = typer.Option([], "--max", help="gate: METRIC=VALUE, metric ≤ value "
-                                   "(repeatable)"),
-    gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
-                                     "tables"),
-    keys: bool = KeysOpt,
     label_free: bool = typer.Option(False, "--label-free", help="ignore the true latents z: "
                                     "the verdict a project without them would get (arrays "
                                     "without z are audited label-free anyway)"),
@@ -450,28 +481,24 @@ def audit(
     from .report import audit_table
 
     check_seed(seed)
-    check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
-                  [*((t, "the input") for t in targets), (gate, "--gate"), (encoder["data"], "--data")],
-                  remove_stale=True)
-    report = run_audit(AuditRequest(
+    _check_reports(report, [*((t, "the input") for t in targets), (encoder["data"], "--data")])
+    result = run_audit(AuditRequest(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
-        bootstrap=bootstrap, test_fraction=test_fraction,
-        circular=circular or (), gauss_sims=gauss_sims, min_r2=min_r2,
-        max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate,
-        label_free=label_free))
-    _finish(report, audit_table(report, keys), json_path, junit, markdown)
+        bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
+        gauss_sims=gauss_sims, min_r2=min_r2, max_orthogonality_error=max_orth,
+        min=report["min"], max=report["max"], gate=report["gate"], label_free=label_free))
+    _finish(result, audit_table(result, report["keys"]), report)
 
 
 @app.command()
 @cli_errors
+@report_flags
 @encoder_flags
 def consistency(
     targets: list[Path] = typer.Argument(..., help="two or more runs: arrays with h (.npy, or h "
                                          "in .npz/.safetensors) embedding the same inputs, or "
                                          "encoders in any form audit takes"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the report as JSON"),
-    junit: Path | None = typer.Option(None, "--junit", help="JUnit XML, a testcase per gate"),
-    markdown: Path | None = typer.Option(None, "--markdown", help="Markdown summary"),
+    report: dict = None,  # the REPORT_FLAGS (report_flags)
     encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
     n_eval: int | None = typer.Option(None, "--n-eval", help="inputs to embed (default: the "
                                       f"first checkpoint's eval set, else {_d('n_eval')}; reacher "
@@ -484,13 +511,6 @@ def consistency(
                                         "pair, held-out) ≥"),
     max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
                                           help="gate: consistency_orthogonality_error ≤"),
-    min_: list[str] = typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
-                                   "(repeatable)"),
-    max_: list[str] = typer.Option([], "--max", help="gate: METRIC=VALUE, metric ≤ value "
-                                   "(repeatable)"),
-    gate: Path | None = typer.Option(None, "--gate", help="TOML file with [min] / [max] "
-                                     "tables"),
-    keys: bool = KeysOpt,
 ) -> None:
     """Do two or more runs agree up to a rotation? No true latents needed.
 
@@ -506,14 +526,12 @@ def consistency(
     check_seed(seed)
     if len(targets) < 2:
         raise IdauditError(f"consistency needs at least two runs, got {len(targets)}")
-    check_outputs([(json_path, "--json"), (junit, "--junit"), (markdown, "--markdown")],
-                  [*((t, "the run") for t in targets), (gate, "--gate"), (encoder["data"], "--data")],
-                  remove_stale=True)
-    report = run_consistency(ConsistencyRequest(
-        targets=list(targets), **encoder, n_eval=n_eval, seed=seed,
-        test_fraction=test_fraction, min_r2=min_r2,
-        max_orthogonality_error=max_orth, min=min_, max=max_, gate=gate))
-    _finish(report, consistency_table(report, keys), json_path, junit, markdown, "consistency")
+    _check_reports(report, [*((t, "the run") for t in targets), (encoder["data"], "--data")])
+    result = run_consistency(ConsistencyRequest(
+        targets=list(targets), **encoder, n_eval=n_eval, seed=seed, test_fraction=test_fraction,
+        min_r2=min_r2, max_orthogonality_error=max_orth, min=report["min"], max=report["max"],
+        gate=report["gate"]))
+    _finish(result, consistency_table(result, report["keys"]), report, "consistency")
 
 
 @app.command()
