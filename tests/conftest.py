@@ -62,3 +62,19 @@ def three_runs(directory):
         paths.append(directory / f"run{i}.npz")
         np.savez(paths[-1], z=z, h=z + noise * rng.standard_normal(z.shape))
     return z, paths
+
+
+def why_not_importable(name: str) -> str | None:
+    """Why ``import name`` fails here, in the words idaudit's one-line error uses ("it is not
+    installed", or the error's type and first line); None where it imports."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return "it is not installed"
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    except Exception as exc:  # noqa: BLE001 - a broken install raises anything
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return None

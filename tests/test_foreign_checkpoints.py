@@ -19,6 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from conftest import why_not_importable
 from safetensors.torch import save_file
 from standins import JEPA_SOURCE, project_dir, user_module
 
@@ -555,11 +556,8 @@ def test_mismatched_keys_are_named_and_counted(project):
 def test_timm_that_cannot_be_imported_is_one_line(monkeypatch):
     from idaudit.architectures import build_arch
 
-    try:
-        import timm  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - here: timm is installed, torchvision is not
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-    else:
+    why = why_not_importable("timm")  # not installed, or (here) without its torchvision
+    if why is None:
         monkeypatch.setitem(sys.modules, "timm", None)
         why = "it is not installed"
     refused([f"--arch timm:vit_tiny_patch16_224 needs timm, which cannot be imported ({why})",
@@ -586,10 +584,10 @@ def test_load_options_are_checked(options, fragment):
 
 
 def test_timm_vit_saved_as_ijepa(project):
-    try:
-        import timm
-    except Exception as exc:  # noqa: BLE001 - any failure to import timm
-        pytest.skip(f"timm cannot be imported: {type(exc).__name__}: {exc}")
+    why = why_not_importable("timm")
+    if why is not None:
+        pytest.skip(f"timm cannot be imported: {why}")
+    import timm
     kwargs = dict(num_classes=0, img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2)
     torch.manual_seed(13)
     encoder = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import one_line, run
+from conftest import one_line, run, why_not_importable
 from safetensors.torch import save_file
 from standins import project_dir, user_module, vit_project
 
@@ -358,10 +358,8 @@ def test_a_second_audit_reads_the_cached_evaluation_set(project, monkeypatch, tm
 
 def test_timm_arch_runs_or_names_the_extra(project):
     kwargs = dict(num_classes=0, img_size=SIZE, patch_size=8, depth=2, embed_dim=32, num_heads=2)
-    try:
-        import timm
-    except Exception as exc:  # noqa: BLE001 - here: installed, but torchvision has no CPU build
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    why = why_not_importable("timm")  # not installed, or installed without its torchvision
+    if why is not None:
         torch.manual_seed(10)
         save_file(torch.nn.Linear(2, 2).state_dict(), str(project / "w.safetensors"))
         one_line(run("audit", "w.safetensors", "--arch", "timm:vit_tiny_patch16_224",
@@ -369,6 +367,8 @@ def test_timm_arch_runs_or_names_the_extra(project):
                  f"--arch timm:vit_tiny_patch16_224 needs timm, which cannot be imported ({why}"
                  "); pip install 'idaudit[vision]'")
         return
+    import timm
+
     torch.manual_seed(10)
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs)
     save_file(model.state_dict(), str(project / "timm.safetensors"))
