@@ -5,6 +5,9 @@
              t_k = k·Δt on [0, T], with φ̂_a(t) = mean_i exp(i t aᵀh_i),
              SIG(h) = n · mean_a Σ_k w_k |φ̂_a(t_k) − exp(−t_k²/2)|²,
              w_k = trapezoid weights of the symmetric integral over [−T, T] × exp(−t_k²/2)
+  (all V·B rows pooled, the paper's code); the lejepa library's form takes it per view,
+             S_per-view = mean_v SIG(h_v), and S_pooled = S_per-view + (B/V) Σ_{u≠v} ⟨Re e_u ē_v⟩
+             (:func:`pooled_minus_per_view`), e_v = φ̂_v − φ
 * whitening  W(h) = mean of squares of (Cov(h) − I)
 * InfoNCE    symmetric cross-entropy with logits −‖h¹_i − h²_j‖² / (2σ²)
 """
@@ -18,6 +21,7 @@ import torch
 
 from .epps_pulley import KNOTS, T_MAX
 from .epps_pulley import grid as ep_grid
+from .errors import IdauditError
 from .registry import Registry
 
 N_KNOTS = KNOTS
@@ -263,3 +267,68 @@ def sigma_for(sigma: float | str, dim: int, pair_rho: float | None = None) -> fl
     if sigma == "sqrtn":
         return math.sqrt(max(dim, 2) / 2.0)
     return float(sigma)
+
+
+# ---- the official LeJEPA form: SIGReg per view, additive objective -------------------------
+#
+# Per direction a and view v (B rows each), the empirical characteristic function's error is
+# e_v(t) = φ̂_v(t) − φ(t), φ̂_v(t) = (1/B) Σ_{i∈v} exp(i t aᵀh_i), φ(t) = e^{−t²/2}; write
+# ⟨f⟩ = Σ_k w_k f(t_k) for the grid's quadrature (trapezoid on [−T, T] folded onto [0, T],
+# times φ). The pooled sample of n = VB rows has error ē = (1/V) Σ_v e_v, so
+#   S_pooled    = VB ⟨|(1/V) Σ_v e_v|²⟩ = (B/V) Σ_v ⟨|e_v|²⟩ + (B/V) Σ_{u≠v} ⟨Re(e_u ē_v)⟩,
+#   S_per-view  = (1/V) Σ_v B ⟨|e_v|²⟩,
+# hence, exactly (and for the mean over directions alike),
+#   S_pooled = S_per-view + (B/V) Σ_{u≠v} ⟨Re(e_u ē_v)⟩,   for V = 2:  + B ⟨Re(e₁ ē₂)⟩.
+# The fold onto [0, T] is exact: Re(e_u ē_v) is even in t because e_v(−t) = conj(e_v(t)).
+
+
+def _views(h: torch.Tensor, what: str) -> tuple[int, int]:
+    """(V, B) of embeddings shaped (views, batch, dim); a one-line IdauditError otherwise."""
+    if h.ndim != 3 or h.shape[0] < 1 or h.shape[1] < 1:
+        raise IdauditError(f"{what} needs embeddings shaped (views, batch, dim), got {tuple(h.shape)}")
+    return h.shape[0], h.shape[1]
+
+
+def sigreg_per_view(h: torch.Tensor, directions: torch.Tensor, knots: int = N_KNOTS,
+                    t_max: float = T_MAX) -> torch.Tensor:
+    """SIGReg of each view on its own B rows, averaged over the V views (the lejepa library's form).
+
+    S_per-view = (1/V) Σ_v B · mean_a ⟨|φ̂_v,a − φ|²⟩ with every view along the same
+    ``directions``; each term is :func:`sigreg` of ``h[v]``. Compare :func:`sigreg` (all VB rows
+    pooled): S_pooled = S_per-view + :func:`pooled_minus_per_view`.
+    """
+    views, _ = _views(h, "sigreg_per_view")
+    return torch.stack([sigreg(h[v], directions, knots, t_max) for v in range(views)]).mean()
+
+
+def pooled_minus_per_view(h: torch.Tensor, directions: torch.Tensor, knots: int = N_KNOTS,
+                          t_max: float = T_MAX) -> torch.Tensor:
+    """The cross term S_pooled − S_per-view = (B/V) Σ_{u≠v} mean_a ⟨Re(e_u ē_v)⟩ of the views.
+
+    e_v = φ̂_v − φ is view v's characteristic-function error along each direction (B rows);
+    for V = 2 it is B · mean_a Σ_k w_k Re(e₁ ē₂)(t_k). Zero in expectation for independent
+    Gaussian views, equal to S_per-view·(V − 1) for identical views. Computed from the
+    materialised per-view cos/sin tables (the formula, as :func:`sigreg_reference`).
+    """
+    views, batch = _views(h, "pooled_minus_per_view")
+    t, phi, w = epps_pulley_grid(knots, t_max, h.device, h.dtype)
+    xt = (h @ directions).unsqueeze(-1) * t  # (V, B, M, knots)
+    ec, es = xt.cos().mean(1) - phi, xt.sin().mean(1)  # Re e_v, Im e_v: (V, M, knots)
+    real = torch.einsum("umk,vmk->uvmk", ec, ec) + torch.einsum("umk,vmk->uvmk", es, es)
+    off = ~torch.eye(views, dtype=torch.bool, device=h.device)
+    return (real[off] @ w).sum(0).mean() * (batch / views)
+
+
+def lejepa_official(h: torch.Tensor, lamb: float, directions: torch.Tensor, knots: int = N_KNOTS,
+                    t_max: float = T_MAX) -> torch.Tensor:
+    """The lejepa library's additive objective A(h) + λ·S_per-view(h) (stable-pretraining: λ = 0.02).
+
+    Relation to the paper's convex form λ′·S + (1 − λ′)·A (:func:`_lejepa`, with the pooled S):
+    A + λS = (1 + λ)·[λ′S + (1 − λ′)A] with λ′ = λ/(1 + λ) (λ = 0.02 ↔ λ′ ≈ 0.0196), so the
+    two differ by a constant factor and by S_per-view instead of S_pooled
+    (:func:`pooled_minus_per_view`). Needs V ≥ 2 views.
+    """
+    views, _ = _views(h, "lejepa_official")
+    if views < 2:
+        raise IdauditError(f"lejepa_official needs at least 2 views, got {views}")
+    return alignment(h) + lamb * sigreg_per_view(h, directions, knots, t_max)
