@@ -5,7 +5,7 @@
              t_k = k·Δt on [0, T], with φ̂_a(t) = mean_i exp(i t aᵀh_i),
              SIG(h) = n · mean_a Σ_k w_k |φ̂_a(t_k) − exp(−t_k²/2)|²,
              w_k = trapezoid weights of the symmetric integral over [−T, T] × exp(−t_k²/2)
-  (all V·B rows pooled, the paper's code); the lejepa library's form takes it per view,
+             (all V·B rows pooled, the paper's code); the lejepa library's form takes it per view,
              S_per-view = mean_v SIG(h_v), and S_pooled = S_per-view + (B/V) Σ_{u≠v} ⟨Re e_u ē_v⟩
              (:func:`pooled_minus_per_view`), e_v = φ̂_v − φ
 * whitening  W(h) = mean of squares of (Cov(h) − I)
