@@ -107,7 +107,7 @@ def test_the_library_refuses_what_the_cli_refuses(runs):
         ({"targets": paths[:1], "reduce": "median"}, "--reduce applies to several targets"),
         ({"targets": paths, "reduce": "mean"}, "--reduce must be one of"),
         ({"targets": paths[:1], "world": "spiral"}, "arrays are audited as they are"),
-        ({"z": data["z"], "h": data["h"], "dim": 3}, "--dim do not apply"),
+        ({"z": data["z"], "h": data["h"], "dim": 3}, "--dim does not apply"),
         ({"targets": paths[:1], "n_eval": 5}, "--n-eval must be an integer ≥ 10"),
         ({"targets": paths[:1], "bootstrap": -1}, "--bootstrap must be an integer ≥ 0"),
         ({"targets": paths[:1], "test_fraction": 1.5}, "--test-fraction must lie in"),

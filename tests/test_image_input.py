@@ -129,3 +129,16 @@ def test_adapter_runs_a_hugging_face_vit_in_eval_mode():
         want = model(to_encoder_input(images, IMAGENET))
     assert h.shape == (6, 16)
     torch.testing.assert_close(h, want, rtol=0, atol=0)  # dropout off: eval mode was used
+
+
+def test_an_encoder_failing_on_images_is_told_the_input_it_was_given():
+    """The one-line error names what the encoder received (float N×3×H×W), not the uint8
+    N×H×W×3 images the world holds."""
+    images = np.zeros((5, 8, 6, 3), dtype=np.uint8)
+    adapter = ImageAdapter(torch.nn.Linear(4, 4), parse_normalize("imagenet"))
+    with pytest.raises(IdauditError) as info:
+        embed(adapter, images)
+    msg = str(info.value)
+    assert msg.startswith("the encoder failed on float images of shape (5, 3, 8, 6), "
+                          "normalised: ") and "\n" not in msg
+    assert info.value.exit_code == 2

@@ -502,7 +502,8 @@ def _refuse_world_options(req: EncoderOptions, with_rho: bool) -> None:
                             ("--cache-dir", req.cache_dir)) if v is not None]
     given += [f"--{k.replace('_', '-')}" for k in req.world_options() if with_rho or k != "rho"]
     if given:
-        raise IdauditError(f"arrays are audited as they are: {', '.join(given)} do not apply")
+        raise IdauditError(f"arrays are audited as they are: {', '.join(given)} "
+                           f"{'does' if len(given) == 1 else 'do'} not apply")
 
 
 def run_audit(req: AuditRequest) -> AuditReport:

@@ -185,8 +185,10 @@ def embed(encoder: Callable[[torch.Tensor], Any], x: Any, device: torch.device |
             try:
                 y = call(part.to(dev))
             except Exception as exc:  # a user's encoder can raise anything
-                raise IdauditError(f"the encoder failed on inputs of shape {tuple(part.shape)}: "
-                                   f"{_error_line(exc)}") from None
+                fed = getattr(encoder, "describe_input", None)  # an ImageAdapter converts images first
+                given = fed(tuple(part.shape)) if callable(fed) else \
+                    f"inputs of shape {tuple(part.shape)}"
+                raise IdauditError(f"the encoder failed on {given}: {_error_line(exc)}") from None
             y = select_embedding(y, part.shape[0], choice)
             if y.is_complex() or not (y.is_floating_point() or y.dtype in (torch.int32,
                                                                               torch.int64)):

@@ -109,5 +109,11 @@ class ImageAdapter(nn.Module):
         fn = self.module if "module" in self._modules else self._call
         return fn(to_encoder_input(x, self.normalize))
 
+    def describe_input(self, shape: tuple[int, ...]) -> str:
+        """What the module is given for images of ``shape`` (N, H, W, 3), for messages."""
+        n, height, width = shape[:3]
+        how = "normalised" if self.normalize is not None else "in [0, 1]"
+        return f"float images of shape {(n, 3, height, width)}, {how}"
+
     def extra_repr(self) -> str:
         return f"normalize={self.normalize}"
