@@ -24,15 +24,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the stand-in project the tests use too
-from standins import vit_project  # noqa: E402
+from standins import ddp, save_ijepa, save_lightning, vit_project  # noqa: E402
 
 HIDDEN = 64
 
 TIMM = "vit_tiny_patch16_224"
-
-
-def ddp(state: dict) -> dict:
-    return {f"module.{k}": v for k, v in state.items()}
 
 
 def timm_problem() -> str | None:
@@ -58,7 +54,6 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
     """Every file the rows audit, saved as each project saves it; returns setup timings."""
     import logging
 
-    import lightning
     import numpy as np
     import torch
     import transformers
@@ -76,11 +71,7 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
     torch.manual_seed(0)
     # I-JEPA: torch.save of DDP state dicts (train.py's save_checkpoint)
     encoder, target, predictor = mp.make_vit(), mp.make_vit(), torch.nn.Linear(HIDDEN, HIDDEN)
-    opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()))
-    torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
-                "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
-                "scaler": None, "epoch": 3, "loss": 0.1, "batch_size": 64, "world_size": 1,
-                "lr": 1e-3}, str(d / "jepa-latest.pth.tar"))
+    save_ijepa(d / "jepa-latest.pth.tar", encoder, target, predictor)
     # V-JEPA 2: the encoder wrapped in MultiSeqWrapper (backbone.) and DDP (module.)
     wrap = {f"backbone.{k}": v for k, v in target.state_dict().items()}
     torch.save({"encoder": ddp(wrap), "target_encoder": ddp(wrap), "epoch": 3},
@@ -89,28 +80,8 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
     mp.vit_model(pooling=True).save_pretrained(str(d / "vit-hf"))
 
     # Lightning (LeJEPA / stable-pretraining): a 1-step fit, then save_checkpoint
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.backbone, self.projector = mp.make_vit(), mp.make_projector()
-
-    class LeJEPA(lightning.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = Net()
-
-        def training_step(self, batch, _):
-            return self.model.projector(self.model.backbone(batch[0]).mean(1)).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    trainer = lightning.Trainer(max_steps=1, logger=False, enable_checkpointing=False,
-                                enable_progress_bar=False, enable_model_summary=False,
-                                accelerator="cpu", default_root_dir=str(d))
-    images = torch.utils.data.TensorDataset(torch.rand(4, 3, size, size))
-    trainer.fit(LeJEPA(), torch.utils.data.DataLoader(images, batch_size=2))
-    trainer.save_checkpoint(str(d / "last.ckpt"))
+    save_lightning(d / "last.ckpt", mp.make_vit(), mp.make_projector(),
+                   torch.rand(4, 3, size, size), batch_size=2, lr=0.01)
     # torch.compile: the compiled wrapper's state_dict (_orig_mod. keys)
     torch.save(torch.compile(mp.make_vit()).state_dict(), str(d / "compiled.pt"))
     # LeWM / stable-worldmodel: weights.pt + config.json (Hydra _target_s)

@@ -115,3 +115,55 @@ def user_module():
         return importlib.import_module("myproject")
     finally:
         sys.path.remove(str(Path.cwd()))
+
+
+def ddp(state: dict) -> dict:
+    """A state dict as DistributedDataParallel saves it (I-JEPA, V-JEPA 2)."""
+    return {f"module.{k}": v for k, v in state.items()}
+
+
+def save_ijepa(path: Path, encoder, target, predictor) -> None:
+    """torch.save as I-JEPA's train.py writes its checkpoint: DDP state dicts of the encoder,
+    predictor and target encoder, the optimiser's and scaler's states, the epoch and more."""
+    import torch
+
+    opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
+                "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
+                "scaler": scaler.state_dict(), "epoch": 7, "loss": 0.25, "batch_size": 8,
+                "world_size": 1, "lr": 1e-3}, str(path))
+
+
+def save_lightning(path: Path, backbone, projector, inputs, batch_size: int, lr: float = 0.1):
+    """A LeJEPA-style LightningModule (``model.backbone``, ``model.projector``, as
+    stable-pretraining names them) fitted one step on ``inputs`` by a real
+    ``lightning.Trainer`` and written with ``trainer.save_checkpoint``; returns the module."""
+    import lightning
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone, self.projector = backbone, projector
+
+    class LeJEPA(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = Net()
+
+        def training_step(self, batch, _):
+            y = self.model.backbone(batch[0])
+            return self.model.projector(y.mean(1) if y.ndim == 3 else y).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=lr)
+
+    lit = LeJEPA()
+    trainer = lightning.Trainer(max_steps=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                accelerator="cpu", default_root_dir=str(Path(path).parent))
+    data = torch.utils.data.TensorDataset(inputs)
+    trainer.fit(lit, torch.utils.data.DataLoader(data, batch_size=batch_size))
+    trainer.save_checkpoint(str(path))
+    return lit

@@ -21,7 +21,7 @@ import pytest
 import torch
 from conftest import why_not_importable
 from safetensors.torch import save_file
-from standins import JEPA_SOURCE, project_dir, user_module
+from standins import JEPA_SOURCE, ddp, project_dir, save_ijepa, save_lightning, user_module
 
 import idaudit
 from idaudit.encoders import embed
@@ -117,21 +117,6 @@ def refused(fragments, call, *args, **kwargs) -> str:
     for fragment in [fragments] if isinstance(fragments, str) else fragments:
         assert fragment in msg, msg
     return msg
-
-
-def ddp(state):
-    """A state dict as DistributedDataParallel saves it (I-JEPA, V-JEPA 2)."""
-    return {f"module.{k}": v for k, v in state.items()}
-
-
-def save_ijepa(path, encoder, target, predictor):
-    """torch.save as I-JEPA's train.py writes its checkpoint."""
-    opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
-                "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
-                "scaler": scaler.state_dict(), "epoch": 7, "loss": 0.25, "batch_size": 8,
-                "world_size": 1, "lr": 1e-3}, str(path))
 
 
 def assert_same_state(module, state):
@@ -277,38 +262,12 @@ def test_hf_directory_with_pytorch_model_bin_and_bf16(tmp_path):
 # ---- Lightning (LeJEPA / stable-pretraining) -------------------------------------------------
 
 
-def test_lightning_ckpt_with_key_and_prefix(project, tmp_path):
-    import lightning
-
+def test_lightning_ckpt_with_key_and_prefix(project):
     user_module()
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.backbone = torch.nn.Sequential(torch.nn.Linear(4, 4))
-            self.projector = torch.nn.Linear(4, 16)
-
-    class LeJEPA(lightning.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = Net()
-
-        def training_step(self, batch, _):
-            return self.model.projector(self.model.backbone(batch[0])).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     torch.manual_seed(5)
-    lit = LeJEPA()
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)),
-                                       batch_size=8)
-    trainer = lightning.Trainer(max_steps=1, logger=False, enable_checkpointing=False,
-                                enable_progress_bar=False, enable_model_summary=False,
-                                accelerator="cpu", default_root_dir=str(tmp_path))
-    trainer.fit(lit, data)
+    backbone, projector = torch.nn.Sequential(torch.nn.Linear(4, 4)), torch.nn.Linear(4, 16)
     ckpt = project / "last.ckpt"
-    trainer.save_checkpoint(str(ckpt))
+    lit = save_lightning(ckpt, backbone, projector, torch.randn(16, 4), batch_size=8)
     loaded = load_target(ckpt, LoadOptions(arch="myproject:make_linear", key="state_dict",
                                            prefix="model.backbone.0."))
     assert_same_state(loaded.module, lit.model.backbone[0].state_dict())

@@ -24,7 +24,7 @@ import pytest
 import torch
 from conftest import one_line, run, why_not_importable
 from safetensors.torch import save_file
-from standins import project_dir, user_module, vit_project
+from standins import ddp, project_dir, save_ijepa, save_lightning, user_module, vit_project
 
 pytest.importorskip("dm_control")
 pytest.importorskip("transformers")
@@ -72,19 +72,6 @@ def audit_json(*args, code: int = 0) -> dict:
     report = json.loads(out.read_text())
     assert report["metrics"]["n_samples"] == N_EVAL
     return finite_metrics(report["metrics"])
-
-
-def ddp(state: dict) -> dict:
-    """A state dict as DistributedDataParallel saves it (I-JEPA, V-JEPA 2)."""
-    return {f"module.{k}": v for k, v in state.items()}
-
-
-def save_ijepa(path: Path, encoder, target, predictor) -> None:
-    """torch.save as I-JEPA's train.py writes its checkpoint."""
-    opt = torch.optim.AdamW(list(encoder.parameters()) + list(predictor.parameters()), lr=1e-3)
-    torch.save({"encoder": ddp(encoder.state_dict()), "predictor": ddp(predictor.state_dict()),
-                "target_encoder": ddp(target.state_dict()), "opt": opt.state_dict(),
-                "epoch": 3}, str(path))
 
 
 # ---- I-JEPA: a .pth.tar of DDP state dicts ---------------------------------------------------
@@ -156,34 +143,10 @@ def test_hugging_face_directory_with_pool_cls(project):
 
 
 def test_lightning_ckpt_with_key_and_prefix(project):
-    import lightning
-
     mp = user_module()
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.backbone, self.projector = mp.make_vit(), mp.make_projector()
-
-    class LeJEPA(lightning.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = Net()
-
-        def training_step(self, batch, _):
-            return self.model.projector(self.model.backbone(batch[0]).mean(1)).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     torch.manual_seed(3)
-    lit = LeJEPA()
-    images = torch.utils.data.TensorDataset(torch.rand(8, 3, SIZE, SIZE))
-    trainer = lightning.Trainer(max_steps=1, logger=False, enable_checkpointing=False,
-                                enable_progress_bar=False, enable_model_summary=False,
-                                accelerator="cpu", default_root_dir=str(project))
-    trainer.fit(lit, torch.utils.data.DataLoader(images, batch_size=4))
-    trainer.save_checkpoint(str(project / "last.ckpt"))
+    lit = save_lightning(project / "last.ckpt", mp.make_vit(), mp.make_projector(),
+                         torch.rand(8, 3, SIZE, SIZE), batch_size=4)
     save_file(lit.model.backbone.state_dict(), str(project / "backbone.safetensors"))
     arch = ("--arch", "myproject:make_vit", "--pool", "mean")
     backbone = audit_json("last.ckpt", "--key", "state_dict", "--prefix", "model.backbone.",

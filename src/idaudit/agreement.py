@@ -21,6 +21,7 @@ from .auditing import (
     AuditReport,
     Threshold,
     as_matrix,
+    check_n_eval,
     collect_thresholds,
     gated_report,
     split_reason_rows,
@@ -135,8 +136,7 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
         raise IdauditError(f"consistency needs at least two runs, got {len(req.targets)}")
     thresholds = collect_thresholds(req, CONSISTENCY_METRICS, "consistency_r2",
                                     "consistency_orthogonality_error")
-    if req.n_eval is not None and req.n_eval < 10:
-        raise IdauditError(f"--n-eval must be ≥ 10, got {req.n_eval}")
+    check_n_eval(req.n_eval)
     if not 0.0 < req.test_fraction < 1.0:
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {req.test_fraction}")
     loaded: list[Any] = []

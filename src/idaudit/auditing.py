@@ -32,7 +32,7 @@ from .loaders import (
     LoadedEncoder,
     load_target,
     numeric_array,
-    world_for_encoder,
+    where_to_embed,
 )
 from .metrics import audit_metrics, to_numpy
 from .requests import AuditRequest, EmbedRequest, EncoderOptions, unknown_options
@@ -372,6 +372,13 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
     return gated_report(metrics, thresholds, inp.source, inp.world)
 
 
+def check_n_eval(n_eval: Any) -> None:
+    """``--n-eval``, where given, is an integer ≥ 10 (audit, consistency, embed)."""
+    if n_eval is not None and (isinstance(n_eval, bool) or not isinstance(
+            n_eval, (int, np.integer)) or n_eval < 10):
+        raise IdauditError(f"--n-eval must be an integer ≥ 10, got {n_eval!r}")
+
+
 def _check_counts(bootstrap: Any, gauss_sims: Any, test_fraction: Any) -> None:
     """The audit's counts and split share, checked before any work."""
     for value, flag in ((bootstrap, "--bootstrap"), (gauss_sims, "--gauss-sims")):
@@ -514,9 +521,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
     _check_counts(req.bootstrap, req.gauss_sims, req.test_fraction)
     thresholds = collect_thresholds(req, KNOWN_METRICS, "r2_h_to_z_heldout",
                                     "orthogonality_error")
-    if req.n_eval is not None and (isinstance(req.n_eval, bool) or not isinstance(
-            req.n_eval, (int, np.integer)) or req.n_eval < 10):
-        raise IdauditError(f"--n-eval must be an integer ≥ 10, got {req.n_eval!r}")
+    check_n_eval(req.n_eval)
     if req.reduce not in REDUCTIONS:
         raise IdauditError(f"--reduce must be one of {', '.join(REDUCTIONS)}, got {req.reduce!r}")
     circular = req.circular_indices()
@@ -595,21 +600,20 @@ def eval_set_for(loaded: LoadedEncoder, opts: EncoderOptions) -> tuple[Any, Any,
     ``opts.world`` when given — a kind that can evaluate without building the world (Reacher
     without a dataset renders evaluation pairs) does so — else a checkpoint's own world with
     its training's eval-set size and seed."""
-    from .worlds import KINDS, World, WorldSpec, make_spec
+    from .worlds import KINDS, WorldSpec, as_world
 
-    n_eval, seed, options = opts.n_eval, opts.seed, opts.world_options()
+    n_eval, seed = opts.n_eval, opts.seed
     if opts.world is None and opts.data is None and loaded.world is not None:
         n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
         seed = seed if seed is not None else int(loaded.train.get("seed", 0))
     seed = seed or 0
-    if opts.data is None and opts.world is not None and not isinstance(opts.world, World):
-        spec = opts.world if isinstance(opts.world, WorldSpec) else make_spec(opts.world,
-                                                                               **options)
-        ev = KINDS.get(spec.name).evaluation_set(spec, n_eval, seed, opts.cache_dir,
-                                                 opts.progress)
+    where, base_dir = where_to_embed(loaded, opts.world, opts.data, opts.world_options())
+    if isinstance(where, WorldSpec):
+        ev = KINDS.get(where.name).evaluation_set(where, n_eval, seed, opts.cache_dir,
+                                                  opts.progress)
         if ev is not None:
-            return spec, ev, seed
-    w = world_for_encoder(loaded, opts.world, opts.data, options)
+            return where, ev, seed
+    w = as_world(where, base_dir)
     return w.spec, w.eval_set(n_eval, seed), seed
 
 
@@ -665,9 +669,7 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
     check_seed(req.seed)
     if req.target is None:
         raise IdauditError("embed needs an encoder")
-    if req.n_eval is not None and (isinstance(req.n_eval, bool) or not isinstance(
-            req.n_eval, (int, np.integer)) or req.n_eval < 10):
-        raise IdauditError(f"--n-eval must be an integer ≥ 10, got {req.n_eval!r}")
+    check_n_eval(req.n_eval)
     out = None if req.out is None else Path(req.out)
     if out is not None and out.suffix.lower() != ".npz":
         raise IdauditError(f"--out must name an .npz file, got {out}")

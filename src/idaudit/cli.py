@@ -130,11 +130,6 @@ WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (de
                           "per core)")
 
 
-def _world_options(**kw) -> dict:
-    """The world options the user gave (None = not given)."""
-    return {k: v for k, v in kw.items() if v is not None}
-
-
 def say(message: str) -> None:
     err.print(escape(message), soft_wrap=True, highlight=False)
 
@@ -184,14 +179,12 @@ def world(
     `idaudit world reacher --rho 0.95 --pairs N --out DIR` renders MuJoCo Reacher images
     (resumable: rerun the same command after an interruption).
     """
-    from .datasets import write_world
+    from . import datasets
 
-    if name and world_ and name != world_:
-        raise IdauditError(f"two worlds given: {name!r} and --world {world_!r}")
-    out.print(write_world(WorldRequest(
-        world=name or world_, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
-        trajectory=trajectory, stride=stride, n_eval=n_eval, image_size=image_size,
-        out=out_path, pairs=pairs, seed=seed, workers=workers), progress=True))
+    out.print(datasets.world(
+        name, progress=True, world=world_, dim=dim, source=source, alpha=alpha, rho=rho,
+        layers=layers, trajectory=trajectory, stride=stride, n_eval=n_eval,
+        image_size=image_size, out=out_path, pairs=pairs, seed=seed, workers=workers))
 
 
 @app.command()

@@ -38,6 +38,6 @@ def world(name: str | None = None, *, progress: bool = False, **options: Any) ->
     :class:`~idaudit.requests.WorldRequest`); return the one-line summary."""
     unknown_options(WorldRequest, options, "world")
     if name is not None and options.get("world") not in (None, name):
-        raise IdauditError(f"two worlds given: {name!r} and world={options['world']!r}")
+        raise IdauditError(f"two worlds given: {name!r} and --world {options['world']!r}")
     options["world"] = name or options.get("world")
     return write_world(WorldRequest(**options), progress=progress)

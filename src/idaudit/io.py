@@ -156,7 +156,7 @@ def _reason(exc: BaseException) -> str | None:
     return None
 
 
-def _make_temp_dir(path: Path) -> Path:
+def make_temp_dir(path: Path) -> Path:
     """Create ``path``'s parents and its private temporary directory (see above); retried
     when a concurrent check removes a parent it had just created."""
     for attempt in range(_ATTEMPTS):
@@ -187,7 +187,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     """
     path = Path(path)
     try:
-        tmp_dir = _make_temp_dir(path)
+        tmp_dir = make_temp_dir(path)
     except OSError as exc:  # a place that became unwritable after the check
         raise IdauditError(f"cannot write {path} ({exc.strerror or exc})") from None
     tmp = tmp_dir / path.name

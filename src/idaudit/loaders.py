@@ -531,22 +531,32 @@ def load_embedding_target(target: str | Path, options: LoadOptions | None = None
     return load_encoder_file(path, kind=kind, options=opts)
 
 
-def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
-                      options: dict[str, Any] | None = None) -> World:
-    """The world to evaluate an encoder on: ``data`` (a pairs file or a Reacher dataset),
-    ``world`` (a World, a WorldSpec or a name, with ``options``), else the world an idaudit
-    checkpoint was trained on (its dataset found relative to the checkpoint)."""
-    from .worlds import World, WorldSpec, as_world, build_world, make_spec
+def where_to_embed(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
+                   options: dict[str, Any] | None = None) -> tuple[World | WorldSpec, Path | None]:
+    """Where to evaluate an encoder, not yet built: (a World or a validated WorldSpec, the
+    directory its relative dataset paths are found from). ``data`` (a pairs file or a Reacher
+    dataset), ``world`` (a World, a WorldSpec or a name, with ``options``), else the world an
+    idaudit checkpoint was trained on (its dataset found relative to the checkpoint)."""
+    from .worlds import World, WorldSpec, make_spec
 
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if data is not None or (world is not None and not isinstance(world, (World, WorldSpec))):
-        return build_world(make_spec(world, data=data, **options))
+        return make_spec(world, data=data, **options), None
     if options:
         raise IdauditError(f"{', '.join('--' + k.replace('_', '-') for k in sorted(options))} "
                            "need --world")
     if world is not None:
-        return as_world(world)
+        return world, None
     if loaded.world is not None:
-        return build_world(loaded.world, base_dir=loaded.path.parent)
+        return loaded.world, loaded.path.parent
     raise IdauditError("no world to evaluate the encoder on: pass --world … (as in train) "
                        "or --data DATASET (from idaudit world)")
+
+
+def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
+                      options: dict[str, Any] | None = None) -> World:
+    """The world :func:`where_to_embed` names, built."""
+    from .worlds import as_world
+
+    where, base_dir = where_to_embed(loaded, world, data, options)
+    return as_world(where, base_dir)

@@ -36,7 +36,7 @@ import torch
 
 from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, check_seed
-from ..io import MAX_TEXT_INPUT, check_memory, clean_stale_temporaries, first_line
+from ..io import MAX_TEXT_INPUT, check_memory, first_line, make_temp_dir
 from ..progress import ProgressBar
 from .base import EvalSet
 from .reacher_data import EVAL_SEED, eval_angles, eval_partners, read_chunk
@@ -205,8 +205,7 @@ def _publish(tmp: Path, final: Path) -> bool:
     except OSError:
         if not os.path.lexists(final):
             raise
-    aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp",
-                                  dir=final.parent))
+    aside = make_temp_dir(final)
     try:
         os.rename(final, aside / "stale")
         os.rename(tmp, final)
@@ -242,11 +241,7 @@ def eval_pairs(spec: ReacherEvalSpec, cache_dir: str | Path | None = None,
         sys.stderr.write(f"note: the cached evaluation set {final} is not usable ({reason}); "
                          "rendering it again\n")
     try:
-        if cache:
-            root.mkdir(parents=True, exist_ok=True)
-            clean_stale_temporaries(final)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp",
-                                    dir=root if cache else None))
+        tmp = make_temp_dir(final) if cache else Path(tempfile.mkdtemp(suffix=".tmp"))
     except OSError as exc:
         raise IdauditError(f"cannot write the evaluation cache under {root} "
                            f"({exc.strerror or first_line(exc)}); set ${CACHE_ENV} or give "
