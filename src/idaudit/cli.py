@@ -10,7 +10,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from ._version import __version__
-from .defaults import TEST_FRACTION, WORLD, WORLD_DEFAULTS, default_text
+from .defaults import (
+    OFFICIAL_LAMB,
+    TEST_FRACTION,
+    TRAIN_DEFAULTS,
+    WORLD,
+    WORLD_DEFAULTS,
+    default_text,
+)
 from .errors import (
     EXIT_INTERNAL,
     EXIT_RUNS_FAILED,
@@ -220,6 +227,18 @@ def train(
                                      help="anchor: both views one OU step from a shared z (the "
                                           "paper's code; views correlate ρ²) | pair: views "
                                           "(z, z′) (dataset worlds: pair only)"),
+    form: str | None = typer.Option(None, "--form", help="lejepa: paper (λ·SIGReg of both "
+                                    "views pooled + (1 − λ)·alignment) | official (the lejepa "
+                                    "library's: alignment + λ·SIGReg per view, λ default "
+                                    f"{default_text(OFFICIAL_LAMB)}) (default "
+                                    f"{TRAIN_DEFAULTS['form']})"),
+    n_views: int | None = typer.Option(None, "--n-views", help="views per row, each one OU "
+                                       "step from a shared anchor (above 2: --views anchor, "
+                                       f"synthetic worlds) (default {TRAIN_DEFAULTS['n_views']})"),
+    projector: str | None = typer.Option(None, "--projector", help="widths of a projector "
+                                         "head, e.g. 256,256,2 (Linear-BN-ReLU, last Linear); "
+                                         "the objective sees its output, audit and plan the "
+                                         "backbone's unless --output projector"),
     encoder: str | None = typer.Option(None, "--encoder",
                                        help="mlp | coupling | cnn | pixel_cnn (default: the "
                                             "world's)"),
@@ -262,7 +281,8 @@ def train(
         world=world_, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
         objective=objective, lamb=lamb, sigma=sigma, steps=steps, epochs=epochs, batch=batch,
         lr=lr, seed=seed, inits=inits, eval_every=eval_every, n_eval=n_eval, views=views,
-        encoder=encoder, encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs"),
+        form=form, n_views=n_views, projector=projector, encoder=encoder,
+        encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs"),
         device=device, pairs=pairs, trajectory=trajectory, stride=stride, data_seed=data_seed,
         image_size=image_size, recipe=recipe, data=data, out=out_path, workers=workers)
     resolved = resolve_request(req)  # the device it trains on chooses the recipe

@@ -34,8 +34,12 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "batch": 256, "lr": 3e-3, "weight_decay": 1e-2, "clip": None,
     "schedule": "constant_cosine", "seed": 0, "inits": 1, "eval_every": 500, "n_eval": 10_000,
     "n_slices": 256, "views": "anchor", "device": "auto", "encoder": None,
-    "encoder_kwargs": None,
+    "encoder_kwargs": None, "form": "paper", "n_views": 2, "projector": None,
 }
+
+#: λ of the lejepa library's form (``--form official``, A + λ·S_per-view) where none is given:
+#: its minimal example's and stable-pretraining's value, on every world
+OFFICIAL_LAMB = 0.02
 
 
 def default_text(value: Any) -> str:

@@ -110,6 +110,64 @@ class PixelEncoder(nn.Module):
         return self.cnn((x - self.mean) / self.std)
 
 
+class Projector(nn.Sequential):
+    """The projector head of the lejepa library's recipe: for each width but the last,
+    Linear → BatchNorm1d → ReLU; then Linear to the last width (its output dimension)."""
+
+    def __init__(self, in_dim: int, widths: list[int]) -> None:
+        layers: list[nn.Module] = []
+        d = in_dim
+        for i, w in enumerate(widths):
+            layers.append(nn.Linear(d, w))
+            if i + 1 < len(widths):
+                layers += [nn.BatchNorm1d(w), nn.ReLU()]
+            d = w
+        super().__init__(*layers)
+        self.out_dim = d
+
+
+#: what a projected encoder's forward returns: the backbone's h (the default) or the projector's
+PROJECTED_OUTPUTS = ("backbone", "projector")
+
+
+@ENCODERS.register("projected")
+class Projected(nn.Module):
+    """A registered backbone with a :class:`Projector` on top; the objective sees the
+    projector's output p = g(f(x)), the audit by default the backbone's h = f(x)
+    (``output = "projector"``: p)."""
+
+    def __init__(self, backbone: str = "mlp", backbone_kwargs: dict[str, Any] | None = None,
+                 widths: list[int] | None = None, output: str = "backbone") -> None:
+        super().__init__()
+        if not widths or not all(isinstance(w, int) and w >= 1 for w in widths):
+            raise IdauditError(f"a projected encoder needs layer widths ≥ 1, got {widths!r}")
+        if backbone == "projected":
+            raise IdauditError("a projected encoder's backbone cannot be projected itself")
+        self.backbone = build_encoder(backbone, backbone_kwargs)
+        self.projector = Projector(int(self.backbone.out_dim), list(widths))
+        self.output = output
+        self.out_dim = self.backbone.out_dim
+
+    @property
+    def output(self) -> str:
+        return self._output
+
+    @output.setter
+    def output(self, value: str) -> None:
+        if value not in PROJECTED_OUTPUTS:
+            raise IdauditError(f"--output of a checkpoint with a projector is one of "
+                               f"{', '.join(PROJECTED_OUTPUTS)}, got {value!r}")
+        self._output = value
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """p = projector(backbone(x)), what the objective sees."""
+        return self.projector(self.backbone(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.backbone(x)
+        return h if self._output == "backbone" else self.projector(h)
+
+
 def build_encoder(name: str, kwargs: dict[str, Any] | None = None) -> nn.Module:
     """Instantiate a registered encoder; bad arguments become a one-line error."""
     cls = ENCODERS.get(name)

@@ -20,6 +20,7 @@ torch.save files are read with ``torch.load(weights_only=True)``: no code runs w
 
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,6 +286,20 @@ def _encoder(module: Any, opts: LoadOptions, path: Path, world: Any = None,
     return LoadedEncoder(module, world, train or {}, path)
 
 
+def _checkpoint_encoder(ck: Any, opts: LoadOptions, path: Path) -> LoadedEncoder:
+    """An idaudit checkpoint's encoder; ``--output backbone|projector`` chooses what a
+    checkpoint trained with a projector gives (the backbone's h by default)."""
+    from .encoders import Projected
+
+    if opts.output is not None:
+        if not isinstance(ck.encoder, Projected):
+            raise IdauditError(f"--output does not apply to {path}: an idaudit checkpoint "
+                               "without a projector has one output")
+        ck.encoder.output = str(opts.output)
+        opts = dataclasses.replace(opts, output=None)
+    return _encoder(ck.encoder, opts, path, ck.world, ck.train)
+
+
 _WEIGHTS_ONLY = ("arch", "arch_kwargs", "key", "prefix")
 
 
@@ -390,7 +405,7 @@ def load_encoder_file(path: Path, options: LoadOptions | None = None,
 
             opts.refuse(("key", "prefix"), f"an idaudit checkpoint ({path})")
             ck = load_checkpoint(path)
-            return _encoder(ck.encoder, opts, path, ck.world, ck.train)
+            return _checkpoint_encoder(ck, opts, path)
         if opts.arch is None:
             raise IdauditError(f"{path} holds plain weights: pass --arch module.path:factory "
                                "(or timm:NAME) to say which network they belong to")

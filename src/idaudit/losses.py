@@ -244,6 +244,28 @@ def _infonce(h, lamb: float, sigma: float, directions: torch.Tensor | None):
     return loss, {"infonce": loss}
 
 
+def _lejepa_library(h, lamb: float, sigma: float, directions: torch.Tensor | None,
+                    knots: int = N_KNOTS, t_max: float = T_MAX):
+    """The lejepa library's form (``--form official``): A + λ·S_per-view."""
+    sig = sigreg_per_view(h, directions, knots, t_max)
+    align = alignment(h)
+    return align + lamb * sig, {"sigreg": sig, "alignment": align}
+
+
+#: the forms of the lejepa objective (``--form``): the paper's, and the lejepa library's
+LEJEPA_FORMS: dict[str, Objective] = {"paper": _lejepa, "official": _lejepa_library}
+
+
+def objective_for(name: str, form: str | None = None) -> Objective:
+    """The objective ``name`` (the registry's), in ``form`` for lejepa (None: the paper's)."""
+    objective = OBJECTIVES.get(name)
+    if name == "lejepa" and form is not None:
+        if form not in LEJEPA_FORMS:
+            raise IdauditError(f"unknown lejepa form {form!r}; valid: {', '.join(LEJEPA_FORMS)}")
+        return LEJEPA_FORMS[form]
+    return objective
+
+
 def objective_needs_directions(name: str) -> bool:
     return name == "lejepa"
 
@@ -331,4 +353,4 @@ def lejepa_official(h: torch.Tensor, lamb: float, directions: torch.Tensor, knot
     views, _ = _views(h, "lejepa_official")
     if views < 2:
         raise IdauditError(f"lejepa_official needs at least 2 views, got {views}")
-    return alignment(h) + lamb * sigreg_per_view(h, directions, knots, t_max)
+    return _lejepa_library(h, lamb, 1.0, directions, knots, t_max)[0]

@@ -287,6 +287,9 @@ class TrainRequest(WorldChoice):
     device: str | None = None
     encoder: str | None = None
     encoder_kwargs: dict[str, Any] | None = None
+    form: str | None = None
+    n_views: int | None = None
+    projector: str | None = None
     out: str | Path | None = None
     workers: int | None = None
     data_root: str | Path = "data"

@@ -83,10 +83,16 @@ class ResolvedRun:
         return lines
 
 
+#: options added after run ids existed, left out of the id at their default so that a run's id
+#: stays what it was
+_ID_UNCHANGED = {("form", "paper"), ("form", None), ("n_views", 2), ("projector", None)}
+
+
 def _id_basis(spec: WorldSpec, cfg: TrainConfig, recipe: str | None) -> dict[str, Any]:
     world = spec.to_dict()
     world["extra"] = {k: v for k, v in world["extra"].items() if k != "data"}
-    train = {k: v for k, v in cfg.to_dict().items() if k != "device"}
+    train = {k: v for k, v in cfg.to_dict().items()
+             if k != "device" and (k, v) not in _ID_UNCHANGED}
     # worlds without recipes keep the ids they had before recipes were part of the id
     return {"world": world, "train": train, **({"recipe": recipe} if recipe else {})}
 
@@ -229,6 +235,8 @@ def _sources(kind: WorldKind, name: str, given: dict[str, Any], filled: dict[str
                   or (key == "sigma" and cfg.objective != "infonce"))
         if forced and key not in given:
             src = f"objective {cfg.objective}"
+        if key == "lamb" and cfg.form == "official" and key not in given:
+            src = "form official"
         if key == "steps" and cfg.epochs is not None and value is None:
             src = "counted from epochs"
         if src == DEFAULT and key not in DEFAULTS and f.default is dataclasses.MISSING:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import TRAIN_DEFAULTS
+from ..defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS
 from ..errors import IdauditError, check_seed, require
 from ..losses import OBJECTIVES, SIGMA_RULES
 from .schedule import SCHEDULES
@@ -24,7 +24,8 @@ FIELD_TYPES = {
     "batch": "integer", "lr": "number", "weight_decay": "number", "clip": "number",
     "schedule": "string", "seed": "integer", "inits": "integer", "eval_every": "integer",
     "n_eval": "integer", "n_slices": "integer", "views": "string", "device": "string",
-    "encoder": "string", "encoder_kwargs": "object",
+    "encoder": "string", "encoder_kwargs": "object", "form": "string", "n_views": "integer",
+    "projector": "string",
 }
 REQUIRED = frozenset({"objective", "batch", "lr", "seed", "inits", "n_slices", "device"})
 #: the defaults :meth:`TrainConfig.resolved` fills in where neither the option nor the world
@@ -32,6 +33,28 @@ REQUIRED = frozenset({"objective", "batch", "lr", "seed", "inits", "n_slices", "
 DEFAULTS: dict[str, Any] = {k: v for k, v in TRAIN_DEFAULTS.items()
                             if k not in REQUIRED | {"encoder", "encoder_kwargs"}}
 _D = TRAIN_DEFAULTS
+
+
+#: the lejepa objective's forms: the paper's λ·S_pooled + (1 − λ)·A, and the lejepa library's
+#: A + λ·S_per-view (:func:`idaudit.losses.lejepa_official`)
+LEJEPA_FORMS = ("paper", "official")
+MAX_VIEWS = 64
+MAX_PROJECTOR_LAYERS, MAX_PROJECTOR_WIDTH = 8, 65_536
+
+
+def projector_widths(text: str) -> list[int]:
+    """``"256,256,2"`` → [256, 256, 2]: the projector's layer widths, the last its output
+    dimension (a one-line error names a bad entry)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    widths = []
+    for part in parts:
+        require(part.isdigit() and 1 <= int(part) <= MAX_PROJECTOR_WIDTH,
+                f"--projector takes comma-separated layer widths in [1, {MAX_PROJECTOR_WIDTH}] "
+                f"(the last is its output dimension), got {text!r}")
+        widths.append(int(part))
+    require(len(widths) <= MAX_PROJECTOR_LAYERS,
+            f"--projector takes at most {MAX_PROJECTOR_LAYERS} layers, got {len(widths)}")
+    return widths
 
 
 @dataclass
@@ -55,6 +78,9 @@ class TrainConfig:
     device: str = _D["device"]
     encoder: str | None = None
     encoder_kwargs: dict[str, Any] | None = None
+    form: str | None = None
+    n_views: int | None = None
+    projector: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.sigma, str) and self.sigma not in SIGMA_RULES:
@@ -107,6 +133,12 @@ class TrainConfig:
         require(self.weight_decay is None or (math.isfinite(self.weight_decay)
                                               and self.weight_decay >= 0),
                 f"weight_decay must be ≥ 0, got {self.weight_decay}")
+        require(self.form in (None, *LEJEPA_FORMS),
+                f"--form must be one of {', '.join(LEJEPA_FORMS)}, got {self.form!r}")
+        require(self.n_views is None or 2 <= self.n_views <= MAX_VIEWS,
+                f"--n-views must lie in [2, {MAX_VIEWS}], got {self.n_views}")
+        if self.projector is not None:
+            projector_widths(self.projector)
         self._check_memory()
         return self
 
@@ -141,7 +173,15 @@ class TrainConfig:
         if self.objective == "infonce" and self.lamb not in (None, 0.0):
             raise IdauditError("--lamb does not apply to --objective infonce (it has no "
                                "regulariser weight)")
+        if self.form is not None and self.objective != "lejepa":
+            raise IdauditError(f"--form does not apply to --objective {self.objective} (it "
+                               "chooses between the lejepa objective's forms)")
+        if self.objective == "infonce" and self.n_views not in (None, 2):
+            raise IdauditError("--n-views does not apply to --objective infonce (it contrasts "
+                               "two views)")
         out = dataclasses.replace(self)
+        if out.objective == "lejepa" and out.form == "official" and out.lamb is None:
+            out.lamb = OFFICIAL_LAMB  # the library's λ, before any world's default
         defaults = {**DEFAULTS, **(world_defaults or {})}
         for name, value in defaults.items():
             if name in refuses:
@@ -152,6 +192,8 @@ class TrainConfig:
             out.lamb = 0.0
         else:
             out.sigma = None
+        if out.objective != "lejepa":
+            out.form = None
         if out.epochs is not None:
             out.steps = None  # counted from the data: epochs × batches per epoch
         return out.validate()

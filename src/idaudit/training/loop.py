@@ -20,12 +20,12 @@ from torch import nn
 
 from ..encoders import build_encoder, embed, pick_device
 from ..errors import IdauditError
-from ..losses import OBJECTIVES, objective_needs_directions, random_directions, sigma_for
+from ..losses import objective_for, objective_needs_directions, random_directions, sigma_for
 from ..metrics import audit_metrics, identifiability_metrics
 from ..progress import ProgressBar
 from ..worlds import KINDS, EvalSet, World
 from ..worlds.base import PairSource
-from .config import TrainConfig
+from .config import TrainConfig, projector_widths
 from .schedule import SCHEDULES
 
 
@@ -50,15 +50,17 @@ def make_optimizer(params, lr: float, weight_decay: float):
 
 
 class Stepper:
-    """One training step: a batch of both views from ``source``, the objective, one AdamW
-    step (gradients clipped when ``cfg.clip`` is set); returns the loss as a 0-d tensor
-    (no host sync). ``cfg`` must be resolved."""
+    """One training step: a batch of all views from ``source``, the objective (on the
+    projector's output when the encoder has one), one AdamW step (gradients clipped when
+    ``cfg.clip`` is set); returns the loss as a 0-d tensor (no host sync). ``cfg`` must be
+    resolved."""
 
     def __init__(self, source: PairSource, encoder: nn.Module, cfg: TrainConfig, total: int,
                  sigma: float, gen: torch.Generator, device: torch.device) -> None:
         self.source, self.encoder, self.cfg, self.total = source, encoder, cfg, total
         self.sigma, self.gen, self.device = sigma, gen, device
-        self.objective = OBJECTIVES.get(cfg.objective)
+        self.objective = objective_for(cfg.objective, cfg.form)
+        self.forward = getattr(encoder, "project", encoder)
         self.needs_dirs = objective_needs_directions(cfg.objective)
         self.schedule = SCHEDULES[cfg.schedule]
         self.opt = make_optimizer(encoder.parameters(), cfg.lr, cfg.weight_decay)
@@ -69,7 +71,8 @@ class Stepper:
         for group in self.opt.param_groups:
             group["lr"] = lr
         x = self.source.batch()
-        h = self.encoder(x).reshape(2, x.shape[0] // 2, -1)
+        views = self.source.n_views
+        h = self.forward(x).reshape(views, x.shape[0] // views, -1)
         dirs = (random_directions(h.shape[-1], cfg.n_slices, self.gen, self.device)
                 if self.needs_dirs else None)
         loss, _ = self.objective(h, cfg.lamb, self.sigma, dirs)
@@ -102,12 +105,16 @@ def _init_seed(seed: int, init: int) -> int:
 
 def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
     """The configured encoder; the world's own keeps its defaults (e.g. the dataset's pixel
-    normalisation) under the arguments given."""
+    normalisation) under the arguments given. With ``cfg.projector`` it is the backbone of a
+    ``projected`` encoder."""
     name, kwargs = KINDS.get(world.name).default_encoder(world)
-    if not cfg.encoder:
+    if cfg.encoder:
+        given = dict(cfg.encoder_kwargs or {})
+        name, kwargs = cfg.encoder, ({**kwargs, **given} if cfg.encoder == name else given)
+    if cfg.projector is None:
         return name, kwargs
-    given = dict(cfg.encoder_kwargs or {})
-    return cfg.encoder, ({**kwargs, **given} if cfg.encoder == name else given)
+    return "projected", {"backbone": name, "backbone_kwargs": kwargs,
+                         "widths": projector_widths(cfg.projector)}
 
 
 def resolve_config(world: World, cfg: TrainConfig, resolved: bool = False) -> TrainConfig:
@@ -147,7 +154,7 @@ def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5,
     device = pick_device(cfg.device)
     name, kwargs = _encoder_for(world, cfg)
     gen = torch.Generator().manual_seed(0)
-    source = world.pair_source(cfg.views, cfg.batch, gen, device)
+    source = world.pair_source(cfg.views, cfg.batch, gen, device, cfg.n_views or 2)
     total = cfg.steps or cfg.epochs * source.steps_per_epoch
     stepper = Stepper(source, build_encoder(name, kwargs).to(device).train(), cfg, total,
                       _sigma(world, cfg), gen, device)
@@ -175,7 +182,7 @@ def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool
     ev = world.eval_set(cfg.n_eval, cfg.seed)
     sources = [world.pair_source(cfg.views, cfg.batch,
                                  torch.Generator().manual_seed(_init_seed(cfg.seed, i) + 1),
-                                 device) for i in range(cfg.inits)]
+                                 device, cfg.n_views or 2) for i in range(cfg.inits)]
     with torch.random.fork_rng(devices=[]):
         check_fits(build_encoder(enc_name, enc_kwargs).to(device), enc_name, world, ev)
     per_epoch = sources[0].steps_per_epoch

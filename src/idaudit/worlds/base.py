@@ -53,9 +53,11 @@ class PlanSet:
 
 
 class PairSource(Protocol):
-    """Training views: ``batch()`` returns both views of one batch stacked, shape (2b, …)."""
+    """Training views: ``batch()`` returns the ``n_views`` views of one batch stacked, shape
+    (n_views·b, …)."""
 
     steps_per_epoch: int | None
+    n_views: int
     gen: torch.Generator  # the run's generator (slice directions are drawn from it too)
 
     def batch(self) -> torch.Tensor: ...
@@ -65,6 +67,8 @@ class EpochPairs:
     """Views from stored pairs (x, x′): a fresh seeded permutation each epoch, ``n // b``
     batches per epoch (the last partial batch is dropped). Works on tensors and on uint8
     image arrays alike; rows are gathered in sorted order (friendlier to memory)."""
+
+    n_views = 2
 
     def __init__(self, x: Any, x_prime: Any, b: int, gen: torch.Generator,
                  device: torch.device) -> None:
@@ -88,6 +92,13 @@ class EpochPairs:
             i = idx.numpy()
             views = torch.from_numpy(np.concatenate([self.x[i], self.x_prime[i]]))
         return views.to(self.device, non_blocking=True)
+
+
+def two_views(n_views: int, what: str) -> None:
+    """Refuse more than two views where ``what`` holds only pairs (x, x′)."""
+    if n_views != 2:
+        raise IdauditError(f"--n-views {n_views} needs fresh latents; {what} has only its "
+                           "(x, x′) pairs (two views)")
 
 
 class World(ABC):
@@ -140,9 +151,10 @@ class World(ABC):
         raise IdauditError(f"world {self.name!r} has no observation map for arbitrary latents")
 
     @abstractmethod
-    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device
-                    ) -> PairSource:
-        """Training views, however this world makes them (online or from disk)."""
+    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
+                    n_views: int = 2) -> PairSource:
+        """Training views, however this world makes them (online or from disk); ``n_views``
+        views of each row (stored pairs have two: :func:`two_views` refuses more)."""
 
     def view_correlation(self, views: str) -> float | None:
         """Correlation of the two training views (ρ² for anchor views, ρ for pairs)."""

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import IdauditError, require
 from ..io import first_line, read_metadata
-from .base import EpochPairs, EvalSet, PlanSet, World
+from .base import EpochPairs, EvalSet, PlanSet, World, two_views
 from .kind import KINDS, WorldKind
 from .spec import WorldSpec, check_fields, check_type
 from .synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SYNTHETIC, SyntheticWorld
@@ -129,8 +129,9 @@ class PairsFileWorld(World):
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
         return self.inner.plan_set(pairs, gallery, seed)
 
-    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device
-                    ) -> EpochPairs:
+    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
+                    n_views: int = 2) -> EpochPairs:
+        two_views(n_views, "a pairs file")
         require(views == "pair", "--views anchor needs fresh latents; a pairs file has only "
                 "its (x, x′) pairs (use --views pair)")
         return EpochPairs(self.tensors["x"], self.tensors["x_prime"], batch, gen, device)

@@ -114,6 +114,37 @@ def eval_partners(z: np.ndarray, rho: float, seed: int = EVAL_SEED) -> np.ndarra
     return rho * np.asarray(z) + math.sqrt(1 - rho**2) * eta
 
 
+def wrap_angle(z: np.ndarray) -> np.ndarray:
+    """z mod 2π in [−π, π): all an image shows of a joint angle."""
+    return (np.asarray(z) + math.pi) % (2 * math.pi) - math.pi
+
+
+def gaussian_angle_mean(z: np.ndarray, turns: int = 4) -> np.ndarray:
+    """E[z | z mod 2π] for z ~ N(0, 1): with c_k = wrap(z) + 2πk (|k| ≤ ``turns``),
+    Σ_k c_k φ(c_k) / Σ_k φ(c_k) — the best mean-square guess of an unwrapped N(0, 1) angle
+    from anything that sees it only mod 2π (an image)."""
+    k = np.arange(-turns, turns + 1)[:, None]
+    c = wrap_angle(np.ravel(z))[None] + 2 * math.pi * k
+    w = np.exp(-0.5 * (c * c - c.min(0) ** 2))
+    return ((w * c).sum(0) / w.sum(0)).reshape(np.shape(z))
+
+
+def r2_ceilings(z_fit: np.ndarray, z_test: np.ndarray) -> dict[str, list[float]]:
+    """Held-out R²(→ z), per joint, of two predictors of N(0, I) angles that see them only
+    mod 2π, fitted by least squares on ``z_fit`` and scored on ``z_test`` as the audit's
+    R²(h → z) is: ``wrapped`` (an embedding linear in the wrapped angle, the best a LeJEPA
+    embedding can be) and ``bayes`` (:func:`gaussian_angle_mean`, the most any encoder of the
+    images can reach in expectation)."""
+    out: dict[str, list[float]] = {"wrapped": [], "bayes": []}
+    for j in range(np.shape(z_fit)[1]):
+        zf, zt = np.asarray(z_fit)[:, j], np.asarray(z_test)[:, j]
+        for name, f in (("wrapped", wrap_angle), ("bayes", gaussian_angle_mean)):
+            slope, icpt = np.polyfit(f(zf), zf, 1)
+            resid = zt - (slope * f(zt) + icpt)
+            out[name].append(float(1 - resid @ resid / ((zt - zt.mean()) ** 2).sum()))
+    return out
+
+
 def controller_episodes(n_episodes: int, steps: int, seed: int) -> np.ndarray:
     """Joint angles (episodes, steps, 2) of a goal-reaching PD controller driven by the physics.
 

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import IdauditError, require
 from ..io import check_memory
-from .base import EpochPairs, EvalSet, PlanSet, World
+from .base import EpochPairs, EvalSet, PlanSet, World, two_views
 from .dataset import relative_path
 from .reacher_data import (
     EVAL_SEED,
@@ -122,8 +122,9 @@ class ReacherWorld(World):
         return PlanSet(zt, d.x_eval, zt[idx[:, 0]], d.x_eval[idx[:, 0]], zt[idx[:, 1]],
                        d.x_eval[idx[:, 1]])
 
-    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device
-                    ) -> EpochPairs:
+    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
+                    n_views: int = 2) -> EpochPairs:
+        two_views(n_views, "the Reacher world")
         require(views == "pair", "--views anchor needs fresh latents; the Reacher world has "
                 "only its rendered (x, x′) pairs")
         return EpochPairs(self.data.x, self.data.x_prime, batch, gen, device)

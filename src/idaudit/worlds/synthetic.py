@@ -61,19 +61,22 @@ class SyntheticWorld(World):
         z = self.sample_latents(n, gen)
         return z, self.transition(z, gen)
 
-    def sample_views(self, n: int, gen: torch.Generator, scheme: str = "anchor"
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two views of a batch for training.
+    def sample_views(self, n: int, gen: torch.Generator, scheme: str = "anchor",
+                     n_views: int = 2) -> tuple[torch.Tensor, ...]:
+        """``n_views`` views of a batch for training.
 
-        ``anchor`` (the paper's code): both views are one OU step from a shared anchor z, so
-        the two views form an OU pair with correlation ρ². ``pair``: the views are (z, z′).
+        ``anchor`` (the paper's code): every view is one OU step from a shared anchor z, so
+        any two views form an OU pair with correlation ρ². ``pair``: the views are (z, z′),
+        two only.
         """
         if scheme == "pair":
+            require(n_views == 2, f"--n-views {n_views} needs --views anchor: a pair (z, z′) "
+                    "has two views")
             return self.sample_pairs(n, gen)
         if scheme != "anchor":
             raise IdauditError(f"unknown view scheme {scheme!r}; valid: anchor, pair")
         z = self.sample_latents(n, gen)
-        return self.transition(z, gen), self.transition(z, gen)
+        return tuple(self.transition(z, gen) for _ in range(n_views))
 
     def observe(self, z: torch.Tensor) -> torch.Tensor:
         return self._mix(z)
@@ -105,24 +108,29 @@ class SyntheticWorld(World):
         sz, ez = self.sample_latents(pairs, gen), self.sample_latents(pairs, gen)
         return PlanSet(gz, self.observe(gz), sz, self.observe(sz), ez, self.observe(ez))
 
-    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device
-                    ) -> OnlinePairs:
-        self.check_rows(batch, 12, f"a training batch of {batch} pairs (--batch)")
-        return OnlinePairs(self, views, batch, gen, device)
+    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
+                    n_views: int = 2) -> OnlinePairs:
+        self.check_rows(batch, 6 * n_views, f"a training batch of {batch} × {n_views} views "
+                        "(--batch, --n-views)")
+        if views == "pair":
+            require(n_views == 2, f"--n-views {n_views} needs --views anchor: a pair (z, z′) "
+                    "has two views")
+        return OnlinePairs(self, views, batch, gen, device, n_views)
 
 
 class OnlinePairs:
-    """Fresh views every step: sample, then observe both views in one call."""
+    """Fresh views every step: sample, then observe all views in one call."""
 
     steps_per_epoch = None
 
     def __init__(self, world: SyntheticWorld, views: str, b: int, gen: torch.Generator,
-                 device: torch.device) -> None:
+                 device: torch.device, n_views: int = 2) -> None:
         self.world, self.views, self.b, self.gen, self.device = world, views, b, gen, device
+        self.n_views = n_views
 
     def batch(self) -> torch.Tensor:
-        z, zp = self.world.sample_views(self.b, self.gen, self.views)
-        return self.world.observe(torch.cat([z, zp])).to(self.device, non_blocking=True)
+        views = self.world.sample_views(self.b, self.gen, self.views, self.n_views)
+        return self.world.observe(torch.cat(views)).to(self.device, non_blocking=True)
 
 
 class SyntheticKind(WorldKind):
