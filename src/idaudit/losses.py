@@ -252,7 +252,8 @@ def _lejepa_library(h, lamb: float, sigma: float, directions: torch.Tensor | Non
     return align + lamb * sig, {"sigreg": sig, "alignment": align}
 
 
-#: the forms of the lejepa objective (``--form``): the paper's, and the lejepa library's
+#: the forms of the lejepa objective (``--form``): the paper's λ·S_pooled + (1 − λ)·A, and the
+#: lejepa library's A + λ·S_per-view
 LEJEPA_FORMS: dict[str, Objective] = {"paper": _lejepa, "official": _lejepa_library}
 
 

@@ -85,14 +85,15 @@ class ResolvedRun:
 
 #: options added after run ids existed, left out of the id at their default so that a run's id
 #: stays what it was
-_ID_UNCHANGED = {("form", "paper"), ("form", None), ("n_views", 2), ("projector", None)}
+_ID_UNCHANGED: dict[str, tuple[Any, ...]] = {"form": ("paper", None), "n_views": (2,),
+                                             "projector": (None,)}
 
 
 def _id_basis(spec: WorldSpec, cfg: TrainConfig, recipe: str | None) -> dict[str, Any]:
     world = spec.to_dict()
     world["extra"] = {k: v for k, v in world["extra"].items() if k != "data"}
     train = {k: v for k, v in cfg.to_dict().items()
-             if k != "device" and (k, v) not in _ID_UNCHANGED}
+             if k != "device" and not (k in _ID_UNCHANGED and v in _ID_UNCHANGED[k])}
     # worlds without recipes keep the ids they had before recipes were part of the id
     return {"world": world, "train": train, **({"recipe": recipe} if recipe else {})}
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS
 from ..errors import IdauditError, check_seed, require
-from ..losses import OBJECTIVES, SIGMA_RULES
+from ..losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES
 from .schedule import SCHEDULES
 
 # each field's type (sigma: a number or the name of a rule); None means "not given" except
@@ -35,9 +35,6 @@ DEFAULTS: dict[str, Any] = {k: v for k, v in TRAIN_DEFAULTS.items()
 _D = TRAIN_DEFAULTS
 
 
-#: the lejepa objective's forms: the paper's λ·S_pooled + (1 − λ)·A, and the lejepa library's
-#: A + λ·S_per-view (:func:`idaudit.losses.lejepa_official`)
-LEJEPA_FORMS = ("paper", "official")
 MAX_VIEWS = 64
 MAX_PROJECTOR_LAYERS, MAX_PROJECTOR_WIDTH = 8, 65_536
 
