@@ -9,6 +9,9 @@ only the checkpoints that are missing), and the table is printed as markdown.
 
     python scripts/objective_form_table.py --out oft --steps 5000 --seeds 2
     python scripts/objective_form_table.py --out oft --only reacher --reacher-data data/DIR
+    python scripts/objective_form_table.py --out oft --print      # the table of what is done
+
+``--forms`` limits the forms run (labels, as in FORMS).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ FORMS = [
     ("paper", {}, False),
     ("official", {"form": "official"}, False),
     ("official + projector", {"form": "official"}, True),
+    # the library's form at the paper's λ: what per-view SIGReg changes, apart from λ
+    ("official, λ = 1e-3", {"form": "official", "lamb": 1e-3}, False),
 ]
 PROJECTOR_HIDDEN = 256  # the projector: Linear-BN-ReLU(256) × 2, Linear to the latent dimension
 
@@ -100,6 +105,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--only", action="append", default=[], help="world label(s) to run")
     ap.add_argument("--reacher-data", help="a rendered Reacher dataset for the reacher row")
+    ap.add_argument("--forms", action="append", default=[], help="form label(s) to run")
     ap.add_argument("--print", action="store_true", help="print the table of what is done")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +116,8 @@ def main() -> None:
         if args.print or (args.only and world[0] not in args.only):
             continue
         for form in FORMS:
+            if args.forms and form[0] not in args.forms:
+                continue
             for seed in range(args.seeds):
                 if (world[0], form[0], seed) in done:
                     continue

@@ -321,7 +321,9 @@ PrefixOpt = typer.Option(None, "--prefix", help="keep the weights under this pre
 PoolOpt = typer.Option(None, "--pool", help="token outputs (batch, tokens, dim): cls (the first "
                        "token) | mean | none (all, flattened)")
 OutputOpt = typer.Option(None, "--output", help="the field of a model output or dict "
-                         "(last_hidden_state, pooler_output, emb), or an index of a tuple")
+                         "(last_hidden_state, pooler_output, emb), or an index of a tuple; "
+                         "an idaudit checkpoint trained with --projector: backbone (default) "
+                         "| projector")
 EmbedOpt = typer.Option(None, "--embed", help="module:function called as function(model, "
                         "images) → (batch, m), for encoders with no plain forward")
 NormalizeOpt = typer.Option(None, "--normalize", help="images for an encoder that is not an "

@@ -8,6 +8,8 @@
              (all V·B rows pooled, the paper's code); the lejepa library's form takes it per view,
              S_per-view = mean_v SIG(h_v), and S_pooled = S_per-view + (B/V) Σ_{u≠v} ⟨Re e_u ē_v⟩
              (:func:`pooled_minus_per_view`), e_v = φ̂_v − φ
+* lejepa     λ·S_pooled + (1 − λ)·A (the paper's form), or A + λ·S_per-view (the library's,
+             ``--form official``): :data:`LEJEPA_FORMS`
 * whitening  W(h) = mean of squares of (Cov(h) − I)
 * InfoNCE    symmetric cross-entropy with logits −‖h¹_i − h²_j‖² / (2σ²)
 """
