@@ -1,6 +1,7 @@
 """The lejepa library's form as a training option: --form official, --n-views, --projector;
 what checkpoints record, and audit/plan reading the backbone or the projector."""
 
+import json
 import re
 
 import numpy as np
@@ -153,8 +154,11 @@ def test_audit_and_plan_read_the_backbone_or_the_projector(projected_checkpoint)
     plan_b = idaudit.plan(str(path), pairs=20)
     plan_p = idaudit.plan(str(path), pairs=20, output="projector")
     assert plan_b.cost_ratio_median != plan_p.cost_ratio_median
-    res = run("audit", path, "--output", "projector", "--n-eval", 2000, "--json", "-")
+    out = path.parent / "projector.json"
+    res = run("audit", path, "--output", "projector", "--n-eval", 2000, "--json", out)
     assert res.exit_code == 0, res.output
+    cli = json.loads(out.read_text())["metrics"]["r2_h_to_z_heldout"]
+    assert cli == pytest.approx(projector.metrics["r2_h_to_z_heldout"], abs=1e-12)
 
 
 def test_output_on_a_checkpoint_without_projector_is_refused(tmp_path):

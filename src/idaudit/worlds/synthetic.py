@@ -70,8 +70,7 @@ class SyntheticWorld(World):
         two only.
         """
         if scheme == "pair":
-            require(n_views == 2, f"--n-views {n_views} needs --views anchor: a pair (z, z′) "
-                    "has two views")
+            _two_views_of_a_pair(n_views)
             return self.sample_pairs(n, gen)
         if scheme != "anchor":
             raise IdauditError(f"unknown view scheme {scheme!r}; valid: anchor, pair")
@@ -113,9 +112,13 @@ class SyntheticWorld(World):
         self.check_rows(batch, 6 * n_views, f"a training batch of {batch} × {n_views} views "
                         "(--batch, --n-views)")
         if views == "pair":
-            require(n_views == 2, f"--n-views {n_views} needs --views anchor: a pair (z, z′) "
-                    "has two views")
+            _two_views_of_a_pair(n_views)
         return OnlinePairs(self, views, batch, gen, device, n_views)
+
+
+def _two_views_of_a_pair(n_views: int) -> None:
+    require(n_views == 2, f"--n-views {n_views} needs --views anchor: a pair (z, z′) has two "
+            "views")
 
 
 class OnlinePairs:
