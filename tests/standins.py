@@ -135,6 +135,21 @@ def save_ijepa(path: Path, encoder, target, predictor) -> None:
                 "world_size": 1, "lr": 1e-3}, str(path))
 
 
+def save_ijepa_and_target(project: Path, make: str, width: int):
+    """Under ``project``: ``jepa.pth.tar`` as I-JEPA writes it, of an encoder and a target
+    made by the user module's ``make`` (seed 0) and a Linear(width, width) predictor, and the
+    target alone as ``target.safetensors``; returns (encoder, target)."""
+    import torch
+    from safetensors.torch import save_file
+
+    mp = user_module()
+    torch.manual_seed(0)
+    encoder, target = getattr(mp, make)(), getattr(mp, make)()
+    save_ijepa(project / "jepa.pth.tar", encoder, target, torch.nn.Linear(width, width))
+    save_file(target.state_dict(), str(project / "target.safetensors"))
+    return encoder, target
+
+
 def save_lightning(path: Path, backbone, projector, inputs, batch_size: int, lr: float = 0.1):
     """A LeJEPA-style LightningModule (``model.backbone``, ``model.projector``, as
     stable-pretraining names them) fitted one step on ``inputs`` by a real

@@ -21,7 +21,15 @@ import pytest
 import torch
 from conftest import why_not_importable
 from safetensors.torch import save_file
-from standins import JEPA_SOURCE, ddp, project_dir, save_ijepa, save_lightning, user_module
+from standins import (
+    JEPA_SOURCE,
+    ddp,
+    project_dir,
+    save_ijepa,
+    save_ijepa_and_target,
+    save_lightning,
+    user_module,
+)
 
 import idaudit
 from idaudit.encoders import embed
@@ -130,11 +138,7 @@ def assert_same_state(module, state):
 
 
 def test_ijepa_checkpoint_equals_safetensors_with_arch(project):
-    mp = user_module()
-    torch.manual_seed(0)
-    encoder, target, predictor = mp.TokenNet(), mp.TokenNet(), torch.nn.Linear(8, 8)
-    save_ijepa(project / "jepa.pth.tar", encoder, target, predictor)
-    save_file(target.state_dict(), str(project / "target.safetensors"))
+    encoder, target = save_ijepa_and_target(project, "TokenNet", 8)
 
     options = dict(arch="myproject:make_tokens", pool="mean")
     from_ijepa = load_target("jepa.pth.tar", LoadOptions(key="target_encoder", **options))

@@ -24,7 +24,14 @@ import pytest
 import torch
 from conftest import one_line, run, why_not_importable
 from safetensors.torch import save_file
-from standins import ddp, project_dir, save_ijepa, save_lightning, user_module, vit_project
+from standins import (
+    ddp,
+    project_dir,
+    save_ijepa_and_target,
+    save_lightning,
+    user_module,
+    vit_project,
+)
 
 pytest.importorskip("dm_control")
 pytest.importorskip("transformers")
@@ -78,11 +85,7 @@ def audit_json(*args, code: int = 0) -> dict:
 
 
 def test_ijepa_pth_tar_equals_safetensors_with_arch(project):
-    mp = user_module()
-    torch.manual_seed(0)
-    encoder, target, predictor = mp.make_vit(), mp.make_vit(), torch.nn.Linear(32, 32)
-    save_ijepa(project / "jepa.pth.tar", encoder, target, predictor)
-    save_file(target.state_dict(), str(project / "target.safetensors"))
+    save_ijepa_and_target(project, "make_vit", 32)
     arch = ("--arch", "myproject:make_vit", "--pool", "mean")
     from_ijepa = audit_json("jepa.pth.tar", "--key", "target_encoder", *arch, *REACHER)
     from_safetensors = audit_json("target.safetensors", *arch, *REACHER)

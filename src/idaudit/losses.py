@@ -261,12 +261,11 @@ LEJEPA_FORMS: dict[str, Objective] = {"paper": _lejepa, "official": _lejepa_libr
 
 def objective_for(name: str, form: str | None = None) -> Objective:
     """The objective ``name`` (the registry's), in ``form`` for lejepa (None: the paper's)."""
-    objective = OBJECTIVES.get(name)
-    if name == "lejepa" and form is not None:
-        if form not in LEJEPA_FORMS:
-            raise IdauditError(f"unknown lejepa form {form!r}; valid: {', '.join(LEJEPA_FORMS)}")
-        return LEJEPA_FORMS[form]
-    return objective
+    if name != "lejepa" or form is None:
+        return OBJECTIVES.get(name)
+    if form not in LEJEPA_FORMS:
+        raise IdauditError(f"unknown lejepa form {form!r}; valid: {', '.join(LEJEPA_FORMS)}")
+    return LEJEPA_FORMS[form]
 
 
 def objective_needs_directions(name: str) -> bool:

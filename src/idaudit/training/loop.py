@@ -154,7 +154,7 @@ def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5,
     device = pick_device(cfg.device)
     name, kwargs = _encoder_for(world, cfg)
     gen = torch.Generator().manual_seed(0)
-    source = world.pair_source(cfg.views, cfg.batch, gen, device, cfg.n_views or 2)
+    source = world.pair_source(cfg.views, cfg.batch, gen, device, cfg.n_views)
     total = cfg.steps or cfg.epochs * source.steps_per_epoch
     stepper = Stepper(source, build_encoder(name, kwargs).to(device).train(), cfg, total,
                       _sigma(world, cfg), gen, device)
@@ -182,7 +182,7 @@ def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool
     ev = world.eval_set(cfg.n_eval, cfg.seed)
     sources = [world.pair_source(cfg.views, cfg.batch,
                                  torch.Generator().manual_seed(_init_seed(cfg.seed, i) + 1),
-                                 device, cfg.n_views or 2) for i in range(cfg.inits)]
+                                 device, cfg.n_views) for i in range(cfg.inits)]
     with torch.random.fork_rng(devices=[]):
         check_fits(build_encoder(enc_name, enc_kwargs).to(device), enc_name, world, ev)
     per_epoch = sources[0].steps_per_epoch

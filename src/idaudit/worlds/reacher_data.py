@@ -131,18 +131,16 @@ def gaussian_angle_mean(z: np.ndarray, turns: int = 4) -> np.ndarray:
 
 def r2_ceilings(z_fit: np.ndarray, z_test: np.ndarray) -> dict[str, list[float]]:
     """Held-out R²(→ z), per joint, of two predictors of N(0, I) angles that see them only
-    mod 2π, fitted by least squares on ``z_fit`` and scored on ``z_test`` as the audit's
-    R²(h → z) is: ``wrapped`` (an embedding linear in the wrapped angle, the best a LeJEPA
-    embedding can be) and ``bayes`` (:func:`gaussian_angle_mean`, the most any encoder of the
-    images can reach in expectation)."""
-    out: dict[str, list[float]] = {"wrapped": [], "bayes": []}
-    for j in range(np.shape(z_fit)[1]):
-        zf, zt = np.asarray(z_fit)[:, j], np.asarray(z_test)[:, j]
-        for name, f in (("wrapped", wrap_angle), ("bayes", gaussian_angle_mean)):
-            slope, icpt = np.polyfit(f(zf), zf, 1)
-            resid = zt - (slope * f(zt) + icpt)
-            out[name].append(float(1 - resid @ resid / ((zt - zt.mean()) ** 2).sum()))
-    return out
+    mod 2π, fitted on ``z_fit`` and scored on ``z_test`` by the audit itself
+    (:func:`~idaudit.metrics.audit_metrics`): ``wrapped`` (an embedding linear in the wrapped
+    angles) and ``bayes`` (:func:`gaussian_angle_mean`, the most any encoder of the images
+    can reach in expectation)."""
+    from ..metrics import audit_metrics
+
+    z = np.concatenate([np.asarray(z_fit), np.asarray(z_test)])
+    rows = np.arange(len(z_fit), len(z))
+    return {name: audit_metrics(z, f(z), test_rows=rows, core=True)["r2_h_to_z_heldout_per_dim"]
+            for name, f in (("wrapped", wrap_angle), ("bayes", gaussian_angle_mean))}
 
 
 def controller_episodes(n_episodes: int, steps: int, seed: int) -> np.ndarray:
