@@ -182,3 +182,23 @@ def save_lightning(path: Path, backbone, projector, inputs, batch_size: int, lr:
     trainer.fit(lit, torch.utils.data.DataLoader(data, batch_size=batch_size))
     trainer.save_checkpoint(str(path))
     return lit
+
+
+# ---- render workers that fail (tests/test_gl_triton.py; importable by a spawned worker) ----
+
+RENDER_INIT_ERROR = "cannot create a headless GL context with MUJOCO_GL=egl (stand-in)"
+
+
+def segfault(*_args):
+    """A render worker's task that dies as a native crash in MuJoCo or GL would."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def failing_render_init(*_args) -> None:
+    """A render worker's start that finds no working GL (as ReacherRenderer reports it)."""
+    from idaudit import render_mujoco
+
+    render_mujoco._WORKER_ERROR = RENDER_INIT_ERROR

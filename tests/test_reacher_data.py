@@ -16,6 +16,7 @@ from typer.testing import CliRunner  # noqa: E402
 from idaudit.cli import app  # noqa: E402
 from idaudit.errors import IdauditError  # noqa: E402
 from idaudit.worlds import reacher_data as rd  # noqa: E402
+from idaudit.worlds import reacher  # noqa: E402
 from idaudit.worlds.reacher import RenderPool  # noqa: E402
 
 runner = CliRunner()
@@ -162,7 +163,7 @@ def test_trajectory_pairs_are_anisotropic_and_non_gaussian():
     assert 0.9 < rho["rho_0"] < 1.0 and 0.9 < rho["rho_1"] < 1.0
     assert rho["rho_0"] != pytest.approx(rho["rho_1"], abs=1e-3)
     # the simulation enforces the wrist limit (a soft constraint: a little penetration)
-    assert np.abs(z[:, 1]).max() <= rd.WRIST_LIMIT + 0.15
+    assert np.abs(z[:, 1]).max() <= reacher.WRIST_LIMIT + 0.15
     wrist = z[:, 1] / z[:, 1].std()
     assert abs(float(np.mean(wrist**4)) - 3.0) > 0.3  # not Gaussian
 

@@ -12,6 +12,7 @@ idaudit, so spawned render workers and the GL probe start quickly.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import IdauditError
+from .errors import EXIT_INTERNAL, IdauditError
 
 IMAGE_SIZE = 64
 TARGET_POS = (0.1, 0.1)
@@ -43,6 +44,7 @@ def fingertip(angles: np.ndarray) -> np.ndarray:
 
 
 GL_TIMEOUT_S = 60.0
+IN_RENDER_WORKER = False  # True in the spawned processes of a RenderPool
 
 _PROBE = """\
 import numpy as np
@@ -99,9 +101,31 @@ def _ensure_gl() -> str:
                        f"{INSTALL_HINT}")
 
 
+def import_triton_first() -> None:
+    """Import triton (torch's compiler back end), where it is installed, before dm_control.
+
+    dm_control opens its GL display when it is imported (EGL: Mesa and its LLVM), and a later
+    ``import triton`` — which ``torch.optim`` and ``torch.compile`` reach through
+    ``torch._dynamo`` — then segfaults; the other order works. idaudit renders only in spawned
+    workers (:class:`RenderPool`), which never import torch; this guard is for a process that
+    uses :func:`load_physics` or :class:`ReacherRenderer` itself (a test, a user's script).
+    """
+    if IN_RENDER_WORKER or "triton" in sys.modules:
+        return
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("triton") is None:
+            return
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken triton is torch's problem, not the renderer's
+        pass
+
+
 def load_physics(size: int = IMAGE_SIZE):
     """The Reacher physics with the fixed target and a ``size`` × ``size`` offscreen buffer, or
     a one-line error saying what to install."""
+    import_triton_first()
     try:
         import dm_control  # noqa: F401  (is it installed at all?)
     except ImportError as exc:
@@ -128,6 +152,37 @@ def load_physics(size: int = IMAGE_SIZE):
     vis.quality.shadowsize = SHADOW_SIZE
     vis.quality.offsamples = OFF_SAMPLES
     return physics
+
+
+def simulate_controller(n_episodes: int, steps: int, seed: int) -> np.ndarray:
+    """Joint angles (episodes, steps, 2) of a goal-reaching PD controller driven by the physics.
+
+    Each episode starts at random angles and chases a new random joint-space goal every 50
+    control steps (torques clipped to the actuator range); the simulation enforces the wrist
+    limit. This stands in for the paper's SAC trajectories, which are not available offline.
+    """
+    physics = load_physics()
+    rng = np.random.default_rng(seed)
+    n_sub = 2  # the suite's control step is 0.02 s with a 0.01 s simulation step
+    out = np.empty((n_episodes, steps, 2))
+    lo, hi = physics.model.actuator_ctrlrange[:, 0], physics.model.actuator_ctrlrange[:, 1]
+    for e in range(n_episodes):
+        with physics.reset_context():
+            physics.data.qpos[:] = (rng.uniform(-math.pi, math.pi),
+                                    rng.uniform(-WRIST_LIMIT, WRIST_LIMIT))
+            physics.data.qvel[:] = 0.0
+        goal = np.zeros(2)
+        for t in range(steps):
+            if t % 50 == 0:
+                goal = np.array([rng.uniform(-math.pi, math.pi),
+                                 rng.uniform(-0.9 * WRIST_LIMIT, 0.9 * WRIST_LIMIT)])
+            q, dq = physics.data.qpos[:2].copy(), physics.data.qvel[:2].copy()
+            err = np.arctan2(np.sin(goal - q), np.cos(goal - q))
+            physics.data.ctrl[:] = np.clip(2.0 * err - 0.3 * dq, lo, hi)
+            for _ in range(n_sub):
+                physics.step()
+            out[e, t] = physics.data.qpos[:2]
+    return out
 
 
 def render_settings() -> dict[str, object]:
@@ -175,22 +230,60 @@ class ReacherRenderer:
 
 
 _WORKER: ReacherRenderer | None = None
+_WORKER_ERROR = ""  # why this render worker has no renderer ("" in a working worker)
 
 
 def _worker_init(gl: str, size: int = IMAGE_SIZE) -> None:
-    global _WORKER
+    """Start a render worker: its renderer, or the one-line reason there is none (a failing
+    initializer would only show as a broken pool, without the reason)."""
+    global _WORKER, _WORKER_ERROR, IN_RENDER_WORKER
+    IN_RENDER_WORKER = True
     os.environ["MUJOCO_GL"] = gl
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    _WORKER = ReacherRenderer(size)
+    try:
+        _WORKER = ReacherRenderer(size)
+    except IdauditError as exc:
+        _WORKER_ERROR = str(exc)
 
 
-def _worker_render(angles: np.ndarray) -> np.ndarray:
-    assert _WORKER is not None
+def _worker_render(angles: np.ndarray) -> np.ndarray | str:
+    """Images of ``angles``, or the worker's one-line start-up error."""
+    if _WORKER is None:
+        return _WORKER_ERROR or "the render worker has no renderer"
     return _WORKER.render(angles)
 
 
+def _worker_call(fn, args: tuple):
+    """Run ``fn(*args)`` in a worker (simulation without rendering, e.g. controller episodes)."""
+    try:
+        return fn(*args)
+    except IdauditError as exc:
+        return str(exc)
+
+
+def _worker_crash_line(processes: list) -> str:
+    import time
+
+    deadline = time.monotonic() + 2.0  # a dead worker's exit code is known once it is reaped,
+    while (time.monotonic() < deadline  # here or by the executor's thread (a race of waitpid)
+           and not any(p.exitcode not in (None, 0) for p in processes)):
+        time.sleep(0.02)
+    codes = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+    how = ", ".join(f"signal {-c}" if c < 0 else f"exit code {c}" for c in codes) or "it died"
+    return (f"a Reacher render worker crashed ({how}) inside MuJoCo or the GL library "
+            f"MUJOCO_GL={os.environ.get('MUJOCO_GL')} loads; idaudit doctor checks the GL "
+            "install (rerun with IDAUDIT_TRACEBACK=1 and please report it)")
+
+
 class RenderPool:
-    """Render in ``workers`` spawned processes (1: in this process), chunk by chunk, in order."""
+    """Render in ``workers`` spawned processes, chunk by chunk, in order.
+
+    Never in this process: a GL context made here would outlive the rendering, and torch's
+    compiler stack (``import triton``, which ``torch.optim`` and ``torch.compile`` reach)
+    segfaults in a process that holds one. A worker that fails to start gives its one-line
+    reason (exit 2); a worker that dies natively (a segfault in MuJoCo or the GL driver) ends
+    the pool with one line and exit 5, never a silent signal.
+    """
 
     def __init__(self, workers: int | None = None, chunk: int = 256,
                  size: int = IMAGE_SIZE) -> None:
@@ -199,34 +292,74 @@ class RenderPool:
         self.size = size
         self.gl = _ensure_gl()
         self._pool = None
-        self._local: ReacherRenderer | None = None
+        self._processes: list = []
 
     def __enter__(self) -> RenderPool:
-        if self.workers == 1:
-            self._local = ReacherRenderer(self.size)
-        else:
-            import multiprocessing as mp
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
 
-            load_physics()  # fail fast here, with the one-line message, not inside a worker
-            ctx = mp.get_context("spawn")
-            self._pool = ctx.Pool(self.workers, initializer=_worker_init,
-                                  initargs=(self.gl, self.size))
+        self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                         initializer=_worker_init, initargs=(self.gl, self.size))
+        # fail fast, with the worker's one-line message, before any output is written
+        self._check(self._submit(_worker_render, np.zeros((0, 2))))
         return self
+
+    def _submit(self, fn, *args):
+        """Submit a task, keeping each worker process (the executor forgets a dead one, and
+        its exit code says how it died)."""
+        future = self._pool.submit(fn, *args)
+        for p in list(getattr(self._pool, "_processes", {}).values()):
+            if p not in self._processes:
+                self._processes.append(p)
+        return future
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+            pool, self._pool = self._pool, None
+            for p in self._processes:
+                p.terminate()  # don't wait for chunks nobody will read
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _check(self, future):
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            out = future.result()
+        except BrokenProcessPool:
+            raise IdauditError(_worker_crash_line(self._processes), EXIT_INTERNAL) from None
+        if isinstance(out, str):
+            raise IdauditError(out)
+        return out
+
+    def call(self, fn, *args):
+        """``fn(*args)`` in a worker process: for MuJoCo work without rendering, which also
+        keeps dm_control (and its GL display) out of this process."""
+        assert self._pool is not None
+        return self._check(self._submit(_worker_call, fn, args))
+
+    def _ordered(self, parts: list[np.ndarray]) -> Iterator[np.ndarray]:
+        """Images of each part in order, with at most a few parts per worker in flight (the
+        rest wait, so memory stays bounded when the consumer is slower than the workers)."""
+        from collections import deque
+
+        assert self._pool is not None
+        ahead = 2 * self.workers + 1
+        queue: deque = deque()
+        todo = iter(parts)
+        for p in todo:
+            queue.append(self._submit(_worker_render, p))
+            if len(queue) >= ahead:
+                break
+        while queue:
+            images = self._check(queue.popleft())
+            nxt = next(todo, None)
+            if nxt is not None:
+                queue.append(self._submit(_worker_render, nxt))
+            yield images
 
     def imap(self, angles: np.ndarray) -> Iterator[np.ndarray]:
-        parts = [angles[i:i + self.chunk] for i in range(0, len(angles), self.chunk)]
-        if self._local is not None:
-            for p in parts:
-                yield self._local.render(p)
-        else:
-            assert self._pool is not None
-            yield from self._pool.imap(_worker_render, parts)
+        yield from self._ordered([angles[i:i + self.chunk]
+                                  for i in range(0, len(angles), self.chunk)])
 
     def imap_batches(self, batches: list[np.ndarray]) -> Iterator[np.ndarray]:
         """Render each array of angles, yielding in order; workers run ahead of the consumer
@@ -237,15 +370,16 @@ class RenderPool:
         counts = [sum(1 for p in parts if p[0] == b) for b in range(len(batches))]
         done: list[np.ndarray] = []
         current = 0
-        results = (self._local.render(p) for _, p in parts) if self._local is not None \
-            else self._pool.imap(_worker_render, [p for _, p in parts])
-        for img in results:
+        for img in self._ordered([p for _, p in parts]):
             done.append(img)
             while current < len(batches) and len(done) == counts[current]:
                 yield np.concatenate(done) if done else np.empty((0, self.size, self.size, 3),
                                                                   dtype=np.uint8)
                 done = []
                 current += 1
+        while current < len(batches):  # trailing empty batches
+            yield np.empty((0, self.size, self.size, 3), dtype=np.uint8)
+            current += 1
 
     def render(self, angles: np.ndarray) -> np.ndarray:
         if len(angles) == 0:

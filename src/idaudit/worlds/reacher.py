@@ -14,4 +14,5 @@ from ..render_mujoco import (  # noqa: F401
     _ensure_gl,
     fingertip,
     load_physics,
+    simulate_controller,
 )

@@ -28,7 +28,6 @@ from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, check_seed
 from ..io import MAX_TEXT_INPUT, atomic_write, check_memory, first_line, write_json
 from ..progress import ProgressBar
-from .reacher import WRIST_LIMIT
 from .spec import check_fields, check_numbers, check_type
 
 FORMAT = "idaudit-reacher"
@@ -144,36 +143,13 @@ def r2_ceilings(z_fit: np.ndarray, z_test: np.ndarray) -> dict[str, list[float]]
 
 
 def controller_episodes(n_episodes: int, steps: int, seed: int) -> np.ndarray:
-    """Joint angles (episodes, steps, 2) of a goal-reaching PD controller driven by the physics.
+    """Joint angles (episodes, steps, 2) of a goal-reaching PD controller driven by the physics
+    (:func:`idaudit.render_mujoco.controller_episodes`), simulated in a render worker so that
+    dm_control and its GL display stay out of this process."""
+    from .reacher import RenderPool, simulate_controller
 
-    Each episode starts at random angles and chases a new random joint-space goal every 50
-    control steps (torques clipped to the actuator range); the simulation enforces the wrist
-    limit. This stands in for the paper's SAC trajectories, which are not available offline.
-    """
-    from .reacher import load_physics
-
-    physics = load_physics()
-    rng = np.random.default_rng(seed)
-    n_sub = 2  # the suite's control step is 0.02 s with a 0.01 s simulation step
-    out = np.empty((n_episodes, steps, 2))
-    lo, hi = physics.model.actuator_ctrlrange[:, 0], physics.model.actuator_ctrlrange[:, 1]
-    for e in range(n_episodes):
-        with physics.reset_context():
-            physics.data.qpos[:] = (rng.uniform(-math.pi, math.pi),
-                                    rng.uniform(-WRIST_LIMIT, WRIST_LIMIT))
-            physics.data.qvel[:] = 0.0
-        goal = np.zeros(2)
-        for t in range(steps):
-            if t % 50 == 0:
-                goal = np.array([rng.uniform(-math.pi, math.pi),
-                                 rng.uniform(-0.9 * WRIST_LIMIT, 0.9 * WRIST_LIMIT)])
-            q, dq = physics.data.qpos[:2].copy(), physics.data.qvel[:2].copy()
-            err = np.arctan2(np.sin(goal - q), np.cos(goal - q))
-            physics.data.ctrl[:] = np.clip(2.0 * err - 0.3 * dq, lo, hi)
-            for _ in range(n_sub):
-                physics.step()
-            out[e, t] = physics.data.qpos[:2]
-    return out
+    with RenderPool(1) as pool:
+        return pool.call(simulate_controller, n_episodes, steps, seed)
 
 
 def trajectory_angles(spec: ReacherSpec) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
@@ -302,7 +278,7 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
         if name.startswith("train") and (root / name).exists():
             hist += _histograms(read_chunk(root / name, ("z", "z_prime", "x", "x_prime"),
                                            spec)["x"])
-    with bar, RenderPool(workers, size=spec.image_size) as pool:
+    with RenderPool(workers, size=spec.image_size) as pool, bar:  # the pool starts first
         for (name, a, b), images in zip(todo, pool.imap_batches(batches)):
             if b is None:
                 _write_chunk(root / name, z=a, x=images)

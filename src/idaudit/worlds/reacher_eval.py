@@ -48,7 +48,7 @@ MIN_SIZE, MAX_SIZE = 16, 512
 CACHE_ENV = "IDAUDIT_CACHE"
 CHUNK_BYTES = 1 << 27  # images of one view per chunk file: at most 128 MiB (and 1000 rows)
 RENDER_CHUNK = 64  # frames per render job sent to a worker
-POOL_MIN_FRAMES = 2000  # fewer frames render faster in this process than a pool starts (≈ 4 s)
+POOL_MIN_FRAMES = 2000  # fewer frames render faster in one worker than several start (≈ 4 s)
 _CHUNK_NAME = re.compile(r"pairs-\d{5}\.npz")
 
 
@@ -183,7 +183,7 @@ def _render(spec: ReacherEvalSpec, z: np.ndarray, zp: np.ndarray, into: Path,
     chunks = []
     bar = ProgressBar(progress, 2 * spec.n, f"render {spec.image_size} px")
     batches = [np.concatenate([z[i:i + rows], zp[i:i + rows]]) for i in starts]
-    with bar, RenderPool(workers, chunk=RENDER_CHUNK, size=spec.image_size) as pool:
+    with RenderPool(workers, chunk=RENDER_CHUNK, size=spec.image_size) as pool, bar:
         for i, images in zip(starts, pool.imap_batches(batches)):
             k = len(images) // 2
             name = f"pairs-{i // rows:05d}.npz"
@@ -220,7 +220,7 @@ def eval_pairs(spec: ReacherEvalSpec, cache_dir: str | Path | None = None,
                workers: int | None = None, progress: bool = False,
                cache: bool = True) -> EvalPairs:
     """The evaluation pairs of ``spec``: read from the cache when a valid copy is there, else
-    rendered (``workers`` processes; None: this process below 2 000 frames, else one per CPU)
+    rendered (``workers`` processes; None: one below 2 000 frames, else one per CPU)
     and cached (``cache`` False: rendered, never cached)."""
     from ..render_mujoco import render_settings
 
