@@ -23,12 +23,13 @@ import torch
 from conftest import identity_linear, run
 from safetensors.torch import save_file
 
+from idaudit import export_archive
 from idaudit.errors import IdauditError
 from idaudit.loaders import import_factory
 
 WORLD = ("--world", "coupling", "--dim", "4")
 AUDIT = (*WORLD, "--n-eval", "2000", "--gauss-sims", "0")
-TORCH_2_13 = tuple(int(p) for p in torch.__version__.split(".")[:2]) == (2, 13)
+REVIEWED_TORCH = export_archive._torch_minor() in export_archive._PT2_TORCH
 
 
 def assert_refused(res, *fragments):
@@ -207,7 +208,7 @@ def hostile(legit, tmp_path, name):
     return rewrite(legit, tmp_path / f"{name}.pt2", build(marker)), marker
 
 
-@pytest.mark.skipif(not TORCH_2_13, reason="what torch.export.load runs is torch 2.13's")
+@pytest.mark.skipif(not REVIEWED_TORCH, reason="torch.export.load reviewed for 2.13 and 2.14 only")
 @pytest.mark.parametrize("name", [n for n, (_, _, live) in HOSTILE.items() if live])
 def test_the_hostile_archives_are_live(legit, tmp_path, name):
     """Without idaudit's checks, torch.export.load (and .module(), and one call) runs them."""
@@ -248,6 +249,16 @@ def test_plain_pt2_still_audits_plans_and_agrees_with_itself(legit, tmp_path):
     copy = shutil.copy(legit, tmp_path / "copy.pt2")
     res = run("consistency", legit, copy, *WORLD, "--n-eval", "500", "--min-r2", "0.99")
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("version", ["2.12.1", "2.15.0", "3.0.0a0+git1234", "unknown"])
+def test_pt2_on_an_unreviewed_torch_is_refused_in_one_line(legit, monkeypatch, version):
+    """On a torch whose loader was not reviewed, even a plain archive is refused, in one line
+    naming the versions idaudit knows and --trust-pickle."""
+    monkeypatch.setattr(torch, "__version__", version)
+    res = run("audit", legit, *AUDIT)
+    assert_refused(res, "idaudit vets .pt2 archives for torch 2.13 and 2.14 only",
+                   f"this is torch {version};", "--trust-pickle")
 
 
 def test_trust_pickle_loads_an_archive_with_pickled_weights(legit, tmp_path):

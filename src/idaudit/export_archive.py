@@ -4,7 +4,8 @@ Without ``trust_pickle`` an archive is loaded only if it is what ``torch.export.
 for a plain program (raw tensor weights and constants, aten operators, plain names, sympy
 expressions of literals and symbols), checked on the very bytes then handed to torch, with
 every ``torch.load`` inside forced to ``weights_only``. Anything else is refused with one line
-naming what was found and ``--trust-pickle``.
+naming what was found and ``--trust-pickle``. The checks follow torch's own loader, reviewed
+for torch 2.13 and 2.14; on any other torch every archive needs ``--trust-pickle``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .io import first_line as _first_line
 
 # ---- torch.export archives: vetted before torch.export.load runs anything they hold --------
 #
-# torch 2.13's torch.export.load (torch/export/__init__.py, load_pt2 in
+# torch's torch.export.load (torch/export/__init__.py, load_pt2 in
 # torch/export/pt2_archive/_package.py) runs code an archive carries in several ways: full
 # pickle (torch.load(weights_only=False)) for weights and constants whose payload config says
 # use_pickle, pickle.loads for constants named opaque_obj_*, the TorchScript unpickler for
@@ -36,8 +37,24 @@ from .io import first_line as _first_line
 # plain program, checked on the very bytes then handed to torch: raw tensor weights and
 # constants, one program calling aten operators, plain names, sympy expressions made of
 # literals and symbols. Anything else is refused.
+#
+# Reviewed against the loaders of torch 2.13.0 and 2.14.1 (the sources above, the serde
+# deserializer and schema, ExportedProgram.module() and _unlift, FX codegen, the sympy
+# functions the deserializer names, torch.load and the weights-only unpickler); a torch of any
+# other minor version is refused before the archive is looked at. 2.14 changed nothing they rely
+# on: the same member files and payload prefixes (constants.py is unchanged), the same archive
+# and schema versions (schema.yaml is unchanged, so the same argument kinds), the same
+# _SYM_OPS and sympy_functions table (no new names for sympify; torch.utils._sympy.functions
+# only gained type hints), the same weights_only-then-full-pickle fallbacks, guards_code still
+# exec'd, names pasted as before. What did change lies outside what a vetted archive reaches:
+# the AOTInductor loader is now built before its device check (AOTInductor is refused), FX
+# writes boxed-argument locals (from an operator attribute or node meta the deserializer never
+# sets) and complex constants as complex(real, imag) (numbers only), the weights-only
+# unpickler lets allow-listed list subclasses be appended to and maps protocol-2 exception
+# names to builtins (allow-listed globals only), and weights_only loads always validate sparse
+# tensors. A new torch must be reviewed the same way before its version is added here.
 
-_PT2_TORCH = (2, 13)  # the torch whose torch.export.load these checks were written against
+_PT2_TORCH = frozenset({(2, 13), (2, 14)})  # torch minor versions whose loader was reviewed
 _PT2_MEMBERS = frozenset({"archive_format", "archive_version", "byteorder", ".data/version",
                           ".data/serialization_id", "models/model.json",
                           "data/sample_inputs/model.pt", "data/weights/model_weights_config.json",
@@ -72,6 +89,31 @@ class _Unvetted(Exception):
 
 class _Unreadable(Exception):
     """The archive cannot be read as one (torch would fail on it as well)."""
+
+
+class _UnreviewedTorch(Exception):
+    """This torch's loader is not one the checks were reviewed against."""
+
+
+def _torch_minor() -> tuple[int, int] | None:
+    """(major, minor) of the torch this process runs, None if its version does not say."""
+    import torch
+
+    found = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    return None if found is None else (int(found[1]), int(found[2]))
+
+
+def _check_torch_reviewed() -> None:
+    import torch
+
+    if _torch_minor() in _PT2_TORCH:
+        return
+    known = [".".join(map(str, v)) for v in sorted(_PT2_TORCH)]
+    names = known[0] if len(known) == 1 else ", ".join(known[:-1]) + " and " + known[-1]
+    raise _UnreviewedTorch(
+        f"idaudit vets .pt2 archives for torch {names} only, and this is torch "
+        f"{torch.__version__}; pass --trust-pickle if you trust the file, or use one of those "
+        "torch versions")
 
 
 def _short(s: str) -> str:
@@ -273,6 +315,8 @@ def _vet_pt2(path: Path, data: bytes) -> None:
             f"{_TRUST_HINT}") from None
     except _Unreadable as exc:
         raise IdauditError(f"cannot load {path} as a torch.export program ({exc})") from None
+    except _UnreviewedTorch as exc:
+        raise IdauditError(f"{path}: {exc}") from None
 
 
 def _vet_pt2_bytes(data: bytes) -> None:
@@ -280,10 +324,7 @@ def _vet_pt2_bytes(data: bytes) -> None:
 
     import torch
 
-    found = re.match(r"(\d+)\.(\d+)", torch.__version__)
-    if found is None or (int(found[1]), int(found[2])) != _PT2_TORCH:
-        raise _Unvetted(f"idaudit vets these for torch {'.'.join(map(str, _PT2_TORCH))} only, "
-                        f"and this is torch {torch.__version__}")
+    _check_torch_reviewed()
     try:  # torch.export.load falls back to the legacy layout, all pickles, if a zip has `version`
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             legacy = "version" in zf.namelist()
