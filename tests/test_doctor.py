@@ -105,3 +105,24 @@ def test_gl_fallback_and_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     gl = doctor._check_gl()
     assert not gl["ok"] and "MUJOCO_GL=egl is set and used" in gl["detail"]
     assert gl["fix"] == "unset MUJOCO_GL or export MUJOCO_GL=osmesa (which works)"
+
+
+@pytest.mark.parametrize("name", ["torchvision", "timm", "transformers"])
+def test_vision_stack_is_what_a_fresh_import_finds(checks: list[dict], name: str) -> None:
+    """The vision checks agree with importing each package in a fresh process: installed and
+    importable → its version; installed but broken (a torchvision built for another torch) →
+    not ok, with the pair to install; not installed → ok, optional."""
+    import subprocess
+    import sys
+
+    check = {c["name"]: c for c in checks}[name]
+    if importlib.util.find_spec(name) is None:
+        assert check["ok"] and "not installed" in check["detail"] and "vision" in check["detail"]
+        return
+    proc = subprocess.run([sys.executable, "-c", f"import {name}; print({name}.__version__)"],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode == 0:
+        assert check["ok"] and check["detail"] == f"{name} {proc.stdout.strip()}"
+    else:
+        assert not check["ok"] and "not importable" in check["detail"]
+        assert "torchvision==" in check["fix"]

@@ -23,7 +23,8 @@ from .render_mujoco import (  # no torch: the doctor runs without it
     probe_backend,
 )
 
-MIN_PYTHON = (3, 10)
+MIN_PYTHON = (3, 11)  # pyproject.toml's requires-python: the Python CI runs
+MIN_TORCH = "2.13"  # pyproject.toml's floor: the oldest torch CI runs
 MUJOCO_VERSION = "3.17.0"
 DM_CONTROL_VERSION = "1.0.50"
 
@@ -130,6 +131,32 @@ def _check_cuda(torch: Any) -> dict[str, Any]:
     return _check("cuda", True, f"CUDA available: {len(names)} GPU(s) ({', '.join(names)})")
 
 
+VISION_FIX = ("install torch and torchvision of one build: pip install torch==2.14.1 "
+              "torchvision==0.29.1 (the pair CI tests; the vision extra)")
+
+
+def _check_vision() -> list[dict[str, Any]]:
+    """The optional vision stack for other projects' encoders (timm, transformers) and the
+    torchvision under timm, which must be built for this very torch: a CPU torch beside a
+    CUDA torchvision fails to import ("operator torchvision::nms does not exist")."""
+    import importlib.util
+
+    checks = []
+    for name, what in (("torchvision", "under timm"), ("timm", "timm:NAME architectures"),
+                       ("transformers", "Hugging Face directories")):
+        if importlib.util.find_spec(name) is None:
+            checks.append(_check(name, True, f"{name} not installed (optional: {what}; "
+                                             'pip install "idaudit[vision]")'))
+            continue
+        mod, info = _import(name)
+        if mod is None:
+            checks.append(_check(name, False, f"{name} installed but not importable ({info})",
+                                 VISION_FIX))
+        else:
+            checks.append(_check(name, True, f"{name} {info}"))
+    return checks
+
+
 def run_checks() -> list[dict[str, Any]]:
     """Run every check; each result is ``{"name", "ok", "detail", "fix"}``."""
     from ._version import __version__
@@ -139,11 +166,11 @@ def run_checks() -> list[dict[str, Any]]:
     py = sys.version_info
     py_ok = py[:2] >= MIN_PYTHON
     checks.append(_check("python", py_ok, f"Python {py.major}.{py.minor}.{py.micro}",
-                         None if py_ok else "idaudit needs Python >= 3.10"))
+                         None if py_ok else f"idaudit needs Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}"))
 
     torch, info = _import("torch")
     checks.append(_check("torch", torch is not None, f"torch {info}" if torch else info,
-                         None if torch else 'pip install "torch>=2.2"'))
+                         None if torch else f'pip install "torch>={MIN_TORCH}"'))
     checks.append(_check_cuda(torch))
 
     numba, info = _import("numba")
@@ -157,6 +184,8 @@ def run_checks() -> list[dict[str, Any]]:
         mod, info = _import(module)
         checks.append(_check(name, mod is not None, f"{name} {info}" if mod else info,
                              None if mod else f'pip install "{req}"'))
+
+    checks += _check_vision()
 
     have_reacher = True
     imported = _import_without_gl(("mujoco", "dm_control"))
