@@ -9,7 +9,7 @@ Python loop) runs beside both, as on a shared machine. The two kinds alternate i
 (plain first, then numba first), so drift of the machine hits both; the ratio is the median
 of the per-round ratios (1.0: the pool costs nothing afterwards).
 
-    python benchmarks/bench_numba_pool.py [--rounds 4] [--steps 300] [--src DIR] [--alone]
+    python benchmarks/bench_numba_pool.py [--rounds 4] [--steps 300] [--src DIR] [--alone|--busy N]
 
 ``--src DIR`` runs another checkout's ``src`` (before/after comparisons).
 """
@@ -24,7 +24,9 @@ import sys
 
 CHILD = r"""
 import sys, time
-mode, steps = sys.argv[1], int(sys.argv[2])
+mode, steps, torch_first = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+if torch_first:
+    import torch  # as a test suite or a user's script may: OpenMP starts with its defaults
 import idaudit  # noqa: F401  (its thread settings first, as the idaudit command)
 import torch
 from idaudit.encoders import build_encoder
@@ -55,8 +57,9 @@ print(1000 * (time.perf_counter() - t0) / steps)
 """
 
 
-def measure(mode: str, steps: int, env: dict[str, str]) -> float:
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(steps)], env=env,
+def measure(mode: str, steps: int, env: dict[str, str], torch_first: bool) -> float:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(steps), str(int(torch_first))],
+                         env=env,
                          capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"{mode} child failed ({out.returncode}): {out.stderr[-400:]}")
@@ -69,17 +72,21 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--src", help="another checkout's src directory to run")
     ap.add_argument("--alone", action="store_true", help="no busy process beside")
+    ap.add_argument("--busy", type=int, default=1, help="busy processes beside (default 1)")
+    ap.add_argument("--torch-first", action="store_true",
+                    help="import torch before idaudit (as a test suite's conftest does)")
     args = ap.parse_args()
     env = dict(os.environ)
     if args.src:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (args.src, env.get("PYTHONPATH")) if p)
-    busy = None if args.alone else subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    busy = [] if args.alone else [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                                  for _ in range(args.busy)]
     times: dict[str, list[float]] = {"plain": [], "numba": []}
     ratios = []
     try:
         for r in range(args.rounds):
             order = ("plain", "numba") if r % 2 == 0 else ("numba", "plain")
-            got = {m: measure(m, args.steps, env) for m in order}
+            got = {m: measure(m, args.steps, env, args.torch_first) for m in order}
             for m, t in got.items():
                 times[m].append(t)
             ratios.append(got["numba"] / got["plain"])
@@ -87,12 +94,14 @@ def main() -> None:
                   f"after numba's pool {got['numba']:.2f} ms/step, ratio {ratios[-1]:.2f}",
                   flush=True)
     finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
+        for b in busy:
+            b.kill()
+            b.wait()
     import torch
 
-    beside = "alone" if args.alone else "beside one busy process"
+    beside = "alone" if args.alone else f"beside {args.busy} busy process(es)"
+    if args.torch_first:
+        beside += ", torch imported before idaudit"
     print(f"\ntorch {torch.__version__}, {os.cpu_count()} CPUs, {beside}, {args.steps} steps; "
           f"medians of {args.rounds} rounds")
     print(f"plain {statistics.median(times['plain']):.2f} ms/step, after numba's parallel "

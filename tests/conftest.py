@@ -1,5 +1,11 @@
 import os
 
+# idaudit before torch: its OpenMP settings (waiting threads sleep) must be in place when torch
+# loads the runtime; a suite that imported torch first trained up to 10× slower beside busy
+# processes (benchmarks/bench_numba_pool.py --torch-first)
+import idaudit  # noqa: F401
+
+# isort: split
 import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))

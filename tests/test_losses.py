@@ -102,31 +102,42 @@ def test_sigma_auto_is_the_ou_channels_density_ratio_width():
         sigma_for("auto", 8, None)
 
 
-def test_serial_and_parallel_numba_kernels_agree():
-    """One torch thread (a sweep worker) runs the serial kernels; they equal the parallel ones."""
+def test_threaded_numba_sweeps_agree_and_leave_no_thread():
+    """A large problem splits its slices across threads; the sums and gradients equal the
+    one-thread kernel's and the closed forms, and no thread outlives the call. One torch thread
+    (a sweep worker) means one thread here too."""
+    import threading
+
     _numba = pytest.importorskip("idaudit._ep_numba")
     import numpy as np
 
     rng = np.random.default_rng(0)
-    theta = rng.standard_normal((64, 300)) * 0.2
+    theta = rng.standard_normal((129, 8192)) * 0.2  # ≥ PARALLEL_MIN samples × slices
     c1, s1 = np.cos(theta), np.sin(theta)
-    a, b = rng.standard_normal((16, 64)), rng.standard_normal((16, 64))
-    out_p = np.empty((2, 16, 64))
-    out_s = np.empty((2, 16, 64))
-    _numba.ep_sums(c1, s1, 16, out_p[0], out_p[1])
-    _numba.ep_sums_serial(c1, s1, 16, out_s[0], out_s[1])
-    np.testing.assert_allclose(out_s, out_p, rtol=1e-12, atol=1e-10)
-    k = np.arange(1, 17)[:, None, None]
-    np.testing.assert_allclose(out_s[0], np.cos(k * theta[None]).sum(-1), rtol=1e-9, atol=1e-8)
-    g_p, g_s = np.empty_like(c1), np.empty_like(c1)
-    _numba.ep_grad(c1, s1, a, b, g_p)
-    _numba.ep_grad_serial(c1, s1, a, b, g_s)
-    np.testing.assert_allclose(g_s, g_p, rtol=1e-12, atol=1e-10)
-    want = (a[:, :, None] * np.cos(k * theta[None]) + b[:, :, None] * np.sin(k * theta[None])).sum(0)
-    np.testing.assert_allclose(g_s, want, rtol=1e-9, atol=1e-8)
+    a, b = rng.standard_normal((16, 129)), rng.standard_normal((16, 129))
     threads = torch.get_num_threads()
     try:
+        torch.set_num_threads(2)
+        assert _numba._parallel_ok(c1)
+        before = threading.active_count()
+        out_p = _numba.sums(c1, s1, 16)
+        g_p = _numba.grad(c1, s1, a, b)
+        assert threading.active_count() == before
+        out_s = np.empty((2, 16, 129))
+        _numba.ep_sums_serial(c1, s1, 16, out_s[0], out_s[1])
+        np.testing.assert_array_equal(out_p, out_s)  # the same kernel on each slice
+        g_s = np.empty_like(c1)
+        _numba.ep_grad_serial(c1, s1, a, b, g_s)
+        np.testing.assert_array_equal(g_p, g_s)
+        k = np.arange(1, 17)[:, None, None]
+        sub = theta[:7, :300]  # the closed forms on a corner
+        o = _numba.sums(np.cos(sub), np.sin(sub), 16)
+        np.testing.assert_allclose(o[0], np.cos(k * sub[None]).sum(-1), rtol=1e-9, atol=1e-8)
+        g = _numba.grad(np.cos(sub), np.sin(sub), a[:, :7], b[:, :7])
+        want = (a[:, :7, None] * np.cos(k * sub[None])
+                + b[:, :7, None] * np.sin(k * sub[None])).sum(0)
+        np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-8)
         torch.set_num_threads(1)
-        assert _numba._threads() == 1
+        assert _numba._threads() == 1 and not _numba._parallel_ok(c1)
     finally:
         torch.set_num_threads(threads)

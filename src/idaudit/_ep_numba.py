@@ -1,11 +1,15 @@
 """Numba kernels for the Epps–Pulley sweeps on CPU (optional; torch is the fallback).
 
-For each slice j (in parallel) the rotation recurrence
+For each slice j the rotation recurrence
 (cos, sin)((k+1)θ) = (cos kθ cos θ − sin kθ sin θ, sin kθ cos θ + cos kθ sin θ)
-runs over the samples of that slice, which stay in L1 cache for all knots.
+runs over the samples of that slice, which stay in L1 cache for all knots. A large problem
+splits its slices across threads started for the call and joined before it returns (the
+kernels release the GIL); no thread pool outlives a call.
 """
 
 from __future__ import annotations
+
+import os
 
 import numba as nb
 import numpy as np
@@ -14,7 +18,7 @@ import numpy as np
 def _sums_impl(c1, s1, knots_minus_one, out_c, out_s):  # pragma: no cover - compiled
     """out_c[k, j] = Σ_i cos((k+1)θ_ji), out_s likewise, from c1 = cos θ, s1 = sin θ (m, n)."""
     m, n = c1.shape
-    for j in nb.prange(m):
+    for j in range(m):
         cj = c1[j]
         sj = s1[j]
         c = cj.copy()
@@ -39,7 +43,7 @@ def _grad_impl(c1, s1, a, b, out):  # pragma: no cover - compiled
     """out[j, i] = Σ_k a[k, j] cos((k+1)θ_ji) + b[k, j] sin((k+1)θ_ji)."""
     m, n = c1.shape
     kk = a.shape[0]
-    for j in nb.prange(m):
+    for j in range(m):
         cj = c1[j]
         sj = s1[j]
         c = cj.copy()
@@ -60,46 +64,80 @@ def _grad_impl(c1, s1, a, b, out):  # pragma: no cover - compiled
                 g[i] += ak * cn + bk * sn
 
 
-_parallel = nb.njit(parallel=True, fastmath=True, cache=True)
-_serial = nb.njit(fastmath=True, cache=True)
-ep_sums, ep_sums_serial = _parallel(_sums_impl), _serial(_sums_impl)
-ep_grad, ep_grad_serial = _parallel(_grad_impl), _serial(_grad_impl)
+_serial = nb.njit(fastmath=True, cache=True, nogil=True)  # nogil: threads run it side by side
+ep_sums_serial = _serial(_sums_impl)
+ep_grad_serial = _serial(_grad_impl)
 
 
 def _threads() -> int:
     """Use no more threads than torch does (e.g. one per run in a process pool); without
-    torch loaded (an arrays-only audit), numba's own count."""
+    torch loaded (an arrays-only audit), one per CPU."""
     import sys
 
     torch = sys.modules.get("torch")
-    wanted = torch.get_num_threads() if torch is not None else nb.config.NUMBA_NUM_THREADS
-    n = max(1, min(wanted, nb.config.NUMBA_NUM_THREADS))
-    if n > 1:
-        nb.set_num_threads(n)
-    return n
+    return max(1, torch.get_num_threads() if torch is not None else (os.cpu_count() or 1))
 
 
-PARALLEL_MIN = 1 << 20  # samples × slices below which one thread is faster than waking more
+PARALLEL_MIN = 1 << 20  # samples × slices below which one thread is faster than starting more
+
+
+def _chunks(m: int, parts: int) -> list[slice]:
+    bounds = np.linspace(0, m, parts + 1).round().astype(int)
+    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+
+
+def _run(kernel, m: int, work) -> None:
+    """``work(kernel, rows)`` over the slices, split across threads for a large problem.
+
+    The threads are started for this call and joined before it returns, so nothing idles or
+    polls afterwards: numba's own parallel pool (``parallel=True``) stays alive for the life
+    of the process, and beside busy neighbours a process that had woken it trained up to 10×
+    slower (benchmarks/bench_numba_pool.py).
+    """
+    threads = min(_threads(), m)
+    if threads <= 1:
+        work(kernel, slice(0, m))
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="idaudit-ep") as pool:
+        for f in [pool.submit(work, kernel, rows) for rows in _chunks(m, threads)]:
+            f.result()
 
 
 def _parallel_ok(c1: np.ndarray) -> bool:
-    """The parallel kernel only for large problems and more than one thread: a small sweep
-    takes about a millisecond, less than waking (and afterwards idling) a second pool."""
+    """Threads only for large problems and more than one thread: a small sweep takes about a
+    millisecond, less than starting a second thread."""
     return c1.size >= PARALLEL_MIN and _threads() > 1
 
 
 def sums(c1: np.ndarray, s1: np.ndarray, knots_minus_one: int) -> np.ndarray:
-    """With one thread, or a small problem, the serial kernel runs: it never wakes the
-    OpenMP pool, whose idle threads would otherwise spin beside other processes."""
-    kernel = ep_sums if _parallel_ok(c1) else ep_sums_serial
     m = c1.shape[0]
     out = np.empty((2, knots_minus_one, m), dtype=c1.dtype)
-    kernel(c1, s1, knots_minus_one, out[0], out[1])
+
+    def work(kernel, rows: slice) -> None:
+        oc, os_ = np.empty((knots_minus_one, rows.stop - rows.start), c1.dtype), \
+            np.empty((knots_minus_one, rows.stop - rows.start), c1.dtype)
+        kernel(c1[rows], s1[rows], knots_minus_one, oc, os_)
+        out[0][:, rows], out[1][:, rows] = oc, os_
+
+    if _parallel_ok(c1):
+        _run(ep_sums_serial, m, work)
+    else:
+        work(ep_sums_serial, slice(0, m))
     return out
 
 
 def grad(c1: np.ndarray, s1: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    kernel = ep_grad if _parallel_ok(c1) else ep_grad_serial
     out = np.empty(c1.shape, dtype=c1.dtype)
-    kernel(c1, s1, a.astype(c1.dtype), b.astype(c1.dtype), out)
+    a, b = a.astype(c1.dtype), b.astype(c1.dtype)
+
+    def work(kernel, rows: slice) -> None:
+        kernel(c1[rows], s1[rows], np.ascontiguousarray(a[:, rows]),
+               np.ascontiguousarray(b[:, rows]), out[rows])
+
+    if _parallel_ok(c1):
+        _run(ep_grad_serial, c1.shape[0], work)
+    else:
+        work(ep_grad_serial, slice(0, c1.shape[0]))
     return out
