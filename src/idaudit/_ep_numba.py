@@ -123,8 +123,8 @@ def sums(c1: np.ndarray, s1: np.ndarray, knots_minus_one: int) -> np.ndarray:
 
     if _parallel_ok(c1):
         _run(ep_sums_serial, m, work)
-    else:
-        work(ep_sums_serial, slice(0, m))
+    else:  # one thread, in place (a training step's size: no copies)
+        ep_sums_serial(c1, s1, knots_minus_one, out[0], out[1])
     return out
 
 
@@ -139,5 +139,5 @@ def grad(c1: np.ndarray, s1: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.nda
     if _parallel_ok(c1):
         _run(ep_grad_serial, c1.shape[0], work)
     else:
-        work(ep_grad_serial, slice(0, c1.shape[0]))
+        ep_grad_serial(c1, s1, a, b, out)
     return out
