@@ -4,7 +4,7 @@ import json
 import statistics
 
 import pytest
-from conftest import run
+from conftest import one_line, run
 from safetensors.torch import load_file, save_file
 
 from idaudit.cli import app
@@ -86,6 +86,22 @@ def test_embed_writes_an_npz_that_audits_like_the_encoder(tmp_path):
     assert run("audit", out, "--json", a).exit_code == 0
     assert run("audit", enc, *world, "--json", b).exit_code == 0
     assert json.loads(a.read_text())["metrics"] == json.loads(b.read_text())["metrics"]
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "meta.json", "-"])
+def test_embed_refuses_a_non_npz_out_before_touching_it(tmp_path, monkeypatch, name):
+    """A file at a wrong --out is refused and kept, never deleted first (issue 27, item 3)."""
+    import torch
+    from conftest import identity_linear
+
+    monkeypatch.chdir(tmp_path)
+    enc = tmp_path / "enc.pt"
+    torch.jit.script(identity_linear()).save(str(enc))
+    (tmp_path / name).write_text("keep me\n")
+    res = run("embed", enc, "--world", "coupling", "--dim", "4", "--n-eval", "100",
+              "--out", name)
+    one_line(res, 2, "--out must name an .npz file")
+    assert (tmp_path / name).read_text() == "keep me\n"
 
 
 def test_consistency_of_two_runs(tmp_path):

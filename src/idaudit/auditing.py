@@ -657,6 +657,16 @@ def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions) -> AuditInpu
                        world=spec.to_dict(), seed=seed)
 
 
+def check_embed_out(out: str | Path | None) -> Path | None:
+    """``embed --out`` must name an .npz file; checked before anything at that path is
+    touched (a stale output is removed only after this)."""
+    if out is None:
+        return None
+    if Path(out).suffix.lower() != ".npz":
+        raise IdauditError(f"--out must name an .npz file, got {out}")
+    return Path(out)
+
+
 def run_embed(req: EmbedRequest) -> AuditInputs:
     """The embeddings of :class:`~idaudit.requests.EmbedRequest` ``req``: its encoder on its
     evaluation set (as an audit would embed it), written to ``req.out`` as ``.npz`` when given
@@ -670,9 +680,7 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
     if req.target is None:
         raise IdauditError("embed needs an encoder")
     check_n_eval(req.n_eval)
-    out = None if req.out is None else Path(req.out)
-    if out is not None and out.suffix.lower() != ".npz":
-        raise IdauditError(f"--out must name an .npz file, got {out}")
+    out = check_embed_out(req.out)
     if isinstance(req.target, (str, Path)):
         loaded = load_target(req.target, req)
         if isinstance(loaded, Arrays):

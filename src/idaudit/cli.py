@@ -568,10 +568,11 @@ def embed(
     """Embed a world's evaluation set with any encoder and write the arrays (z, h, h′, ρ)
     as an .npz: what audit would measure, to look at, store, compare (`idaudit consistency`)
     or audit later (`idaudit audit OUT.npz` gives the same numbers). Options as audit's."""
-    from .auditing import run_embed
+    from .auditing import check_embed_out, run_embed
     from .requests import EmbedRequest
 
     check_seed(seed)
+    check_embed_out(out_path)  # before check_outputs removes a stale file there
     check_outputs([(out_path, "--out")], [(target, "the target"), (encoder["data"], "--data")],
                   remove_stale=True)
     inp = run_embed(EmbedRequest(target=target, out=out_path, n_eval=n_eval, seed=seed,
