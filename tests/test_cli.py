@@ -349,3 +349,28 @@ def test_a_closed_pipe_is_not_an_internal_error(tmp_path):
         os.close(write_end)
     assert res.returncode == 141, res.stderr
     assert "internal error" not in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_dash_report_goes_to_stdout_alone(tmp_path, monkeypatch):
+    """``--json -`` (and --junit/--markdown -) write the report to stdout, the table to stderr,
+    and no file named '-' (issue 27, item 7); two reports on stdout are refused."""
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((500, 2))
+    np.savez(tmp_path / "a.npz", z=z, h=z @ np.array([[1.0, 0.2], [0.0, 1.0]]))
+    res = run("audit", "a.npz", "--json", "-", "--min-r2", "0.9")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["verdict"] == "pass" and report["metrics"]["r2_h_to_z"] > 0.99
+    assert "R²" in res.stderr and not (tmp_path / "-").exists()
+    res = run("audit", "a.npz", "--markdown", "-")
+    assert res.exit_code == 0 and res.stdout.lstrip().startswith("#"), res.stdout[:200]
+    res = run("plan", "a.npz", "--json", "-")
+    assert res.exit_code == 0 and "cost_ratio_median" in json.loads(res.stdout), res.output
+    res = run("metrics", "--json", "-")
+    assert res.exit_code == 0 and {m["key"] for m in json.loads(res.stdout)} >= {"r2_h_to_z"}
+    one_line(run("audit", "a.npz", "--json", "-", "--junit", "-"), 2,
+             "--json and --junit both name standard output")
+    assert not (tmp_path / "-").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 
 import typer
@@ -26,7 +27,7 @@ from .errors import (
     internal_error_line,
     show_tracebacks,
 )
-from .io import check_outputs
+from .io import check_outputs, json_text
 from .requests import (
     AuditRequest,
     ConsistencyRequest,
@@ -46,6 +47,31 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+
+
+def to_stdout(path: Path | None) -> bool:
+    """``-`` for a report path means standard output (the table then goes to stderr)."""
+    return path is not None and str(path) == "-"
+
+
+def _report_outputs(named: list[tuple[Path | None, str]]) -> list[tuple[Path | None, str]]:
+    """The report paths to check as files: ``-`` (stdout) left out, and at most one of them."""
+    dashes = [flag for path, flag in named if to_stdout(path)]
+    if len(dashes) > 1:
+        raise IdauditError(f"{' and '.join(dashes)} both name standard output (-); give one "
+                           "of them a file")
+    return [(path, flag) for path, flag in named if not to_stdout(path)]
+
+
+def _emit(path: Path, text: str) -> None:
+    """Write a report's ``text`` to ``path`` atomically, or to stdout for ``-``."""
+    from .io import atomic_write
+
+    if to_stdout(path):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    else:
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
 # Exceptions the command layer hands on to typer as they are: exits, aborts and usage errors.
@@ -420,30 +446,28 @@ report_flags = flag_group("report", REPORT_FLAGS)
 def _check_reports(flags: dict, inputs: list) -> None:
     """The report files of ``flags`` checked writable (and not an input, the gate file
     included) before any work; a stale report at their paths removed."""
-    check_outputs([(flags["json_path"], "--json"), (flags["junit"], "--junit"),
-                   (flags["markdown"], "--markdown")], [*inputs, (flags["gate"], "--gate")],
-                  remove_stale=True)
+    check_outputs(_report_outputs([(flags["json_path"], "--json"), (flags["junit"], "--junit"),
+                                   (flags["markdown"], "--markdown")]),
+                  [*inputs, (flags["gate"], "--gate")], remove_stale=True)
 
 
 def _finish(report, table, flags: dict, kind: str = "audit") -> None:
     """Print a gated report, write the --json/--junit/--markdown files its ``flags`` name,
     exit with its code."""
-    from .io import atomic_write, write_json
     from .report import audit_junit, audit_markdown
 
     json_path, junit, markdown = flags["json_path"], flags["junit"], flags["markdown"]
-    out.print(table)
+    piped = any(to_stdout(p) for p in (json_path, junit, markdown))
+    (err if piped else out).print(table)  # stdout carries the report alone
     if report.reason:
         err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
                   soft_wrap=True)
     if json_path is not None:
-        write_json(json_path, report.to_dict())
+        _emit(json_path, json_text(report.to_dict()))
     if junit is not None:
-        text = audit_junit(report)
-        atomic_write(junit, lambda tmp: Path(tmp).write_text(text))
+        _emit(junit, audit_junit(report))
     if markdown is not None:
-        text_md = audit_markdown(report, kind)
-        atomic_write(markdown, lambda tmp: Path(tmp).write_text(text_md))
+        _emit(markdown, audit_markdown(report, kind))
     failed = [t.metric for t in report.failed]
     if failed:
         err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
@@ -595,7 +619,10 @@ def metrics_(
     from .io import write_json
     from .report import catalogue_table
 
-    check_outputs([(json_path, "--json")], remove_stale=True)
+    check_outputs(_report_outputs([(json_path, "--json")]), remove_stale=True)
+    if to_stdout(json_path):
+        _emit(json_path, json_text(catalogue_json()))
+        return
     out.print(catalogue_table())
     if json_path is not None:
         write_json(json_path, catalogue_json())
@@ -630,16 +657,19 @@ def plan(
     from .planning import run_plan
     from .report import plan_table
 
-    check_outputs([(json_path, "--json"), (plot, "--plot")],
+    check_outputs(_report_outputs([(json_path, "--json")]) + [(plot, "--plot")],
                   [(target, "the target"), (encoder["data"], "--data")], remove_stale=True)
     report = run_plan(PlanRequest(
         target=target, **encoder, seed=seed,
         pairs=pairs, waypoints=waypoints, gallery=gallery))
-    out.print(plan_table(report.metrics))
+    say = err if to_stdout(json_path) else out  # stdout carries the JSON alone
+    say.print(plan_table(report.metrics))
     if plot is not None:
         report.plot(plot)
-        out.print(f"wrote {plot}")
-    if json_path is not None:
+        say.print(f"wrote {plot}")
+    if to_stdout(json_path):
+        _emit(json_path, json_text(report.to_dict()))
+    elif json_path is not None:
         write_json(json_path, report.to_dict())
         out.print(f"wrote {json_path}")
 

@@ -470,8 +470,14 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
+def json_text(data: Any) -> str:
+    """The JSON idaudit writes: NaN and ±inf as null (:func:`jsonable`), indented, one line
+    break at the end."""
+    return json.dumps(jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
 def write_json(path: str | Path, data: Any) -> Path:
-    text = json.dumps(jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    text = json_text(data)
 
     def write(tmp: str) -> None:
         Path(tmp).write_text(text)
