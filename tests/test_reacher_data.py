@@ -15,8 +15,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from idaudit.cli import app  # noqa: E402
 from idaudit.errors import IdauditError  # noqa: E402
-from idaudit.worlds import reacher_data as rd  # noqa: E402
 from idaudit.worlds import reacher  # noqa: E402
+from idaudit.worlds import reacher_data as rd  # noqa: E402
 from idaudit.worlds.reacher import RenderPool  # noqa: E402
 
 runner = CliRunner()
@@ -300,6 +300,15 @@ def test_images_render_natively_at_the_asked_size(tmp_path):
     assert data.x.std() > 5  # an arm and a target, not a blank frame
     with pytest.raises(IdauditError, match="--image-size must lie in"):
         rd.ReacherSpec(image_size=8).validate()
+    # datasets and evaluation sets share one limit (issue 27: 300 px was refused for an
+    # evaluation set of another project's encoder, whose own limit is 512)
+    from idaudit.worlds.reacher_eval import ReacherEvalSpec
+
+    assert rd.ReacherSpec(image_size=512).validate().image_size == 512
+    assert ReacherEvalSpec(image_size=512).validate().image_size == 512
+    for bad in (rd.ReacherSpec(image_size=513), ReacherEvalSpec(image_size=513)):
+        with pytest.raises(IdauditError, match=r"must lie in \[16, 512\]"):
+            bad.validate()
     ckpt = tmp_path / "r.safetensors"
     res = runner.invoke(app, ["train", "--world", "reacher", "--data", str(root), "--epochs", "1",
                               "--batch", "4", "--out", str(ckpt), "--device", "cpu"])

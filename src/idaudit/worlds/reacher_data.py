@@ -34,6 +34,7 @@ FORMAT = "idaudit-reacher"
 FORMAT_VERSION = 1
 CHUNK = 1000
 EVAL_SEED = 20_260_525  # the evaluation set is shared by every condition
+MIN_SIZE, MAX_SIZE = 16, 512  # rendered image sizes (px), datasets and evaluation sets alike
 
 
 FIELD_TYPES = {"mode": "string", "rho": "number", "stride": "integer", "pairs": "integer",
@@ -57,8 +58,9 @@ class ReacherSpec:
         for name, kind in FIELD_TYPES.items():
             check_type(getattr(self, name), kind, FLAGS.get(name, "--" + name.replace("_", "-")))
         check_seed(self.seed, "--data-seed")
-        if not 16 <= self.image_size <= 256:
-            raise IdauditError(f"--image-size must lie in [16, 256] pixels, got {self.image_size}")
+        if not MIN_SIZE <= self.image_size <= MAX_SIZE:
+            raise IdauditError(f"--image-size must lie in [{MIN_SIZE}, {MAX_SIZE}] pixels, got "
+                               f"{self.image_size}")
         if self.mode not in ("ou", "trajectory"):
             raise IdauditError(f"unknown Reacher mode {self.mode!r}; valid: ou, trajectory")
         if self.mode == "ou" and not 0.0 < self.rho < 1.0:

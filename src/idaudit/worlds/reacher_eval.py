@@ -39,12 +39,11 @@ from ..errors import IdauditError, check_seed
 from ..io import MAX_TEXT_INPUT, check_memory, first_line, make_temp_dir
 from ..progress import ProgressBar
 from .base import EvalSet
-from .reacher_data import EVAL_SEED, eval_angles, eval_partners, read_chunk
+from .reacher_data import EVAL_SEED, MAX_SIZE, MIN_SIZE, eval_angles, eval_partners, read_chunk
 from .spec import check_type
 
 FORMAT = "idaudit-reacher-eval"
 FORMAT_VERSION = 1
-MIN_SIZE, MAX_SIZE = 16, 512
 CACHE_ENV = "IDAUDIT_CACHE"
 CHUNK_BYTES = 1 << 27  # images of one view per chunk file: at most 128 MiB (and 1000 rows)
 RENDER_CHUNK = 64  # frames per render job sent to a worker
