@@ -386,6 +386,32 @@ def test_lewm_directory_refusals(project, monkeypatch):
              "pip install 'idaudit[hydra]'"], load_target, folder)
 
 
+@pytest.mark.parametrize("where", ["value", "key", "nested list", "escaped"])
+def test_lewm_config_interpolations_are_refused(project, where):
+    """Hydra resolves ``${…}`` before it instantiates, so a resolver can build a node the
+    literal-_target_ vetting never saw (``oc.create`` of a ``builtins.open``: a file truncated,
+    issue 27 item 1): an untrusted config with any interpolation is refused, and nothing runs."""
+    user_module()
+    folder = project / "lewm"
+    folder.mkdir()
+    torch.save({}, str(folder / "weights.pt"))
+    victim = project / "victim.txt"
+    victim.write_text("precious\n")
+    payload = "${oc.create:{_target_: builtins.open, file: " + str(victim) + ", mode: w}}"
+    config = lewm_config()
+    if where == "value":
+        config["encoder"]["in_features"] = payload
+    elif where == "key":
+        config[payload] = 1
+    elif where == "nested list":
+        config["predictor"]["_args_"] = [[payload]]
+    else:
+        config["encoder"]["note"] = "\\" + payload  # an escaped one is refused too
+    (folder / "config.json").write_text(json.dumps(config))
+    refused(["interpolation", "--trust-pickle"], load_target, folder)
+    assert victim.read_text() == "precious\n"
+
+
 # ---- the paper's run.pt, half precision -------------------------------------------------------
 
 

@@ -9,7 +9,8 @@
   ``weights_only``, no remote code, float32;
 * a stable-worldmodel / LeWM directory (``weights.pt`` + ``config.json`` with ``_target_``):
   ``hydra.utils.instantiate``; untrusted, every ``_target_`` must name an ``nn.Module`` class
-  (a ``_target_`` may name any callable, ``os.system`` as well).
+  (a ``_target_`` may name any callable, ``os.system`` as well) and no key or value may hold
+  an interpolation (``${…}``: Hydra resolves it first, into nodes never vetted).
 
 timm and transformers come with the ``vision`` extra, hydra with ``hydra``; each is imported
 only here, when asked for, and a missing one is a one-line error naming the extra.
@@ -251,6 +252,22 @@ def _importable_by_config(target: str) -> bool:
         (cwd / top / "__init__.py").is_file()
 
 
+def _interpolation(config: Any) -> str | None:
+    """The first key or string of ``config`` that holds an OmegaConf interpolation (``${``),
+    escaped or not; None when there is none."""
+    stack = [config]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and "${" in item:
+            return item
+    return None
+
+
 def vet_targets(config: dict[str, Any], source: str) -> None:
     """Every ``_target_`` of an untrusted config names an ``nn.Module`` class of the
     :data:`CONFIG_PACKAGES` or of the user's project: instantiating one builds a network; any
@@ -258,6 +275,14 @@ def vet_targets(config: dict[str, Any], source: str) -> None:
     one line naming it and ``--trust-pickle``."""
     import torch
 
+    # Hydra resolves interpolations before it instantiates, and a resolver can make a node the
+    # vetting below never saw (${oc.create:{_target_: …}}) or read the environment: the tree
+    # instantiated must be the tree vetted, so an untrusted config holds none
+    found = _interpolation(config)
+    if found is not None:
+        raise IdauditError(f"{source}: holds an interpolation ({found[:80]!r}); Hydra resolves "
+                           "it into code the vetting cannot see, which idaudit does only with "
+                           "--trust-pickle (for a directory you trust)")
     for target in _targets(config):
         if not isinstance(target, str):
             raise IdauditError(f"{source}: _target_ must be a dotted name, got {target!r}")
