@@ -353,3 +353,92 @@ def test_import_factory_restores_sys_path(tmp_path, monkeypatch, fresh_modules):
     with pytest.raises(IdauditError, match="cannot import 'secbroken_c'"):
         import_factory("secbroken_c:make")
     assert sys.path is path_list and sys.path == before
+
+
+# ---- TorchScript: no file reached, nothing run while loading (issue 27, item 2) ---------------
+
+
+class _FromFile(torch.nn.Module):
+    """forward maps a file shared and writes chosen bytes into it."""
+
+    def __init__(self, victim: str):
+        super().__init__()
+        self.victim = victim
+
+    def forward(self, x):
+        t = torch.from_file(self.victim, shared=True, size=4, dtype=torch.uint8)
+        t.fill_(65)
+        return x + t[:1].float() * 0
+
+
+class _SetState(torch.nn.Module):
+    """__setstate__ runs inside torch.jit.load, before anything is vetted after it."""
+
+    def __init__(self, victim: str):
+        super().__init__()
+        self.victim = victim
+
+    def forward(self, x):
+        return x
+
+    @torch.jit.export
+    def __getstate__(self):
+        return (self.victim, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[str, bool]):
+        self.victim = state[0]
+        self.training = state[1]
+        torch.save(torch.ones(2), self.victim)
+
+
+class _Saves(torch.nn.Module):
+    """forward writes a file with torch.save (aten::save)."""
+
+    def __init__(self, victim: str):
+        super().__init__()
+        self.victim = victim
+
+    def forward(self, x):
+        torch.save(x, self.victim)
+        return x
+
+
+@pytest.mark.parametrize("cls,fragment", [
+    (_FromFile, "calls torch.from_file, which reaches files"),
+    (_SetState, "defines __setstate__, which runs while it loads"),
+    (_Saves, "calls torch.save, which reaches files"),
+], ids=["from_file", "setstate", "save"])
+def test_torchscript_that_reaches_files_is_refused(tmp_path, cls, fragment):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original\n")
+    path = tmp_path / "enc.pt"
+    torch.jit.script(cls(str(victim))).save(str(path))
+    assert victim.read_text() == "original\n"  # saving ran nothing
+    res = run("audit", path, "--world", "coupling", "--dim", "4", "--n-eval", "200")
+    assert res.exit_code == 2, res.output
+    assert fragment in res.output and "--trust-pickle" in res.output, res.output
+    assert victim.read_text() == "original\n"
+    # the hazard is real: trusted, the program does what it says
+    if cls is _FromFile:
+        res = run("audit", path, "--world", "coupling", "--dim", "4", "--n-eval", "200",
+                  "--trust-pickle")
+        assert res.exit_code == 0, res.output
+        assert victim.read_text().startswith("AAAA")
+
+
+def test_torchscript_graphs_are_vetted_after_loading(tmp_path):
+    """The compiled graphs (inlined, blocks included) are the authority: an operator outside
+    aten/prim or a file-reaching aten one is refused even where the source scan would miss it."""
+    module = torch.jit.script(_FromFile(str(tmp_path / "v")))
+    with pytest.raises(export_archive._Unvetted, match="aten::from_file"):
+        export_archive._vet_torchscript_graphs(module)
+    export_archive._vet_torchscript_graphs(torch.jit.script(identity_linear()))  # plain: fine
+
+
+def test_pt2_nodes_that_reach_files_are_refused():
+    """The same list for torch.export programs: an aten operator is not enough."""
+    export_archive._vet_target("torch.ops.aten.add.Tensor")
+    for op in ("torch.ops.aten.from_file.default", "torch.ops.aten.save.default"):
+        with pytest.raises(export_archive._Unvetted, match="reaches files"):
+            export_archive._vet_target(op)

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,15 +135,25 @@ def _sym_callables() -> tuple[Any, ...]:
             torch.sym_ite, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_sqrt)
 
 
+#: aten operators that reach files: from_file maps one (shared=True writes through to it),
+#: save writes one. A program (.pt2 or TorchScript) that calls one is refused untrusted.
+SIDE_EFFECT_OPS = frozenset({"from_file", "save"})
+#: operator namespaces a TorchScript program may call untrusted (c10d reaches the network,
+#: debugprims reads files, custom namespaces run whatever their library does)
+TORCHSCRIPT_NAMESPACES = frozenset({"aten", "prim"})
+
+
 def _vet_target(target: Any) -> None:
     """A node's target must resolve (as torch's deserialize_operator resolves it) to an aten
-    operator or to symbolic shape arithmetic."""
+    operator that touches no file, or to symbolic shape arithmetic."""
     import operator
 
     import torch
 
     if not isinstance(target, str) or not _OP_TARGET.fullmatch(target):
         raise _Unvetted(f"calls {_short(str(target))}, which is not an aten operator")
+    if target.startswith("torch.ops.aten.") and target.split(".")[3] in SIDE_EFFECT_OPS:
+        raise _Unvetted(f"calls {target}, which reaches files")
     root, *names = target.split(".")
     obj: Any = {"torch": torch, "_operator": operator, "math": math}[root]
     for name in names:
@@ -419,3 +430,93 @@ def load_export_program(path: Path, trust_pickle: bool = False) -> Any:
     except Exception as exc:
         raise IdauditError(f"cannot load {path} as a torch.export program "
                            f"({_first_line(exc)})") from None
+
+
+# ---- TorchScript: its source vetted before torch.jit.load, its graphs after ----------------
+#
+# torch.jit.load compiles the archive's TorchScript source (code/**.py) and runs a module's
+# __setstate__ while it loads; forward then runs whatever operators the graphs call, among
+# them aten::from_file (a shared mapping writes the file) and aten::save. Untrusted, the
+# source may define no __setstate__ and name no such operator, and after loading every graph
+# (inlined, blocks included) may call only aten and prim operators outside SIDE_EFFECT_OPS.
+
+
+def _vet_torchscript_source(path: Path) -> None:
+    import ast
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = [(n, zf.read(n)) for n in zf.namelist()
+                       if "/code/" in f"/{n}" and n.endswith(".py")]
+    except (OSError, zipfile.BadZipFile, RuntimeError) as exc:
+        raise _Unreadable(_first_line(exc)) from None
+    for name, raw in members:
+        try:
+            tree = ast.parse(raw.decode("utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
+            raise _Unvetted(f"its TorchScript source {name} does not parse") from None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "__setstate__":
+                raise _Unvetted(f"{name} defines __setstate__, which runs while it loads")
+            if isinstance(node, ast.Attribute):
+                chain = [node.attr]
+                value = node.value
+                while isinstance(value, ast.Attribute):
+                    chain.append(value.attr)
+                    value = value.value
+                if isinstance(value, ast.Name):
+                    chain.append(value.id)
+                chain.reverse()
+                if chain[-1] in SIDE_EFFECT_OPS and chain[0] in ("torch", "ops"):
+                    raise _Unvetted(f"{name} calls {'.'.join(chain)}, which reaches files")
+                if "ops" in chain[:-1]:
+                    ns = chain[chain.index("ops") + 1]
+                    if ns not in TORCHSCRIPT_NAMESPACES:
+                        raise _Unvetted(f"{name} calls an operator of {ns!r} (only aten and "
+                                        "prim operators are loaded untrusted)")
+
+
+def _graph_kinds(graph) -> Iterator[str]:
+    stack = list(graph.nodes())
+    while stack:
+        node = stack.pop()
+        yield node.kind()
+        for block in node.blocks():
+            stack.extend(block.nodes())
+
+
+def _vet_torchscript_graphs(module) -> None:
+    import torch
+
+    for sub in module.modules():
+        for name in sub._c._method_names():
+            graph = sub._c._get_method(name).graph.copy()
+            torch._C._jit_pass_inline(graph)
+            for kind in _graph_kinds(graph):
+                ns, _, op = kind.partition("::")
+                if ns not in TORCHSCRIPT_NAMESPACES:
+                    raise _Unvetted(f"its {name} calls {kind} (only aten and prim operators "
+                                    "are run untrusted)")
+                if ns == "aten" and op in SIDE_EFFECT_OPS:
+                    raise _Unvetted(f"its {name} calls {kind}, which reaches files")
+
+
+def load_torchscript(path: Path, trust_pickle: bool = False):
+    """A TorchScript module; untrusted, its source is vetted before ``torch.jit.load`` and its
+    graphs after, before anything calls it (see above)."""
+    import torch
+
+    try:
+        if not trust_pickle:
+            _vet_torchscript_source(path)
+        module = torch.jit.load(str(path), map_location="cpu")
+        if not trust_pickle:
+            _vet_torchscript_graphs(module)
+    except _Unvetted as exc:
+        raise IdauditError(f"{path} is a TorchScript program idaudit will not run untrusted: "
+                           f"{exc}; {_TRUST_HINT}") from None
+    except _Unreadable as exc:
+        raise IdauditError(f"cannot load {path} as TorchScript ({exc})") from None
+    except Exception as exc:
+        raise IdauditError(f"cannot load {path} as TorchScript ({_first_line(exc)})") from None
+    return module

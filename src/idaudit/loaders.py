@@ -391,7 +391,6 @@ def load_encoder_file(path: Path, options: LoadOptions | None = None,
     ``arch``, TorchScript, ``torch.export`` (.pt2), a Hugging Face or stable-worldmodel
     directory, or — only with ``trust_pickle`` — a pickled module. The format is read from
     the file's bytes, whatever its name."""
-    import torch
 
     opts = _load_options(options)
     path = Path(path)
@@ -425,12 +424,9 @@ def load_encoder_file(path: Path, options: LoadOptions | None = None,
 
         return _encoder(load_export_program(path, opts.trust_pickle), opts, path)
     if kind == "torchscript":
-        try:
-            module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
-            raise IdauditError(f"cannot load {path} as TorchScript ({_first_line(exc)})") \
-                from None
-        return _encoder(module, opts, path)
+        from .export_archive import load_torchscript
+
+        return _encoder(load_torchscript(path, opts.trust_pickle), opts, path)
     raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, safetensors "
                        "weights or arrays, .npz arrays, a torch.save file, TorchScript, "
                        "torch.export, a Hugging Face or stable-worldmodel model directory)")
