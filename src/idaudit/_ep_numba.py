@@ -86,8 +86,8 @@ def _chunks(m: int, parts: int) -> list[slice]:
     return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
 
 
-def _run(kernel, m: int, work) -> None:
-    """``work(kernel, rows)`` over the slices, split across threads for a large problem.
+def _run(m: int, work) -> None:
+    """``work(rows)`` over the slices, split across threads for a large problem.
 
     The threads are started for this call and joined before it returns, so nothing idles or
     polls afterwards: numba's own parallel pool (``parallel=True``) stays alive for the life
@@ -96,12 +96,12 @@ def _run(kernel, m: int, work) -> None:
     """
     threads = min(_threads(), m)
     if threads <= 1:
-        work(kernel, slice(0, m))
+        work(slice(0, m))
         return
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(threads, thread_name_prefix="idaudit-ep") as pool:
-        for f in [pool.submit(work, kernel, rows) for rows in _chunks(m, threads)]:
+        for f in [pool.submit(work, rows) for rows in _chunks(m, threads)]:
             f.result()
 
 
@@ -115,14 +115,13 @@ def sums(c1: np.ndarray, s1: np.ndarray, knots_minus_one: int) -> np.ndarray:
     m = c1.shape[0]
     out = np.empty((2, knots_minus_one, m), dtype=c1.dtype)
 
-    def work(kernel, rows: slice) -> None:
-        oc, os_ = np.empty((knots_minus_one, rows.stop - rows.start), c1.dtype), \
-            np.empty((knots_minus_one, rows.stop - rows.start), c1.dtype)
-        kernel(c1[rows], s1[rows], knots_minus_one, oc, os_)
-        out[0][:, rows], out[1][:, rows] = oc, os_
+    def work(rows: slice) -> None:  # the kernel writes contiguous blocks, copied into place
+        part = np.empty((2, knots_minus_one, rows.stop - rows.start), c1.dtype)
+        ep_sums_serial(c1[rows], s1[rows], knots_minus_one, part[0], part[1])
+        out[:, :, rows] = part
 
     if _parallel_ok(c1):
-        _run(ep_sums_serial, m, work)
+        _run(m, work)
     else:  # one thread, in place (a training step's size: no copies)
         ep_sums_serial(c1, s1, knots_minus_one, out[0], out[1])
     return out
@@ -132,12 +131,12 @@ def grad(c1: np.ndarray, s1: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.nda
     out = np.empty(c1.shape, dtype=c1.dtype)
     a, b = a.astype(c1.dtype), b.astype(c1.dtype)
 
-    def work(kernel, rows: slice) -> None:
-        kernel(c1[rows], s1[rows], np.ascontiguousarray(a[:, rows]),
-               np.ascontiguousarray(b[:, rows]), out[rows])
+    def work(rows: slice) -> None:
+        ep_grad_serial(c1[rows], s1[rows], np.ascontiguousarray(a[:, rows]),
+                       np.ascontiguousarray(b[:, rows]), out[rows])
 
     if _parallel_ok(c1):
-        _run(ep_grad_serial, c1.shape[0], work)
+        _run(c1.shape[0], work)
     else:
         ep_grad_serial(c1, s1, a, b, out)
     return out

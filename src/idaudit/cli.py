@@ -616,17 +616,15 @@ def metrics_(
     which way is better, what the audit needs to report it (z, h_prime, rho, bootstrap) and
     what it means."""
     from .catalogue import catalogue_json
-    from .io import write_json
     from .report import catalogue_table
 
     check_outputs(_report_outputs([(json_path, "--json")]), remove_stale=True)
-    if to_stdout(json_path):
-        _emit(json_path, json_text(catalogue_json()))
-        return
-    out.print(catalogue_table())
+    if not to_stdout(json_path):  # stdout carries the JSON alone
+        out.print(catalogue_table())
     if json_path is not None:
-        write_json(json_path, catalogue_json())
-        out.print(f"wrote {json_path}")
+        _emit(json_path, json_text(catalogue_json()))
+        if not to_stdout(json_path):
+            out.print(f"wrote {json_path}")
 
 
 @app.command()
@@ -653,7 +651,6 @@ def plan(
     an array file with a gallery of z and h (starts and goals are drawn from its rows). A
     median cost ratio near 1 means the embedding plans like the true latents.
     """
-    from .io import write_json
     from .planning import run_plan
     from .report import plan_table
 
@@ -667,11 +664,10 @@ def plan(
     if plot is not None:
         report.plot(plot)
         say.print(f"wrote {plot}")
-    if to_stdout(json_path):
+    if json_path is not None:
         _emit(json_path, json_text(report.to_dict()))
-    elif json_path is not None:
-        write_json(json_path, report.to_dict())
-        out.print(f"wrote {json_path}")
+        if not to_stdout(json_path):
+            out.print(f"wrote {json_path}")
 
 
 DEMO_MIN_R2 = 0.95  # the demo's gate: the spiral run reaches ≈ 0.98 in its 6000 steps

@@ -341,20 +341,14 @@ class RenderPool:
         """Images of each part in order, with at most a few parts per worker in flight (the
         rest wait, so memory stays bounded when the consumer is slower than the workers)."""
         from collections import deque
+        from itertools import islice
 
         assert self._pool is not None
-        ahead = 2 * self.workers + 1
-        queue: deque = deque()
         todo = iter(parts)
-        for p in todo:
-            queue.append(self._submit(_worker_render, p))
-            if len(queue) >= ahead:
-                break
+        queue = deque(self._submit(_worker_render, p) for p in islice(todo, 2 * self.workers + 1))
         while queue:
             images = self._check(queue.popleft())
-            nxt = next(todo, None)
-            if nxt is not None:
-                queue.append(self._submit(_worker_render, nxt))
+            queue.extend(self._submit(_worker_render, p) for p in islice(todo, 1))
             yield images
 
     def imap(self, angles: np.ndarray) -> Iterator[np.ndarray]:
