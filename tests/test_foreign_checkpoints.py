@@ -471,7 +471,7 @@ def test_user_class_pickle_needs_trust_and_is_found_in_the_working_directory(pro
     torch.save(net, str(project / "whole.pt"))
     sys.modules.pop("myproject")  # a fresh process: the class is not imported yet
     before = list(sys.path)
-    refused(["holds an object of class myproject.TokenNet", "--trust-pickle would unpickle it"],
+    refused(["holds an object of class myproject.TokenNet", "unpickling it runs code", "--trust-pickle"],
             load_target, "whole.pt")
     assert "myproject" not in sys.modules  # nothing ran
     loaded = load_target("whole.pt", LoadOptions(trust_pickle=True, pool="mean"))

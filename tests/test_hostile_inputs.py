@@ -333,6 +333,124 @@ CASES = [  # (name, build, args, exit code before issue 18, after, fragment)
 ]
 
 
+# ---- issue 27: no code from data, round 2 (the "before" codes: the tree before issue 27, f9e7eff;
+# check them with IDAUDIT_BEFORE_27_SRC=/path/to/that/src) ------------------------------------
+
+AUDIT4 = ("--world", "coupling", "--dim", "4", "--n-eval", "500", "--gauss-sims", "0")
+VICTIM = "original\n"
+
+
+def victim_and(build_rest):
+    """d/victim.txt with known text, then ``build_rest(d)``; the test checks it unchanged."""
+    def build(d, fx):
+        (d / "victim.txt").write_text(VICTIM)
+        build_rest(d)
+    return build
+
+
+def lewm_dir(**extra):
+    def build(d):
+        import torch
+
+        (d / "lewm").mkdir()
+        torch.save(torch.nn.Linear(4, 4).state_dict(), str(d / "lewm" / "weights.pt"))
+        config = {"_target_": "torch.nn.Linear", "in_features": 4, "out_features": 4, **extra}
+        (d / "lewm" / "config.json").write_text(json.dumps(config).replace("{d}", str(d)))
+    return build
+
+
+def scripted_from_file(d):
+    import torch
+
+    class FromFile(torch.nn.Module):
+        def __init__(self, victim: str):
+            super().__init__()
+            self.victim = victim
+
+        def forward(self, x):
+            t = torch.from_file(self.victim, shared=True, size=4, dtype=torch.uint8)
+            t.fill_(65)
+            return x + t[:1].float() * 0
+
+    torch.jit.script(FromFile(str(d / "victim.txt"))).save(str(d / "enc.pt"))
+
+
+def weights(d):
+    import torch
+
+    torch.save(torch.nn.Linear(4, 4).state_dict(), str(d / "w.pt"))
+    save_file(torch.nn.Linear(4, 4).state_dict(), str(d / "w.safetensors"))
+
+
+def inflating_pt(d):
+    """A torch.save zip whose data.pkl, deflated to about a MB, inflates to 1 GiB."""
+    import zipfile
+
+    weights(d)
+    with zipfile.ZipFile(d / "w.pt") as zin, zipfile.ZipFile(d / "bomb.pt", "w") as zout:
+        for info in zin.infolist():
+            if not info.filename.endswith("data.pkl"):
+                zout.writestr(info.filename, zin.read(info.filename))
+                continue
+            zi = zipfile.ZipInfo(info.filename)
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            with zout.open(zi, "w", force_zip64=True) as f:
+                f.write(b"\x80\x04B" + ((1 << 30) - 8).to_bytes(4, "little"))
+                block = bytes(1 << 24)
+                for _ in range(63):
+                    f.write(block)
+                f.write(block[8:])  # the BINBYTES object: 1 GiB − 8 bytes of zeros
+                f.write(b"N.")
+
+
+def hf_dir(config, index=None):
+    def build(d):
+        (d / "hf").mkdir()
+        (d / "hf" / "config.json").write_text(json.dumps(config))
+        from safetensors.numpy import save_file as save_arrays
+
+        save_arrays({"unrelated": np.zeros(2, np.float32)}, str(d / "hf" / "model.safetensors"))
+        if index is not None:
+            (d / "hf" / "model.safetensors.index.json").write_text(
+                json.dumps({"metadata": {}, "weight_map": {"embeddings.x": index}}))
+    return build
+
+
+BERT = {"model_type": "bert", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 8, "vocab_size": 16}
+HUGE_BERT = {**BERT, "hidden_size": 65536, "num_hidden_layers": 48, "num_attention_heads": 64,
+             "intermediate_size": 65536}
+OC_OPEN = "${oc.create:{_target_: builtins.open, file: {d}/victim.txt, mode: w}}"
+
+CASES_27 = [  # (name, build, args, exit code before issue 27, after, fragment)
+    ("LeWM config.json: oc.create opens a file", victim_and(lewm_dir(bias=OC_OPEN)),
+     ("audit", "{d}/lewm", *AUDIT4), 2, 2, "holds an interpolation"),
+    ("TorchScript forward writes through torch.from_file", victim_and(scripted_from_file),
+     ("audit", "{d}/enc.pt", *AUDIT4), 0, 2, "calls torch.from_file, which reaches files"),
+    ("embed --out notes.txt", victim_and(lambda d: (d / "notes.txt").write_text(VICTIM)),
+     ("embed", "{ck}", "--out", "{d}/notes.txt"), 2, 2, "--out must name an .npz"),
+    ("--arch timm:hf-hub:ORG/NAME", victim_and(weights),
+     ("audit", "{d}/w.safetensors", "--arch", "timm:hf-hub:someorg/somemodel", *AUDIT4), 2, 2,
+     "sources such as hf-hub: or local-dir: are not taken"),
+    ("--arch timm:local-dir:PATH", victim_and(weights),
+     ("audit", "{d}/w.safetensors", "--arch", "timm:local-dir:{d}", *AUDIT4), 2, 2,
+     "sources such as hf-hub: or local-dir: are not taken"),
+    ("torch.save whose data.pkl inflates to 1 GiB", victim_and(inflating_pt),
+     ("LIMIT_AS", "audit", "{d}/bomb.pt", "--arch", "torch.nn:Identity", *AUDIT4), 2, 2,
+     "would take up to"),
+    ("Hugging Face config of a 77 GB network", victim_and(hf_dir(HUGE_BERT)),
+     ("LIMIT_AS", "audit", "{d}/hf", *AUDIT4), 5, 2, "as its config.json describes it"),
+    ("model.safetensors.index.json naming ../x", victim_and(hf_dir(BERT, "../victim.txt")),
+     ("audit", "{d}/hf", *AUDIT4), 2, 2, "not a file of"),
+    ("--normalize with a denormal std", victim_and(scripted_from_file),
+     ("audit", "{d}/enc.pt", "--normalize", "0.5,1e-310", "--world", "reacher",
+      "--image-size", "16"), 2, 2, "the std must be at least 1e-06"),
+    ("--cache-dir equal to --out", victim_and(weights),
+     ("embed", "{ck}", "--world", "reacher", "--image-size", "16", "--out", "{d}/e.npz",
+      "--cache-dir", "{d}/e.npz"), 2, 2, "is the same file as --cache-dir"),
+]
+
+
 def _args(args, d, fx):
     return [a.format(d=d, ck=fx.ck) if "{" in a and len(a) < 1000 else a for a in args]
 
@@ -369,8 +487,8 @@ def _subprocess(args, src=None):
     return proc.returncode, proc.stderr + proc.stdout
 
 
-@pytest.mark.parametrize("name,build,args,before,after,fragment", CASES,
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,build,args,before,after,fragment", CASES + CASES_27,
+                         ids=[c[0] for c in CASES + CASES_27])
 def test_hostile_input(fx, tmp_path, name, build, args, before, after, fragment):
     build(tmp_path, fx)
     args = _args(args, tmp_path, fx)
@@ -379,18 +497,24 @@ def test_hostile_input(fx, tmp_path, name, build, args, before, after, fragment)
         assert code == after, output
         lines = [ln for ln in output.strip().splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], output
-        return
-    one_line(run(*args), after, fragment)
+    else:
+        one_line(run(*args), after, fragment)
+    if (tmp_path / "victim.txt").exists():  # issue 27: no input or victim file touched
+        assert (tmp_path / "victim.txt").read_text() == VICTIM
+    assert not (tmp_path / "marker").exists()
 
 
-@pytest.mark.skipif(not os.environ.get("IDAUDIT_BEFORE_SRC"),
-                    reason="set IDAUDIT_BEFORE_SRC to a source tree from before issue 18")
-def test_exit_codes_before(fx, tmp_path_factory):
-    """Every case against the old tree gives the "before" code the table records; prints the
-    table (``pytest -s``) as Markdown, before → after."""
-    src = os.environ["IDAUDIT_BEFORE_SRC"]
+@pytest.mark.parametrize("env,cases", [("IDAUDIT_BEFORE_SRC", CASES),
+                                       ("IDAUDIT_BEFORE_27_SRC", CASES_27)],
+                         ids=["issue18", "issue27"])
+def test_exit_codes_before(fx, tmp_path_factory, env, cases):
+    """Every case against the old tree (``$env``: its src/, before issue 18 or 27) gives the
+    "before" code the table records; prints the table (``pytest -s``), before → after."""
+    src = os.environ.get(env)
+    if not src:
+        pytest.skip(f"set {env} to a source tree from before the issue")
     rows, wrong = ["| case | before | after |", "|---|---|---|"], []
-    for name, build, args, before, after, _ in CASES:
+    for name, build, args, before, after, _ in cases:
         d = tmp_path_factory.mktemp("before")
         build(d, fx)
         code, output = _subprocess(_args(args, d, fx), src)

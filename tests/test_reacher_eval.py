@@ -93,17 +93,24 @@ def _truncate_chunk(path):
     chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
 
 
-def _other_angles(path):
-    # a chunk rewritten with other angles and its hash updated: only the angle check sees it
-    chunk = path / "pairs-00000.npz"
+def _rewrite_chunk(path, name, change):
+    """Rewrite chunk ``name`` with ``change`` applied to its arrays and its sha256 in meta.json
+    updated to match, as someone who can write the cache could."""
+    chunk = path / name
     with np.load(chunk) as f:
         arrays = {k: f[k] for k in f.files}
-    arrays["z"] = arrays["z"] + 1e-9
+    change(arrays)
     with open(chunk, "wb") as f:
         np.savez_compressed(f, **arrays)
     meta = json.loads((path / "meta.json").read_text())
-    meta["chunks"][0]["sha256"] = re_._sha256(chunk)
+    (entry,) = (c for c in meta["chunks"] if c["name"] == name)
+    entry["sha256"] = re_._sha256(chunk)
     (path / "meta.json").write_text(json.dumps(meta))
+
+
+def _other_angles(path):
+    # a chunk rewritten with other angles and its hash updated: only the angle check sees it
+    _rewrite_chunk(path, "pairs-00000.npz", lambda a: a.update(z=a["z"] + 1e-9))
 
 
 def _missing_chunk(path):
@@ -131,6 +138,86 @@ def test_a_damaged_cache_is_rendered_again(tmp_path, monkeypatch, capsys, damage
     third = eval_pairs(spec, tmp_path)
     assert not third.rendered
     assert [p.name for p in (tmp_path / "reacher-eval").iterdir()] == [first.path.name]
+
+
+# ---- a cache that passes its manifest is checked against a fresh render of a few frames ------
+
+
+@pytest.fixture
+def three_chunks(monkeypatch):
+    """A spec of 12 pairs at 16 px written in three chunks of 4 rows."""
+    monkeypatch.setattr(re_, "CHUNK_BYTES", 4 * 3 * 16**2)
+    spec = ReacherEvalSpec(RHO, 16, 12)
+    assert spec.chunk_rows() == 4
+    return spec
+
+
+def _blacken(arrays):
+    arrays["x"][:] = 0
+    arrays["x_prime"][:] = 0
+
+
+def test_a_replaced_chunk_with_its_sha256_is_rendered_again(tmp_path, capsys, three_chunks):
+    first = eval_pairs(three_chunks, tmp_path, workers=1)
+    assert sorted(p.name for p in first.path.iterdir()) == [
+        "meta.json", "pairs-00000.npz", "pairs-00001.npz", "pairs-00002.npz"]
+    capsys.readouterr()
+    _rewrite_chunk(first.path, "pairs-00001.npz", _blacken)  # the manifest checks pass
+    again = eval_pairs(three_chunks, tmp_path, workers=1)
+    err = capsys.readouterr().err
+    assert again.rendered and again.path == first.path
+    assert "frames rendered again differ from the cached ones in pairs-00001.npz" in again.reason
+    assert err.startswith(f"note: the cached evaluation set {first.path} is not usable (")
+    assert again.reason in err and err.endswith("; rendering it again\n") and err.count("\n") == 1
+    np.testing.assert_array_equal(again.x, first.x)  # a fresh render, not the black images
+    np.testing.assert_array_equal(again.x_prime, first.x_prime)
+    assert again.x[4:8].any() and again.x_prime[4:8].any()
+    # repaired: read again, with no note
+    third = eval_pairs(three_chunks, tmp_path, workers=1)
+    assert not third.rendered and third.reason is None and not capsys.readouterr().err
+
+
+def test_one_altered_frame_is_caught_when_it_is_drawn(tmp_path, capsys, monkeypatch,
+                                                      three_chunks):
+    first = eval_pairs(three_chunks, tmp_path, workers=1)
+    _rewrite_chunk(first.path, "pairs-00002.npz",
+                   lambda a: a["x_prime"][1].__setitem__((slice(0, 2), slice(0, 2)), 7))
+    drawn = re_._spot_frames
+    monkeypatch.setattr(re_, "_spot_frames", lambda rows: sorted({*drawn(rows), (1, 9)}))
+    again = eval_pairs(three_chunks, tmp_path, workers=1)
+    assert again.rendered
+    assert again.reason.endswith("in pairs-00002.npz, first x_prime row 9")
+    assert again.reason in capsys.readouterr().err
+    np.testing.assert_array_equal(again.x_prime, first.x_prime)
+
+
+def test_an_untouched_cache_is_checked_and_used(tmp_path, capsys, monkeypatch, three_chunks):
+    first = eval_pairs(three_chunks, tmp_path, workers=1)
+    capsys.readouterr()
+    checked = []
+    spot_check = re_._spot_check
+    monkeypatch.setattr(re_, "_spot_check", lambda *a: checked.append(a[-1]) or spot_check(*a))
+    monkeypatch.setattr(re_, "_render", _no_render)
+    again = eval_pairs(three_chunks, tmp_path, workers=1)
+    assert not again.rendered and again.reason is None and not capsys.readouterr().err
+    np.testing.assert_array_equal(again.x, first.x)
+    (frames,) = checked
+    assert {r // 4 for _, r in frames} == {0, 1, 2} and {v for v, _ in frames} == {0, 1}
+
+
+@pytest.mark.parametrize("rows,count", [([4, 4, 4], 4), ([1], 2), ([3], 4), ([1000] * 20, 20),
+                                        ([1000] * 3 + [7], 4), ([2] * 16, 16)])
+def test_the_frames_drawn_cover_every_chunk_and_both_views(rows, count):
+    starts = np.cumsum(rows) - rows
+    draws = [re_._spot_frames(rows) for _ in range(5)]
+    for frames in draws:
+        assert len(frames) == len(set(frames)) == count
+        assert {int(np.searchsorted(starts, r, side="right")) - 1 for _, r in frames} \
+            == set(range(len(rows)))
+        assert {v for v, _ in frames} == {0, 1}
+        assert all(v in (0, 1) and 0 <= r < sum(rows) for v, r in frames)
+    if sum(rows) > 10:  # drawn anew each time, not from a fixed seed
+        assert len({tuple(f) for f in draws}) > 1
 
 
 def test_every_parameter_and_the_renderer_change_the_key():
@@ -235,3 +322,25 @@ def test_a_killed_renders_temporary_is_removed(tmp_path):
     (dead / "pairs-00000.npz").write_bytes(b"half")
     pairs = eval_pairs(spec, tmp_path, workers=1)
     assert sorted(p.name for p in root.iterdir()) == [pairs.path.name]
+
+
+def test_an_audit_on_a_tampered_cache_says_so_and_renders_again(tmp_path):
+    from conftest import run
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 8, stride=8), torch.nn.Flatten(),
+                              torch.nn.Linear(16, 3))
+    torch.jit.trace(net, torch.zeros(1, 3, 16, 16)).save(str(tmp_path / "enc.pt"))
+    args = ("audit", tmp_path / "enc.pt", "--world", "reacher", "--image-size", 16, "--n-eval",
+            40, "--normalize", "none", "--cache-dir", tmp_path / "cache")
+    clean = run(*args, "--json", tmp_path / "clean.json")
+    assert clean.exit_code == 0 and "note:" not in clean.output, clean.output
+    (entry,) = (tmp_path / "cache" / "reacher-eval").iterdir()
+    _rewrite_chunk(entry, "pairs-00000.npz", _blacken)
+    tampered = run(*args, "--json", tmp_path / "tampered.json")
+    assert tampered.exit_code == 0, tampered.output
+    assert (f"note: the cached evaluation set {entry} is not usable (" in tampered.output
+            and "rendering it again" in tampered.output)
+    metrics = [json.loads((tmp_path / f"{k}.json").read_text())["metrics"]
+               for k in ("clean", "tampered")]
+    assert metrics[0] == metrics[1]  # the same audit as on the untouched cache

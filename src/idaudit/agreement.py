@@ -21,7 +21,7 @@ from .auditing import (
     AuditReport,
     Threshold,
     as_matrix,
-    check_n_eval,
+    check_embedding_options,
     collect_thresholds,
     gated_report,
     split_reason_rows,
@@ -136,7 +136,7 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
         raise IdauditError(f"consistency needs at least two runs, got {len(req.targets)}")
     thresholds = collect_thresholds(req, CONSISTENCY_METRICS, "consistency_r2",
                                     "consistency_orthogonality_error")
-    check_n_eval(req.n_eval)
+    check_embedding_options(req.n_eval, req.normalize)
     if not 0.0 < req.test_fraction < 1.0:
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {req.test_fraction}")
     loaded: list[Any] = []

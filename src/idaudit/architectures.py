@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,9 @@ from .io import first_line as _first_line
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
               "pytorch_model.bin.index.json")
 _TIMM_REFUSED = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path")
+#: a timm model name, optionally with a pretrained tag (vit_small_patch16_224.augreg_in21k):
+#: no source prefix (hf-hub:ORG/NAME downloads a config, local-dir:PATH reads one from anywhere)
+_TIMM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)?")
 
 
 @contextmanager
@@ -93,9 +98,15 @@ def optional_module(name: str, extra: str, what: str) -> Any:
 
 
 def build_timm(name: str, kwargs: dict[str, Any] | None) -> Any:
-    """``timm.create_model(name, pretrained=False, **kwargs)``; kwargs that would fetch or read
-    weights (pretrained, pretrained_cfg, checkpoint_path …) are refused: the weights come from
-    the file being audited."""
+    """``timm.create_model(name, pretrained=False, **kwargs)``; a name with a source
+    (``hf-hub:``, ``local-dir:``: a config fetched or read from elsewhere, its ``model_args``
+    unchecked) and kwargs that would fetch or read weights (pretrained, pretrained_cfg,
+    checkpoint_path …) are refused: the weights come from the file being audited."""
+    if not isinstance(name, str) or not _TIMM_NAME.fullmatch(name):
+        raise IdauditError(f"--arch timm:{name}: give a timm model name (letters, digits, _ and "
+                           "-, optionally .TAG), e.g. timm:vit_small_patch16_224; sources such "
+                           "as hf-hub: or local-dir: are not taken (idaudit never downloads, and "
+                           "reads a config only from the file audited)")
     kwargs = dict(kwargs or {})
     refused = sorted(k for k in kwargs if k in _TIMM_REFUSED)
     if refused:
@@ -168,10 +179,62 @@ def model_dir_kind(path: Path) -> str | None:
     return None
 
 
-def load_hf_dir(path: Path) -> Any:
-    """The ``transformers.AutoModel`` of a local directory: local files only (never a
-    download), ``weights_only`` for pytorch_model.bin, no code from the directory, float32."""
+def hf_weight_files(path: Path) -> list[Path]:
+    """The weight files a Hugging Face directory's loader reads: the single files there, and
+    the shards each ``*.index.json`` names — plain file names of this directory (a name such as
+    ``../x`` or ``/x`` would make transformers read weights from elsewhere: refused)."""
+    from .jsontext import parse_json_object
+
+    files = [path / n for n in HF_WEIGHTS if not n.endswith(".json") and (path / n).is_file()]
+    for index in (path / n for n in HF_WEIGHTS if n.endswith(".json")):
+        if not index.is_file():
+            continue
+        try:
+            meta = parse_json_object(index.read_text(encoding="utf-8"), str(index)) or {}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise IdauditError(f"cannot read {index} ({_first_line(exc)})") from None
+        names = meta.get("weight_map")
+        if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+            raise IdauditError(f"{index}: weight_map must map names to file names")
+        for name in dict.fromkeys(names.values()):
+            if not name or name != Path(name).name or name in (".", "..") or "\\" in name:
+                raise IdauditError(f"{index}: weight_map names {name[:80]!r}, not a file of "
+                                   f"{path}; weights are read from the directory itself only")
+            files.append(path / name)
+    return files
+
+
+def _meta_bytes(build: Any, source: str, thing: str) -> int:
+    """The bytes of the parameters and buffers of the network ``build()`` makes, built on
+    torch's meta device (shapes only, nothing allocated), each element at least float32."""
     import torch
+
+    try:
+        with torch.device("meta"):
+            model = build()
+    except IdauditError:
+        raise
+    except Exception as exc:
+        from .trust import untrusted
+
+        raise IdauditError(untrusted(
+            f"{source}: its network cannot be sized before it is built (on torch's meta device: "
+            f"{type(exc).__name__}: {_first_line(exc)[:200]}); building a network of a size the "
+            "file chose unchecked", thing)) from None
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(t.numel() * max(t.element_size(), 4)
+               for t in itertools.chain(model.parameters(), model.buffers()))
+
+
+def load_hf_dir(path: Path, trust_pickle: bool = False) -> Any:
+    """The ``transformers.AutoModel`` of a local directory: local files only (never a
+    download), ``weights_only`` for pytorch_model.bin, no code from the directory, float32.
+    Untrusted, weight files must lie in the directory and what the network and the files take
+    is checked against free memory first (the network sized on the meta device)."""
+    import torch
+
+    from .trust import check_file_memory, check_torch_file
 
     transformers = optional_module("transformers", "vision",
                                    f"{path} (a Hugging Face model directory)")
@@ -179,10 +242,29 @@ def load_hf_dir(path: Path) -> Any:
     verbosity, bars = logs.get_verbosity(), logs.is_progress_bar_enabled()
     logs.set_verbosity_error()  # its load report and bars: idaudit says what matters, once
     logs.disable_progress_bar()
+    files = hf_weight_files(path)
     try:
+        if not trust_pickle:
+            for f in files:
+                if f.suffix == ".bin":
+                    check_torch_file(f, trusted=False)
+            try:
+                config = transformers.AutoConfig.from_pretrained(
+                    str(path), local_files_only=True, trust_remote_code=False)
+            except Exception as exc:
+                raise IdauditError(f"cannot load {path} as a Hugging Face model "
+                                   f"({type(exc).__name__}: {_first_line(exc)})") from None
+            network = _meta_bytes(lambda: transformers.AutoModel.from_config(config),
+                                  str(path / "config.json"), "directory")
+            on_disk = sum(f.stat().st_size for f in files if f.is_file())
+            check_file_memory(network + on_disk, path, f"a network of {network / 2**30:.1f} GiB "
+                              f"as its config.json describes it, and its weight files",
+                              "directory")
         model, info = transformers.AutoModel.from_pretrained(
             str(path), local_files_only=True, trust_remote_code=False, weights_only=True,
             dtype=torch.float32, output_loading_info=True)
+    except IdauditError:
+        raise
     except Exception as exc:
         raise IdauditError(f"cannot load {path} as a Hugging Face model ({type(exc).__name__}: "
                            f"{_first_line(exc)})") from None
@@ -275,30 +357,33 @@ def vet_targets(config: dict[str, Any], source: str) -> None:
     one line naming it and ``--trust-pickle``."""
     import torch
 
+    from .trust import untrusted
+
     # Hydra resolves interpolations before it instantiates, and a resolver can make a node the
     # vetting below never saw (${oc.create:{_target_: …}}) or read the environment: the tree
     # instantiated must be the tree vetted, so an untrusted config holds none
     found = _interpolation(config)
     if found is not None:
-        raise IdauditError(f"{source}: holds an interpolation ({found[:80]!r}); Hydra resolves "
-                           "it into code the vetting cannot see, which idaudit does only with "
-                           "--trust-pickle (for a directory you trust)")
+        raise IdauditError(untrusted(f"{source}: holds an interpolation ({found[:80]!r}); "
+                                     "Hydra resolves it into code the vetting cannot see",
+                                     "directory"))
     for target in _targets(config):
         if not isinstance(target, str):
             raise IdauditError(f"{source}: _target_ must be a dotted name, got {target!r}")
         if not _importable_by_config(target):
-            raise IdauditError(f"{source}: _target_ {target!r} is not in torch, timm, "
-                               "transformers, stable_worldmodel, stable_pretraining, lejepa or "
-                               "a module of the working directory; importing it runs code the "
-                               "file names, which idaudit does only with --trust-pickle (for a "
-                               "directory you trust)")
+            raise IdauditError(untrusted(
+                f"{source}: _target_ {target!r} is not in torch, timm, transformers, "
+                "stable_worldmodel, stable_pretraining, lejepa or a module of the working "
+                "directory (your project: never run idaudit inside a downloaded directory, "
+                "whose .py files would count as it); importing it runs code the file names",
+                "directory"))
         obj = _locate(target, source)
         if not (isinstance(obj, type) and issubclass(obj, torch.nn.Module)):
             kind = "a class that is not an nn.Module" if isinstance(obj, type) else \
                 "a function" if inspect.isroutine(obj) else f"a {type(obj).__name__}"
-            raise IdauditError(f"{source}: _target_ {target!r} is {kind}; instantiating it runs "
-                               "code the file names, which idaudit does only with --trust-pickle "
-                               "(for a directory you trust)")
+            raise IdauditError(untrusted(f"{source}: _target_ {target!r} is {kind}; "
+                                         "instantiating it runs code the file names",
+                                         "directory"))
 
 
 def build_lewm_dir(path: Path, trust_pickle: bool = False) -> Any:
@@ -307,6 +392,8 @@ def build_lewm_dir(path: Path, trust_pickle: bool = False) -> Any:
     ``--arch`` finds them), before its weights are loaded."""
     import torch
 
+    from .trust import check_file_memory
+
     config = read_config(path)
     source = str(path / "config.json")
     optional_module("hydra", "hydra", f"{path} (a stable-worldmodel directory)")
@@ -314,6 +401,9 @@ def build_lewm_dir(path: Path, trust_pickle: bool = False) -> Any:
     with cwd_importable():
         if not trust_pickle:
             vet_targets(config, source)
+            network = _meta_bytes(lambda: hydra_utils.instantiate(config), source, "directory")
+            check_file_memory(network, source, "the network its config.json describes",
+                              "directory")
         try:
             model = hydra_utils.instantiate(config)
         except Exception as exc:

@@ -372,11 +372,16 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
     return gated_report(metrics, thresholds, inp.source, inp.world)
 
 
-def check_n_eval(n_eval: Any) -> None:
-    """``--n-eval``, where given, is an integer ≥ 10 (audit, consistency, embed)."""
+def check_embedding_options(n_eval: Any, normalize: str | None = None) -> None:
+    """``--n-eval``, where given, is an integer ≥ 10, and ``--normalize`` parses (audit,
+    consistency, embed): checked before any encoder is loaded."""
     if n_eval is not None and (isinstance(n_eval, bool) or not isinstance(
             n_eval, (int, np.integer)) or n_eval < 10):
         raise IdauditError(f"--n-eval must be an integer ≥ 10, got {n_eval!r}")
+    if normalize is not None:
+        from .image_input import parse_normalize
+
+        parse_normalize(normalize)
 
 
 def _check_counts(bootstrap: Any, gauss_sims: Any, test_fraction: Any) -> None:
@@ -521,7 +526,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
     _check_counts(req.bootstrap, req.gauss_sims, req.test_fraction)
     thresholds = collect_thresholds(req, KNOWN_METRICS, "r2_h_to_z_heldout",
                                     "orthogonality_error")
-    check_n_eval(req.n_eval)
+    check_embedding_options(req.n_eval, req.normalize)
     if req.reduce not in REDUCTIONS:
         raise IdauditError(f"--reduce must be one of {', '.join(REDUCTIONS)}, got {req.reduce!r}")
     circular = req.circular_indices()
@@ -679,7 +684,7 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
     check_seed(req.seed)
     if req.target is None:
         raise IdauditError("embed needs an encoder")
-    check_n_eval(req.n_eval)
+    check_embedding_options(req.n_eval, req.normalize)
     out = check_embed_out(req.out)
     if isinstance(req.target, (str, Path)):
         loaded = load_target(req.target, req)

@@ -520,7 +520,8 @@ def audit(
     from .report import audit_table
 
     check_seed(seed)
-    _check_reports(report, [*((t, "the input") for t in targets), (encoder["data"], "--data")])
+    _check_reports(report, [*((t, "the input") for t in targets), (encoder["data"], "--data"),
+                            (encoder["cache_dir"], "--cache-dir")])
     result = run_audit(AuditRequest(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
@@ -565,7 +566,8 @@ def consistency(
     check_seed(seed)
     if len(targets) < 2:
         raise IdauditError(f"consistency needs at least two runs, got {len(targets)}")
-    _check_reports(report, [*((t, "the run") for t in targets), (encoder["data"], "--data")])
+    _check_reports(report, [*((t, "the run") for t in targets), (encoder["data"], "--data"),
+                            (encoder["cache_dir"], "--cache-dir")])
     result = run_consistency(ConsistencyRequest(
         targets=list(targets), **encoder, n_eval=n_eval, seed=seed, test_fraction=test_fraction,
         min_r2=min_r2, max_orthogonality_error=max_orth, min=report["min"], max=report["max"],
@@ -597,7 +599,8 @@ def embed(
 
     check_seed(seed)
     check_embed_out(out_path)  # before check_outputs removes a stale file there
-    check_outputs([(out_path, "--out")], [(target, "the target"), (encoder["data"], "--data")],
+    check_outputs([(out_path, "--out")], [(target, "the target"), (encoder["data"], "--data"),
+                                          (encoder["cache_dir"], "--cache-dir")],
                   remove_stale=True)
     inp = run_embed(EmbedRequest(target=target, out=out_path, n_eval=n_eval, seed=seed,
                                  **encoder))
@@ -655,7 +658,8 @@ def plan(
     from .report import plan_table
 
     check_outputs(_report_outputs([(json_path, "--json")]) + [(plot, "--plot")],
-                  [(target, "the target"), (encoder["data"], "--data")], remove_stale=True)
+                  [(target, "the target"), (encoder["data"], "--data"),
+                   (encoder["cache_dir"], "--cache-dir")], remove_stale=True)
     report = run_plan(PlanRequest(
         target=target, **encoder, seed=seed,
         pairs=pairs, waypoints=waypoints, gallery=gallery))

@@ -24,6 +24,7 @@ from torch import nn
 from .errors import IdauditError
 
 RGB = tuple[float, float, float]
+MIN_STD = 1e-6  # a smaller std (a denormal, say) scales pixels towards overflow
 Normalize = tuple[RGB, RGB]  # (mean, std) per channel, of x/255
 
 NORMALIZATIONS: dict[str, Normalize] = {
@@ -66,8 +67,10 @@ def parse_normalize(text: str) -> Normalize | None:
         raise IdauditError(f"--normalize must be {SYNTAX}; got {text!r}")
     mean = _channels(halves[0].strip(), "mean", text)
     std = _channels(halves[1].strip(), "std", text)
-    if min(std) <= 0:
-        raise IdauditError(f"--normalize {text!r}: the std must be positive, got {std}")
+    if min(std) < MIN_STD:
+        raise IdauditError(f"--normalize {text!r}: the std must be at least {MIN_STD:g} (pixels "
+                           f"x/255 in [0, 1] divided by less are no image statistics), got "
+                           f"{min(std):g}")
     return mean, std
 
 

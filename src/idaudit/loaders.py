@@ -369,7 +369,7 @@ def _model_dir(path: Path, kind: str, opts: LoadOptions) -> LoadedEncoder:
 
     if kind == "hf_dir":
         opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
-        return _encoder(load_hf_dir(path), opts, path)
+        return _encoder(load_hf_dir(path, opts.trust_pickle), opts, path)
     from .state_dicts import find_entry, read_torch_file
 
     opts.refuse(("arch", "arch_kwargs"), f"a stable-worldmodel directory ({path}: its "

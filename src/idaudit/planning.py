@@ -187,6 +187,10 @@ def run_plan(req: PlanRequest) -> PlanReport:
         raise IdauditError(f"--gallery must be an integer ≥ 5, got {req.gallery!r}")
     if req.n_eval is not None:
         raise IdauditError("--n-eval does not apply to plan (--gallery sizes its gallery)")
+    if req.normalize is not None:
+        from .image_input import parse_normalize
+
+        parse_normalize(req.normalize)  # before any encoder is loaded
     options = req.world_options()
     encoder = req.target
     if isinstance(encoder, (str, Path)):

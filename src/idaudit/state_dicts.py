@@ -89,9 +89,13 @@ def read_torch_file(path: Path, trust_pickle: bool = False) -> Any:
     numbers, strings, containers, numpy arrays). Anything else — an object of a user's
     class, a whole pickled module — is refused naming its class, or with ``trust_pickle``
     unpickled in full, the user's classes found in the working directory as ``--arch`` finds
-    them (searched after the installed packages, ``sys.path`` restored after)."""
+    them (searched after the installed packages, ``sys.path`` restored after). Untrusted,
+    what it would allocate is checked first (:func:`idaudit.trust.check_torch_file`)."""
     import torch
 
+    from .trust import check_torch_file, untrusted
+
+    check_torch_file(Path(path), trust_pickle)
     try:
         with _numpy_arrays_allowed():
             return torch.load(str(path), map_location="cpu", weights_only=True)
@@ -101,9 +105,8 @@ def read_torch_file(path: Path, trust_pickle: bool = False) -> Any:
             raise IdauditError(f"cannot read {path} as a torch.save file ({_first_line(exc)})") \
                 from None
     if not trust_pickle:
-        raise IdauditError(f"{path} holds {refused}, which torch.load(weights_only=True) "
-                           "refuses; --trust-pickle would unpickle it, which runs code from it "
-                           "(only for a file you trust)")
+        raise IdauditError(untrusted(f"{path} holds {refused}, which torch.load(weights_only="
+                                     "True) refuses; unpickling it runs code from the file"))
     from .architectures import cwd_importable
 
     with cwd_importable():

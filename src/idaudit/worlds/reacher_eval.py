@@ -15,6 +15,12 @@ dm_control versions, GL backend, settings: :func:`idaudit.render_mujoco.render_s
 directory is written in a private temporary directory beside it and renamed into place, so it
 is complete or absent; a cache that fails any check (unreadable, truncated or altered chunks,
 other angles, shapes or renderer) is rendered again, with a one-line note on stderr.
+
+The manifest only shows that the files are the ones it lists, and whoever can write the
+directory can rewrite both. Rendering is deterministic, so a cache that passes those checks is
+also compared, byte for byte, with a fresh render of a few frames (:func:`_spot_frames`: at
+least one of every chunk, of both views, drawn from ``secrets``, so nobody knows in advance
+which) in one render worker; when any differs the whole set is rendered again, with the note.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -48,6 +55,9 @@ CACHE_ENV = "IDAUDIT_CACHE"
 CHUNK_BYTES = 1 << 27  # images of one view per chunk file: at most 128 MiB (and 1000 rows)
 RENDER_CHUNK = 64  # frames per render job sent to a worker
 POOL_MIN_FRAMES = 2000  # fewer frames render faster in one worker than several start (≈ 4 s)
+SPOT_FRAMES = 4  # frames re-rendered to check a cache: one per chunk and at least this many,
+SPOT_MAX = 16  # but no more than this many (unless there are more chunks)
+VIEWS = ("x", "x_prime")
 _CHUNK_NAME = re.compile(r"pairs-\d{5}\.npz")
 
 
@@ -125,8 +135,9 @@ def _empty_images(spec: ReacherEvalSpec) -> dict[str, np.ndarray]:
 
 def _load(path: Path, spec: ReacherEvalSpec, renderer: dict[str, Any], z: np.ndarray,
           zp: np.ndarray) -> tuple[dict[str, np.ndarray] | None, str]:
-    """The cached images at ``path`` (checked against the angles z, z′ they must show), or
-    (None, why they cannot be trusted)."""
+    """The cached images at ``path`` (checked against the manifest, the angles z, z′ they must
+    show and a fresh render of a few random frames: :func:`_spot_frames`), or (None, why they
+    cannot be trusted)."""
     from ..jsontext import parse_json_object
 
     meta_path = path / "meta.json"
@@ -165,7 +176,52 @@ def _load(path: Path, spec: ReacherEvalSpec, renderer: dict[str, Any], z: np.nda
             return None, f"the angles of {c['name']} are not this seed's"
         out["x"][i:i + k], out["x_prime"][i:i + k] = arrays["x"], arrays["x_prime"]
         i += k
+    rows = [c["rows"] for c in chunks]
+    frames = _spot_frames(rows)
+    differ = _spot_check(spec, out, z, zp, frames)
+    if differ:
+        at = np.searchsorted(np.cumsum(rows), [r for _, r in differ], side="right")
+        names = ", ".join(dict.fromkeys(chunks[j]["name"] for j in at))
+        return None, (f"{len(differ)} of {len(frames)} frames rendered again differ from "
+                      f"the cached ones in {names}, first {VIEWS[differ[0][0]]} row "
+                      f"{differ[0][1]}")
     return out, ""
+
+
+def _spot_frames(rows: list[int]) -> list[tuple[int, int]]:
+    """The frames to re-render when checking a cache whose chunks hold ``rows`` rows: (view,
+    row) pairs, view 0 for x and 1 for x′, distinct. One frame of every chunk, then random
+    ones up to min(max(chunks, :data:`SPOT_FRAMES`), :data:`SPOT_MAX`, 2n), the views
+    alternating from a random one; drawn from a generator seeded by ``secrets``, so nobody can
+    know them in advance."""
+    rng = np.random.default_rng(secrets.randbits(128))
+    ends = np.cumsum(rows)
+    n = int(ends[-1])
+    count = min(max(len(rows), SPOT_FRAMES), SPOT_MAX, 2 * n)
+    view = int(rng.integers(2))
+    chosen = []
+    for start, k in zip(ends - rows, rows):
+        chosen.append((view, int(start + rng.integers(k))))
+        view ^= 1
+    while len(chosen) < count:  # alternating views: each gets at most ⌈count/2⌉ ≤ n frames
+        frame = (view, int(rng.integers(n)))
+        if frame not in chosen:
+            chosen.append(frame)
+            view ^= 1
+    return sorted(chosen)
+
+
+def _spot_check(spec: ReacherEvalSpec, images: dict[str, np.ndarray], z: np.ndarray,
+                zp: np.ndarray, frames: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Render ``frames`` ((view, row) pairs) in one worker and compare them byte for byte with
+    ``images``: the frames that differ (empty when all are equal)."""
+    from .reacher import RenderPool
+
+    angles = np.stack([(z, zp)[v][r] for v, r in frames])
+    with RenderPool(1, chunk=len(frames), size=spec.image_size) as pool:
+        fresh = pool.render(angles)
+    return [(v, r) for (v, r), frame in zip(frames, fresh)
+            if not np.array_equal(images[VIEWS[v]][r], frame)]
 
 
 def _render(spec: ReacherEvalSpec, z: np.ndarray, zp: np.ndarray, into: Path,
