@@ -422,6 +422,29 @@ HUGE_BERT = {**BERT, "hidden_size": 65536, "num_hidden_layers": 48, "num_attenti
              "intermediate_size": 65536}
 OC_OPEN = "${oc.create:{_target_: builtins.open, file: {d}/victim.txt, mode: w}}"
 
+
+class _RunsCode:
+    """Unpickled in full, this runs ``touch d/marker`` (the stand-in for any code)."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.d}/marker",)
+
+
+def pickled_code(d):
+    import torch
+
+    torch.save({"w": torch.zeros(2), "hook": _RunsCode(d)}, str(d / "code.pt"))
+
+
+def hf_remote_code(d):
+    hf_dir({"model_type": "evil", "hidden_size": 8,
+            "auto_map": {"AutoConfig": "modeling_evil.EvilConfig",
+                         "AutoModel": "modeling_evil.EvilModel"}})(d)
+    (d / "hf" / "modeling_evil.py").write_text(f"open({str(d / 'marker')!r}, 'w')\n")
+
 CASES_27 = [  # (name, build, args, exit code before issue 27, after, fragment)
     ("LeWM config.json: oc.create opens a file", victim_and(lewm_dir(bias=OC_OPEN)),
      ("audit", "{d}/lewm", *AUDIT4), 2, 2, "holds an interpolation"),
@@ -445,6 +468,17 @@ CASES_27 = [  # (name, build, args, exit code before issue 27, after, fragment)
     ("--normalize with a denormal std", victim_and(scripted_from_file),
      ("audit", "{d}/enc.pt", "--normalize", "0.5,1e-310", "--world", "reacher",
       "--image-size", "16"), 2, 2, "the std must be at least 1e-06"),
+    # the ones that held before issue 27 as well
+    ("LeWM config.json: _target_ os.system",
+     victim_and(lewm_dir(_target_="os.system", command="touch {d}/marker")),
+     ("audit", "{d}/lewm", *AUDIT4), 2, 2, "_target_ 'os.system' is not in torch"),
+    ("torch.save whose pickle calls os.system", victim_and(pickled_code),
+     ("audit", "{d}/code.pt", "--arch", "torch.nn:Identity", *AUDIT4), 2, 2,
+     "which torch.load(weights_only=True) refuses"),
+    ("Hugging Face directory with remote code", victim_and(hf_remote_code),
+     ("audit", "{d}/hf", *AUDIT4), 2, 2, "contains custom code"),
+    ("embed --out onto its own target", victim_and(weights),
+     ("embed", "{ck}", "--out", "{ck}"), 2, 2, "--out must name an .npz"),
     ("--cache-dir equal to --out", victim_and(weights),
      ("embed", "{ck}", "--world", "reacher", "--image-size", "16", "--out", "{d}/e.npz",
       "--cache-dir", "{d}/e.npz"), 2, 2, "is the same file as --cache-dir"),

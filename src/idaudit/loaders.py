@@ -121,7 +121,9 @@ def sniff(path: Path) -> str:
             return "unknown"
         if names and all(n.endswith(".npy") for n in names):
             return "npz"
-        if any("/code/" in n or n.startswith("code/") for n in names):
+        # TorchScript: ARCHIVE/code/… (the archive's own name may be "code": torch.save of
+        # code.pt writes code/data.pkl, which is no TorchScript)
+        if any(n.partition("/")[2].startswith("code/") for n in names):
             return "torchscript"
         if any(n.endswith("archive_format") for n in names):
             return "export"
