@@ -439,6 +439,13 @@ def pickled_code(d):
     torch.save({"w": torch.zeros(2), "hook": _RunsCode(d)}, str(d / "code.pt"))
 
 
+def escaping_keys(d):
+    """A key that would clear the screen and retitle the terminal, echoed raw before."""
+    import torch
+
+    torch.save({"\x1b[2J\x1b]0;pwned\x07evil": torch.zeros(2)}, str(d / "keys.pt"))
+
+
 def hf_remote_code(d):
     hf_dir({"model_type": "evil", "hidden_size": 8,
             "auto_map": {"AutoConfig": "modeling_evil.EvilConfig",
@@ -460,7 +467,7 @@ CASES_27 = [  # (name, build, args, exit code before issue 27, after, fragment)
      "sources such as hf-hub: or local-dir: are not taken"),
     ("torch.save whose data.pkl inflates to 1 GiB", victim_and(inflating_pt),
      ("LIMIT_AS", "audit", "{d}/bomb.pt", "--arch", "torch.nn:Identity", *AUDIT4), 2, 2,
-     "would take up to"),
+     "data.pkl is compressed"),
     ("Hugging Face config of a 77 GB network", victim_and(hf_dir(HUGE_BERT)),
      ("LIMIT_AS", "audit", "{d}/hf", *AUDIT4), 5, 2, "as its config.json describes it"),
     ("model.safetensors.index.json naming ../x", victim_and(hf_dir(BERT, "../victim.txt")),
@@ -468,6 +475,9 @@ CASES_27 = [  # (name, build, args, exit code before issue 27, after, fragment)
     ("--normalize with a denormal std", victim_and(scripted_from_file),
      ("audit", "{d}/enc.pt", "--normalize", "0.5,1e-310", "--world", "reacher",
       "--image-size", "16"), 2, 2, "the std must be at least 1e-06"),
+    ("state dict keys holding ANSI and OSC escapes", victim_and(escaping_keys),
+     ("audit", "{d}/keys.pt", "--arch", "torch.nn:Identity", *AUDIT4), 2, 2,
+     "unexpected keys (\\x1b[2J\\x1b]0;pwned\\x07evil)"),
     # the ones that held before issue 27 as well
     ("LeWM config.json: _target_ os.system",
      victim_and(lewm_dir(_target_="os.system", command="touch {d}/marker")),

@@ -65,8 +65,8 @@ def test_presets_are_three_channels_with_positive_std():
     ("0.5,", "--normalize must be"),
     ("a,0.5", "the mean 'a' is not a number"),
     ("0.5,0.2:0.2", "the std has 2 numbers"),
-    ("0.5,0", "the std must be positive"),
-    ("0.5,-1:1:1", "the std must be positive"),
+    ("0.5,0", "the std must be at least 1e-06"),
+    ("0.5,-1:1:1", "the std must be at least 1e-06"),
     ("nan,1", "must be finite"),
 ])
 def test_parse_errors_are_one_line_exit_2(text, fragment):

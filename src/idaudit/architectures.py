@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import IdauditError
+from .errors import IdauditError, printable
 from .io import first_line as _first_line
 
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -234,7 +234,7 @@ def load_hf_dir(path: Path, trust_pickle: bool = False) -> Any:
     is checked against free memory first (the network sized on the meta device)."""
     import torch
 
-    from .trust import check_file_memory, check_torch_file
+    from .trust import check_file_memory, check_torch_file, size_text
 
     transformers = optional_module("transformers", "vision",
                                    f"{path} (a Hugging Face model directory)")
@@ -257,9 +257,8 @@ def load_hf_dir(path: Path, trust_pickle: bool = False) -> Any:
             network = _meta_bytes(lambda: transformers.AutoModel.from_config(config),
                                   str(path / "config.json"), "directory")
             on_disk = sum(f.stat().st_size for f in files if f.is_file())
-            check_file_memory(network + on_disk, path, f"a network of {network / 2**30:.1f} GiB "
-                              f"as its config.json describes it, and its weight files",
-                              "directory")
+            check_file_memory(network + on_disk, path, f"a network of {size_text(network)} as "
+                              "its config.json describes it, and its weight files", "directory")
         model, info = transformers.AutoModel.from_pretrained(
             str(path), local_files_only=True, trust_remote_code=False, weights_only=True,
             dtype=torch.float32, output_loading_info=True)
@@ -275,9 +274,9 @@ def load_hf_dir(path: Path, trust_pickle: bool = False) -> Any:
     missing = sorted(info.get("missing_keys") or [])
     if missing:  # e.g. a pooler the encoder was saved without: random, so never the embedding
         shown = ", ".join(missing[:4]) + (", …" if len(missing) > 4 else "")
-        print(f"note: {path} lacks {len(missing)} weights of its model ({shown}); they are "
-              "left at random initialisation: do not choose them as the embedding",
-              file=sys.stderr)
+        print(printable(f"note: {path} lacks {len(missing)} weights of its model ({shown}); "
+                        "they are left at random initialisation: do not choose them as the "
+                        "embedding"), file=sys.stderr)
     return model
 
 

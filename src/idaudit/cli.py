@@ -25,6 +25,7 @@ from .errors import (
     IdauditError,
     check_seed,
     internal_error_line,
+    printable,
     show_tracebacks,
 )
 from .io import check_outputs, json_text
@@ -107,7 +108,8 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except IdauditError as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error:[/red] {escape(printable(str(exc)))}", highlight=False,
+                      soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from typing import Any
 
 EXIT_OK = 0
@@ -43,12 +44,25 @@ def check_seed(seed: int | None, flag: str = "--seed") -> None:
         raise IdauditError(f"{flag} must be an integer in [0, {MAX_SEED}], got {seed}")
 
 
+#: control characters (C0 but tab and newline, DEL, C1) and bidirectional overrides: what
+#: could drive a terminal (ANSI escapes, OSC titles) or reorder a line when echoed
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as ``\\xNN`` / ``\\uNNNN``: names read
+    from a file (state dict keys, paths, messages) are echoed as data, never as terminal
+    commands."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
 def internal_error_line(exc: BaseException, what: str | None = None) -> str:
     """The one line for an exception nothing handled (exit 5, never mistaken for a verdict).
     Callers re-raise instead when :func:`show_tracebacks` (``IDAUDIT_TRACEBACK=1``)."""
     where = f"{what}: " if what else ""
-    return (f"internal error: {where}{type(exc).__name__}: {exc} (a bug in idaudit or a broken "
-            "install; rerun with IDAUDIT_TRACEBACK=1 for the traceback and please report it)")
+    return printable(f"internal error: {where}{type(exc).__name__}: {exc} (a bug in idaudit or "
+                     "a broken install; rerun with IDAUDIT_TRACEBACK=1 for the traceback and "
+                     "please report it)")
 
 
 def show_tracebacks() -> bool:

@@ -6,6 +6,7 @@ to GiBs), each storage at the ``numel`` its pickled persistent id declares (the 
 allocates it before reading a byte of it), arrays and buffers at the shapes their constructors
 are given (numpy's ``_reconstruct``, ``_rebuild_qtensor``, ``bytearray(n)``), and the Python
 objects the pickle builds, at most :data:`OBJECT_BYTES_PER_PICKLE_BYTE` bytes per pickle byte.
+torch.save never compresses a member (:func:`compressed_members` finds those that are).
 
 :func:`torch_file_bytes` adds these up from the zip directory and a *dry run* of the pickle: a
 :class:`pickle.Unpickler` whose ``find_class`` returns inert stand-ins (:class:`_Stub`), so no
@@ -165,6 +166,20 @@ def _legacy_bytes(path: Path, size: int, budget: int) -> int:
         raise IdauditError(f"{path}: its storages declare {declared} bytes but the file holds "
                            f"only {size}: not a file torch.save wrote")
     return objects + declared + scan.buffers
+
+
+def compressed_members(path: Path) -> list[zipfile.ZipInfo]:
+    """The members of a torch.save zip that are compressed: torch.save stores every member as
+    it is, so a compressed one (which may inflate to any size) was put there by another
+    writer. Empty for the legacy format."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return []
+        with zipfile.ZipFile(path) as zf:
+            return [i for i in zf.infolist() if i.compress_type != zipfile.ZIP_STORED]
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raise IdauditError(f"cannot read {path} as a torch.save file ({first_line(exc)})") \
+            from None
 
 
 def torch_file_bytes(path: Path, budget: int | float = math.inf) -> int:

@@ -25,9 +25,10 @@ POLICY: dict[str, tuple[str, str]] = {
         "tensors and JSON only; sizes from the headers, checked against free memory",
         "nothing: there is no code to trust"),
     "torch.save (.pt, .pth, .pth.tar, .ckpt, pytorch_model.bin)": (
-        "torch.load(weights_only=True), numpy arrays of numbers allowed; first the bytes it "
-        "would allocate (zip members, declared storages, array shapes, pickle objects) from a "
-        "dry run that imports nothing, refused beyond free memory",
+        "torch.load(weights_only=True), numpy arrays of numbers allowed; compressed zip "
+        "members (torch.save writes none) refused; first the bytes it would allocate (zip "
+        "members, declared storages, array shapes, pickle objects) from a dry run that "
+        "imports nothing, refused beyond free memory",
         "full unpickling (runs the file's code), without the memory check"),
     "TorchScript": (
         "its source vetted before torch.jit.load and its graphs after: aten and prim "
@@ -78,19 +79,32 @@ def check_file_memory(nbytes: float, source: str | Path, what: str,
     have = memory_budget()
     if nbytes > have:
         raise IdauditError(untrusted(
-            f"{source}: loading it would take up to {nbytes / 2**30:.1f} GiB of memory "
-            f"({what}), but only {have / 2**30:.1f} GiB is available; allocating what a file "
-            "declares beyond that", thing))
+            f"{source}: loading it would take up to {size_text(nbytes)} of memory ({what}), but "
+            f"only {size_text(have)} is available; allocating what a file declares beyond that",
+            thing))
+
+
+def size_text(nbytes: float) -> str:
+    """``nbytes`` in GiB (one decimal), or in MiB below one GiB."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
 
 
 def check_torch_file(path: Path, trusted: bool) -> None:
-    """Before ``torch.load``: refuse an untrusted file whose zip members, declared storages,
-    arrays and pickle objects (:func:`idaudit.torch_file_sizes.torch_file_bytes`) would not
-    fit in memory."""
+    """Before ``torch.load``: refuse an untrusted file with compressed zip members (torch.save
+    writes none), or whose zip members, declared storages, arrays and pickle objects
+    (:func:`idaudit.torch_file_sizes.torch_file_bytes`) would not fit in memory."""
     if trusted:
         return
-    from .torch_file_sizes import torch_file_bytes
+    from .errors import IdauditError
+    from .torch_file_sizes import compressed_members, torch_file_bytes
 
+    packed = compressed_members(path)
+    if packed:
+        m = packed[0]
+        raise IdauditError(untrusted(
+            f"{path}: its member {m.filename} is compressed ({m.compress_size} bytes that "
+            f"inflate to {m.file_size}); torch.save stores every member as it is, and "
+            "inflating what another writer packed takes memory the file chooses"))
     budget = memory_budget()
     check_file_memory(torch_file_bytes(path, budget), path,
                       "its inflated members, declared storages and pickled objects")

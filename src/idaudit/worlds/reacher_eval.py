@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from ..defaults import WORLD_DEFAULTS
-from ..errors import IdauditError, check_seed
+from ..errors import IdauditError, check_seed, printable
 from ..io import MAX_TEXT_INPUT, check_memory, first_line, make_temp_dir
 from ..progress import ProgressBar
 from .base import EvalSet
@@ -293,8 +293,8 @@ def eval_pairs(spec: ReacherEvalSpec, cache_dir: str | Path | None = None,
         found, reason = _load(final, spec, renderer, z, zp)
         if found is not None:
             return EvalPairs(z, zp, found["x"], found["x_prime"], final, rendered=False)
-        sys.stderr.write(f"note: the cached evaluation set {final} is not usable ({reason}); "
-                         "rendering it again\n")
+        sys.stderr.write(printable(f"note: the cached evaluation set {final} is not usable "
+                                   f"({reason}); rendering it again") + "\n")
     try:
         tmp = make_temp_dir(final) if cache else Path(tempfile.mkdtemp(suffix=".tmp"))
     except OSError as exc:
