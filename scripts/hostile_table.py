@@ -419,6 +419,8 @@ def main() -> None:
     ap.add_argument("--cap-gib", type=float, default=12, help="address-space cap per case in GiB "
                     "(default 12; a CUDA torch maps ~3 GB at import)")
     args = ap.parse_args()
+    if os.sep in args.python:  # the cases run in a temporary directory
+        args.python = str(Path(args.python).absolute())
     src, cap = str(Path(args.src).resolve()), int(args.cap_gib * 2**30)
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         d = Path(tmp)
