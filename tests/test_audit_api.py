@@ -571,3 +571,40 @@ def test_library_refuses_what_the_cli_refuses(npz_files):
                              ({"min_r2": "0.9"}, "must be a number, got '0.9'"),
                              ({"gate": {"min": {"mcc": "0.9"}}}, "must be a number")]:
         refused(fragment, z=data["z"], h=data["h"], **kwargs)
+
+
+# ---- issue 28: one way a target is opened, paths meaning in Python what they mean in the CLI ----
+
+
+def test_paths_given_positionally_are_targets_as_in_the_cli(tmp_path):
+    _, paths = three_runs(tmp_path)
+    as_targets = idaudit.audit(targets=paths, reduce="median", gauss_sims=0)
+    positional = idaudit.audit(*map(str, paths), reduce="median", gauss_sims=0)
+    assert positional.metrics == as_targets.metrics
+    one = idaudit.audit(paths[0], gauss_sims=0)
+    assert one.metrics == idaudit.audit(targets=[paths[0]], gauss_sims=0).metrics
+    z = np.load(paths[0])["z"]
+    with pytest.raises(IdauditError, match="give paths .* or the arrays z, h, h_prime, not both"):
+        idaudit.audit(paths[0], z)
+
+
+def test_open_target_dispatches_on_one_enumeration_of_kinds(tmp_path):
+    from idaudit.loaders import Arrays, FileKind, LoadedEncoder, open_target, sniff
+
+    _, paths = three_runs(tmp_path)
+    np.save(tmp_path / "h.npy", np.load(paths[0])["h"])
+    torch.jit.script(identity_linear(3)).save(str(tmp_path / "enc.pt"))
+    torch.save({"z": torch.zeros(5, 3), "h": torch.ones(5, 3)}, str(tmp_path / "code.pt"))
+    assert sniff(paths[0]) == FileKind.NPZ and sniff(tmp_path / "h.npy") == FileKind.NPY
+    assert sniff(tmp_path / "enc.pt") == FileKind.TORCHSCRIPT
+    assert sniff(tmp_path / "code.pt") == FileKind.TORCH_SAVE  # its archive is named "code"
+    assert isinstance(open_target(paths[0]), Arrays)
+    np.testing.assert_array_equal(open_target(paths[0], embedding=True), np.load(paths[0])["h"])
+    np.testing.assert_array_equal(open_target(tmp_path / "h.npy", embedding=True),
+                                  np.load(paths[0])["h"])
+    assert isinstance(open_target(tmp_path / "enc.pt"), LoadedEncoder)
+    assert open_target(tmp_path / "code.pt").h.tolist() == [[1.0] * 3] * 5
+    module = identity_linear(3)
+    assert open_target(module).module is module  # an encoder in Python, as every command takes it
+    with pytest.raises(IdauditError, match="is a single .npy array"):
+        open_target(tmp_path / "h.npy")

@@ -129,7 +129,7 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
     """The consistency report of :class:`ConsistencyRequest` ``req`` (bad input raises
     :class:`~idaudit.errors.IdauditError` before any work)."""
     from .errors import IdauditError, check_seed
-    from .loaders import LoadedEncoder, load_embedding_target
+    from .loaders import open_target
 
     check_seed(req.seed)
     if len(req.targets) < 2:
@@ -139,14 +139,7 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
     check_embedding_options(req.n_eval, req.normalize)
     if not 0.0 < req.test_fraction < 1.0:
         raise IdauditError(f"--test-fraction must lie in (0, 1), got {req.test_fraction}")
-    loaded: list[Any] = []
-    for t in req.targets:
-        if isinstance(t, (str, Path)):
-            loaded.append(load_embedding_target(t, req))
-        elif isinstance(t, np.ndarray) or hasattr(t, "__array__") and not callable(t):
-            loaded.append(t)
-        else:
-            loaded.append(LoadedEncoder(t, None, {}, Path("encoder")))
+    loaded = [open_target(t, req, embedding=True) for t in req.targets]
     embeddings, world, seed = embed_runs(loaded, req)
     names = [Path(t).name if isinstance(t, (str, Path)) else f"run{i}"
              for i, t in enumerate(req.targets)]

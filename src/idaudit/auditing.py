@@ -10,6 +10,7 @@ world's evaluation set (:meth:`World.eval_set`), the one training used.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,8 @@ from .errors import (
 from .loaders import (
     Arrays,
     LoadedEncoder,
-    load_target,
     numeric_array,
+    open_target,
     where_to_embed,
 )
 from .metrics import audit_metrics, to_numpy
@@ -548,10 +549,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
             rho=None if req.rho is None else float(req.rho),
             x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
     for target in req.targets:
-        if isinstance(target, (str, Path)):
-            loaded = load_target(target, req)
-        else:
-            loaded = LoadedEncoder(target, None, {}, Path("encoder"))
+        loaded = open_target(target, req)
         if isinstance(loaded, Arrays):
             _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
             inputs.append((inputs_from_arrays(loaded),
@@ -570,6 +568,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
 def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,
           encoder: Any = None, targets: list[Any] | None = None, **options: Any) -> AuditReport:
     """Audit embeddings or encoders for identifiability; return an :class:`AuditReport`.
+    ``audit("a.npz", "b.npz", reduce="median")`` reads paths as the CLI does: as targets.
 
     Everything ``idaudit audit`` takes, under its option names (see :class:`AuditRequest`):
     arrays — ``z`` (true latents, n × d), ``h`` (embeddings, n × m), optionally ``h_prime``
@@ -588,6 +587,12 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
                                                                 "rho"))
     if encoder is not None and targets is not None:
         raise IdauditError("give encoder= or targets=, not both")
+    given = [v for v in (z, h, h_prime) if v is not None]
+    if any(isinstance(v, (str, os.PathLike)) for v in given):  # paths, as the CLI takes them
+        if not all(isinstance(v, (str, os.PathLike)) for v in given) or rho is not None:
+            raise IdauditError("give paths (targets, as on the command line) or the arrays z, "
+                               "h, h_prime, not both")
+        targets, z, h, h_prime = [*given, *(targets or [])], None, None, None
     listed = list(targets or []) + ([encoder] if encoder is not None else [])
     return run_audit(AuditRequest(targets=listed, z=z, h=h, h_prime=h_prime, rho=rho,
                                   **options))
@@ -686,12 +691,9 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
         raise IdauditError("embed needs an encoder")
     check_embedding_options(req.n_eval, req.normalize)
     out = check_embed_out(req.out)
-    if isinstance(req.target, (str, Path)):
-        loaded = load_target(req.target, req)
-        if isinstance(loaded, Arrays):
-            raise IdauditError(f"{req.target} holds arrays already: audit it as it is")
-    else:
-        loaded = LoadedEncoder(req.target, None, {}, Path("encoder"))
+    loaded = open_target(req.target, req)
+    if isinstance(loaded, Arrays):
+        raise IdauditError(f"{req.target} holds arrays already: audit it as it is")
     inp = inputs_for_encoder(loaded, req)
     if out is not None:
         arrays = {k: v for k, v in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime),

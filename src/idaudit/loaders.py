@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import zipfile
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -365,13 +366,17 @@ def _safetensors_weights(path: Path, opts: LoadOptions) -> LoadedEncoder:
     return _encoder(model, opts, path)
 
 
-def _model_dir(path: Path, kind: str, opts: LoadOptions) -> LoadedEncoder:
-    """A Hugging Face model directory or a stable-worldmodel (LeWM) one."""
-    from .architectures import build_lewm_dir, lewm_weights, load_hf_dir
+def _open_hf_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    """A Hugging Face model directory (:func:`idaudit.architectures.load_hf_dir`)."""
+    from .architectures import load_hf_dir
 
-    if kind == "hf_dir":
-        opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
-        return _encoder(load_hf_dir(path, opts.trust_pickle), opts, path)
+    opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
+    return _encoder(load_hf_dir(path, opts.trust_pickle), opts, path)
+
+
+def _open_lewm_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    """A stable-worldmodel (LeWM) directory: the network its config.json names, its weights."""
+    from .architectures import build_lewm_dir, lewm_weights
     from .state_dicts import find_entry, read_torch_file
 
     opts.refuse(("arch", "arch_kwargs"), f"a stable-worldmodel directory ({path}: its "
@@ -387,96 +392,22 @@ def _model_dir(path: Path, kind: str, opts: LoadOptions) -> LoadedEncoder:
     return _encoder(model, opts, path)
 
 
-def load_encoder_file(path: Path, options: LoadOptions | None = None,
-                      kind: str | None = None) -> LoadedEncoder:
-    """Every encoder format: idaudit checkpoint, plain weights (safetensors or torch.save) +
-    ``arch``, TorchScript, ``torch.export`` (.pt2), a Hugging Face or stable-worldmodel
-    directory, or — only with ``trust_pickle`` — a pickled module. The format is read from
-    the file's bytes, whatever its name."""
+class FileKind(StrEnum):
+    """What a target is, from its bytes (never its name; :func:`sniff`), or a model
+    directory: the one enumeration :func:`open_target` dispatches on."""
 
-    opts = _load_options(options)
-    path = Path(path)
-    kind = kind or _file_kind(path)[1]
-    if kind in ("hf_dir", "lewm_dir"):
-        return _model_dir(path, kind, opts)
-    if kind == "safetensors":
-        meta = read_metadata(path)
-        if meta.get("format") == CHECKPOINT:
-            from .checkpoint import load_checkpoint
-
-            opts.refuse(("key", "prefix"), f"an idaudit checkpoint ({path})")
-            ck = load_checkpoint(path)
-            return _checkpoint_encoder(ck, opts, path)
-        if opts.arch is None:
-            raise IdauditError(f"{path} holds plain weights: pass --arch module.path:factory "
-                               "(or timm:NAME) to say which network they belong to")
-        return _safetensors_weights(path, opts)
-    if kind == "pickle":
-        got = _torch_save_file(path, opts)
-        if isinstance(got, LoadedEncoder):
-            return got
-        raise IdauditError(f"{path} holds arrays (z, h …), not an encoder")
-    if opts.arch is not None:
-        raise IdauditError("--arch goes with plain weights (.safetensors or a torch.save state "
-                           "dict)")
-    opts.refuse(("key", "prefix"), "TorchScript or torch.export files (they hold no state dict "
-                "to choose from)")
-    if kind == "export":
-        from .export_archive import load_export_program
-
-        return _encoder(load_export_program(path, opts.trust_pickle), opts, path)
-    if kind == "torchscript":
-        from .export_archive import load_torchscript
-
-        return _encoder(load_torchscript(path, opts.trust_pickle), opts, path)
-    raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, safetensors "
-                       "weights or arrays, .npz arrays, a torch.save file, TorchScript, "
-                       "torch.export, a Hugging Face or stable-worldmodel model directory)")
+    NPY = "npy"
+    NPZ = "npz"
+    SAFETENSORS = "safetensors"
+    TORCH_SAVE = "pickle"
+    TORCHSCRIPT = "torchscript"
+    EXPORT = "export"
+    HF_DIR = "hf_dir"
+    LEWM_DIR = "lewm_dir"
+    UNKNOWN = "unknown"
 
 
-def load_target(target: str | Path, options: LoadOptions | None = None
-                ) -> Arrays | LoadedEncoder:
-    """What a path on the command line holds: arrays (z, h, …) or an encoder, opened as
-    ``options`` say (a :class:`LoadOptions`, or any request that is one)."""
-    opts = _load_options(options)
-    path, kind = _file_kind(target)
-    if kind == "npy":
-        raise IdauditError(f"{path} is a single .npy array; audit needs z and h together: "
-                           "numpy.savez(PATH.npz, z=z, h=h)")
-    if kind == "npz":
-        opts.refuse_for_arrays(path)
-        return load_array_file(path, kind)
-    if kind == "safetensors":
-        meta = read_metadata(path)
-        if meta.get("format") == PAIRS_FORMAT:
-            raise IdauditError(f"{path} is a world dataset; evaluate an encoder on it with "
-                               f"--data {path}")
-        if meta.get("format") != CHECKPOINT and opts.arch is None:
-            keys = _safetensors_keys(path)
-            if "h" not in keys:
-                raise IdauditError(
-                    f"{path} is neither an idaudit checkpoint nor an array file with h "
-                    f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights need "
-                    "--arch module.path:factory")
-            opts.refuse_for_arrays(path)
-            return load_array_file(path, kind)
-    if kind == "pickle":
-        got = _torch_save_file(path, opts)
-        return got if isinstance(got, LoadedEncoder) else arrays_from_mapping(got, str(path))
-    return load_encoder_file(path, kind=kind, options=opts)
-
-
-def _safetensors_keys(path: Path) -> set[str]:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return set(f.keys())
-    except Exception as exc:
-        raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") from None
-
-
-def _file_kind(target: str | Path) -> tuple[Path, str]:
+def _file_kind(target: str | Path) -> tuple[Path, FileKind]:
     """The path and what it holds: :func:`sniff` for a regular file (falling back on the name
     when the content is unreadable, so the named format's reader says what is wrong), or
     ``hf_dir`` / ``lewm_dir`` for a model directory."""
@@ -491,57 +422,158 @@ def _file_kind(target: str | Path) -> tuple[Path, str]:
             raise IdauditError(f"{path} is a directory, not an encoder or array file (nor a model "
                                "directory: config.json with model.safetensors or "
                                "pytorch_model.bin, or with weights.pt and a _target_)")
-        return path, f"{kind}_dir"
+        return path, FileKind(f"{kind}_dir")
     if not path.is_file():
         raise IdauditError(f"{path} is not a regular file")
-    kind = sniff(path)
-    if kind == "unknown":
-        kind = {".safetensors": "safetensors", ".npz": "npz"}.get(path.suffix.lower(), kind)
+    kind = FileKind(sniff(path))
+    if kind is FileKind.UNKNOWN:
+        kind = {".safetensors": FileKind.SAFETENSORS, ".npz": FileKind.NPZ}.get(
+            path.suffix.lower(), kind)
     return path, kind
+
+
+def _embedding(arrays: dict[str, Any], path: Path) -> np.ndarray:
+    if "h" not in arrays:
+        raise IdauditError(f"{path} has no array h (found: {', '.join(sorted(arrays)) or 'none'})")
+    return numeric_array(arrays["h"], f"{path}: array 'h'")
+
+
+def _open_npy(path: Path, opts: LoadOptions, embedding: bool) -> np.ndarray:
+    if not embedding:
+        raise IdauditError(f"{path} is a single .npy array; audit needs z and h together: "
+                           "numpy.savez(PATH.npz, z=z, h=h)")
+    opts.refuse_for_arrays(path)
+    try:
+        arr = np.load(path, allow_pickle=False, mmap_mode="r")
+    except (ValueError, OSError) as exc:
+        raise IdauditError(f"cannot read {path} as .npy ({_first_line(exc)})") from None
+    return numeric_array(arr, str(path))
+
+
+def _open_npz(path: Path, opts: LoadOptions, embedding: bool) -> Arrays | np.ndarray:
+    opts.refuse_for_arrays(path)
+    if not embedding:
+        return load_array_file(path, FileKind.NPZ)
+    try:
+        return _embedding(_read_npz(path), path)
+    except IdauditError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
+
+
+def _open_safetensors(path: Path, opts: LoadOptions, embedding: bool
+                      ) -> Arrays | np.ndarray | LoadedEncoder:
+    """An idaudit checkpoint, arrays with h, or — with ``--arch`` — plain weights."""
+    meta = read_metadata(path)
+    if meta.get("format") == PAIRS_FORMAT:
+        raise IdauditError(f"{path} is a world dataset, not an embedding or an encoder"
+                           if embedding else f"{path} is a world dataset; evaluate an encoder "
+                           f"on it with --data {path}")
+    if meta.get("format") == CHECKPOINT:
+        from .checkpoint import load_checkpoint
+
+        opts.refuse(("key", "prefix"), f"an idaudit checkpoint ({path})")
+        return _checkpoint_encoder(load_checkpoint(path), opts, path)
+    if opts.arch is not None:
+        return _safetensors_weights(path, opts)
+    keys = _safetensors_keys(path)
+    if "h" not in keys:
+        raise IdauditError(f"{path} is neither an idaudit checkpoint nor an array file with h "
+                           f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights "
+                           "need --arch module.path:factory")
+    opts.refuse_for_arrays(path)
+    if embedding:
+        return numeric_array(_read_safetensors_arrays(path)["h"], f"{path}: array 'h'")
+    return load_array_file(path, FileKind.SAFETENSORS)
+
+
+def _open_torch_save(path: Path, opts: LoadOptions, embedding: bool
+                     ) -> Arrays | np.ndarray | LoadedEncoder:
+    got = _torch_save_file(path, opts)
+    if isinstance(got, LoadedEncoder):
+        return got
+    return numeric_array(got["h"], f"{path}: array 'h'") if embedding else \
+        arrays_from_mapping(got, str(path))
+
+
+def _program_options(opts: LoadOptions) -> None:
+    """TorchScript and torch.export files hold a whole program: no weight options apply."""
+    if opts.arch is not None:
+        raise IdauditError("--arch goes with plain weights (.safetensors or a torch.save state "
+                           "dict)")
+    opts.refuse(("key", "prefix"), "TorchScript or torch.export files (they hold no state dict "
+                "to choose from)")
+
+
+def _open_export(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    from .export_archive import load_export_program
+
+    _program_options(opts)
+    return _encoder(load_export_program(path, opts.trust_pickle), opts, path)
+
+
+def _open_torchscript(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    from .export_archive import load_torchscript
+
+    _program_options(opts)
+    return _encoder(load_torchscript(path, opts.trust_pickle), opts, path)
+
+
+def _open_unknown(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    _program_options(opts)
+    raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, safetensors "
+                       "weights or arrays, .npz arrays, a torch.save file, TorchScript, "
+                       "torch.export, a Hugging Face or stable-worldmodel model directory)")
+
+
+_OPENERS = {FileKind.NPY: _open_npy, FileKind.NPZ: _open_npz,
+            FileKind.SAFETENSORS: _open_safetensors, FileKind.TORCH_SAVE: _open_torch_save,
+            FileKind.TORCHSCRIPT: _open_torchscript, FileKind.EXPORT: _open_export,
+            FileKind.UNKNOWN: _open_unknown, FileKind.HF_DIR: _open_hf_dir,
+            FileKind.LEWM_DIR: _open_lewm_dir}
+
+
+def _is_array(obj: Any) -> bool:
+    return isinstance(obj, np.ndarray) or (hasattr(obj, "__array__") and not callable(obj))
+
+
+def open_target(target: Any, options: LoadOptions | None = None, embedding: bool = False
+                ) -> Arrays | LoadedEncoder | np.ndarray:
+    """What a target holds, opened as ``options`` say (a :class:`LoadOptions`, or any request
+    that is one): a path (by :class:`FileKind`, read from its bytes) gives :class:`Arrays` or
+    a :class:`LoadedEncoder`; an ``nn.Module`` or callable gives a :class:`LoadedEncoder`.
+    ``embedding`` (consistency): an array file or array gives its embedding ``h`` instead."""
+    opts = _load_options(options)
+    if not isinstance(target, (str, Path)):
+        if embedding and _is_array(target):
+            return target
+        return LoadedEncoder(target, None, {}, Path("encoder"))
+    path, kind = _file_kind(target)
+    return _OPENERS[kind](path, opts, embedding)
+
+
+def load_target(target: str | Path, options: LoadOptions | None = None
+                ) -> Arrays | LoadedEncoder:
+    """:func:`open_target` of a path: arrays (z, h, …) or an encoder."""
+    return open_target(target, options)
 
 
 def load_embedding_target(target: str | Path, options: LoadOptions | None = None
                           ) -> np.ndarray | LoadedEncoder:
-    """For ``idaudit consistency``: an embedding array ``h`` (a ``.npy``, or ``h`` in an
-    ``.npz``/``.safetensors``/torch.save dict) or an encoder in any form :func:`load_target`
-    takes."""
-    opts = _load_options(options)
-    path, kind = _file_kind(target)
-    if kind in ("npy", "npz"):
-        opts.refuse_for_arrays(path)
-    if kind == "npy":
-        try:
-            arr = np.load(path, allow_pickle=False, mmap_mode="r")
-        except (ValueError, OSError) as exc:
-            raise IdauditError(f"cannot read {path} as .npy ({_first_line(exc)})") from None
-        return numeric_array(arr, str(path))
-    if kind == "npz":
-        try:
-            d = _read_npz(path)
-        except IdauditError:
-            raise
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-            raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
-        if "h" not in d:
-            raise IdauditError(f"{path} has no array h (found: {', '.join(sorted(d)) or 'none'})")
-        return numeric_array(d["h"], f"{path}: array 'h'")
-    if kind == "safetensors":
-        meta = read_metadata(path)
-        if meta.get("format") == PAIRS_FORMAT:
-            raise IdauditError(f"{path} is a world dataset, not an embedding or an encoder")
-        if meta.get("format") != CHECKPOINT and opts.arch is None:
-            keys = _safetensors_keys(path)
-            if "h" not in keys:
-                raise IdauditError(
-                    f"{path} is neither an idaudit checkpoint nor an array file with h (found: "
-                    f"{', '.join(sorted(keys)) or 'no tensors'}); plain weights need --arch")
-            opts.refuse_for_arrays(path)
-            return numeric_array(_read_safetensors_arrays(path)["h"], f"{path}: array 'h'")
-    if kind == "pickle":
-        got = _torch_save_file(path, opts)
-        return got if isinstance(got, LoadedEncoder) else \
-            numeric_array(got["h"], f"{path}: array 'h'")
-    return load_encoder_file(path, kind=kind, options=opts)
+    """:func:`open_target` for ``idaudit consistency``: an embedding array ``h`` (a ``.npy``,
+    or ``h`` in an ``.npz``/``.safetensors``/torch.save dict) or an encoder."""
+    return open_target(target, options, embedding=True)
+
+
+def _safetensors_keys(path: Path) -> set[str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return set(f.keys())
+    except Exception as exc:
+        raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") from None
 
 
 def where_to_embed(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,

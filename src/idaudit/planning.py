@@ -21,7 +21,7 @@ import torch
 
 from .encoders import embed
 from .errors import IdauditError, check_seed
-from .loaders import Arrays, LoadedEncoder, load_target, world_for_encoder
+from .loaders import Arrays, LoadedEncoder, open_target, world_for_encoder
 from .metrics import fit_linear_map
 from .requests import PlanRequest, unknown_options
 
@@ -193,12 +193,10 @@ def run_plan(req: PlanRequest) -> PlanReport:
         parse_normalize(req.normalize)  # before any encoder is loaded
     options = req.world_options()
     encoder = req.target
-    if isinstance(encoder, (str, Path)):
-        loaded: Arrays | LoadedEncoder = load_target(encoder, req)
-    elif encoder is not None:
-        if req.z is not None or req.h is not None:
+    if encoder is not None:
+        if not isinstance(encoder, (str, Path)) and (req.z is not None or req.h is not None):
             raise IdauditError("give either a gallery of arrays (z, h) or an encoder, not both")
-        loaded = LoadedEncoder(encoder, None, {}, Path("encoder"))
+        loaded: Arrays | LoadedEncoder = open_target(encoder, req)
     elif req.z is not None and req.h is not None:
         loaded = Arrays(z=torch.as_tensor(np.asarray(req.z)), h=torch.as_tensor(np.asarray(req.h)))
     else:
