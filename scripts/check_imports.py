@@ -29,8 +29,8 @@ PKG = ROOT / "idaudit"
 #: package; ``*`` patterns match file names). A module may import from its own layer and the
 #: layers before it.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundations": ("errors.py", "_version.py", "defaults.py", "requests.py", "registry.py",
-                    "io.py", "jsontext.py", "progress.py"),
+    "foundations": ("errors.py", "_version.py", "defaults.py", "limits.py", "requests.py",
+                    "registry.py", "io.py", "jsontext.py", "progress.py"),
     "pure maths": ("losses.py", "metrics.py", "bounds.py", "labelfree.py", "linalg.py",
                    "epps_pulley.py", "_ep_numba.py", "catalogue.py"),
     "worlds": ("worlds/", "render_mujoco.py", "datasets.py"),

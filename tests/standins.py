@@ -202,3 +202,46 @@ def failing_render_init(*_args) -> None:
     from idaudit import render_mujoco
 
     render_mujoco._WORKER_ERROR = RENDER_INIT_ERROR
+
+
+# ---- hostile files shared by the security tests (issue 27) ----------------------------------
+
+
+def from_file_module(victim: str):
+    """A module whose forward maps ``victim`` shared and writes chosen bytes into it (what
+    TorchScript vetting must refuse)."""
+    import torch
+
+    class FromFile(torch.nn.Module):
+        def __init__(self, victim: str):
+            super().__init__()
+            self.victim = victim
+
+        def forward(self, x):
+            t = torch.from_file(self.victim, shared=True, size=4, dtype=torch.uint8)
+            t.fill_(65)
+            return x + t[:1].float() * 0
+
+    return FromFile(victim)
+
+
+def inflating_pickle(dst: Path, src: Path, nbytes: int) -> None:
+    """``src`` (a torch.save zip) rewritten as ``dst`` whose data.pkl, deflated to a few MB,
+    inflates to ``nbytes``: one BINBYTES object of zeros, streamed (never held in memory)."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            if not info.filename.endswith("data.pkl"):
+                zout.writestr(info.filename, zin.read(info.filename))
+                continue
+            zi = zipfile.ZipInfo(info.filename)
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            with zout.open(zi, "w", force_zip64=True) as f:
+                f.write(b"\x80\x04B" + struct.pack("<I", nbytes - 8))
+                block, left = bytes(1 << 24), nbytes - 8
+                while left > 0:
+                    f.write(block[:min(left, len(block))])
+                    left -= len(block)
+                f.write(b"N.")

@@ -110,7 +110,7 @@ def test_the_library_refuses_what_the_cli_refuses(runs):
         ({"z": data["z"], "h": data["h"], "dim": 3}, "--dim does not apply"),
         ({"targets": paths[:1], "n_eval": 5}, "--n-eval must be an integer ≥ 10"),
         ({"targets": paths[:1], "bootstrap": -1}, "--bootstrap must be an integer ≥ 0"),
-        ({"targets": paths[:1], "test_fraction": 1.5}, "--test-fraction must lie in"),
+        ({"targets": paths[:1], "test_fraction": 1.5}, "--test-fraction must lie strictly between 0 and 1"),
         ({"targets": paths[:1], "circular": "0,x"}, "--circular expects"),
         ({"targets": paths[:1], "nonsense": 1}, "unknown options: nonsense"),
     ]:

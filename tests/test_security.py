@@ -22,6 +22,7 @@ import pytest
 import torch
 from conftest import identity_linear, run
 from safetensors.torch import save_file
+from standins import from_file_module
 
 from idaudit import export_archive
 from idaudit.errors import IdauditError
@@ -358,19 +359,6 @@ def test_import_factory_restores_sys_path(tmp_path, monkeypatch, fresh_modules):
 # ---- TorchScript: no file reached, nothing run while loading (issue 27, item 2) ---------------
 
 
-class _FromFile(torch.nn.Module):
-    """forward maps a file shared and writes chosen bytes into it."""
-
-    def __init__(self, victim: str):
-        super().__init__()
-        self.victim = victim
-
-    def forward(self, x):
-        t = torch.from_file(self.victim, shared=True, size=4, dtype=torch.uint8)
-        t.fill_(65)
-        return x + t[:1].float() * 0
-
-
 class _SetState(torch.nn.Module):
     """__setstate__ runs inside torch.jit.load, before anything is vetted after it."""
 
@@ -405,7 +393,7 @@ class _Saves(torch.nn.Module):
 
 
 @pytest.mark.parametrize("cls,fragment", [
-    (_FromFile, "calls torch.from_file, which reaches files"),
+    (from_file_module, "calls torch.from_file, which reaches files"),
     (_SetState, "defines __setstate__, which runs while it loads"),
     (_Saves, "calls torch.save, which reaches files"),
 ], ids=["from_file", "setstate", "save"])
@@ -420,7 +408,7 @@ def test_torchscript_that_reaches_files_is_refused(tmp_path, cls, fragment):
     assert fragment in res.output and "--trust-pickle" in res.output, res.output
     assert victim.read_text() == "original\n"
     # the hazard is real: trusted, the program does what it says
-    if cls is _FromFile:
+    if cls is from_file_module:
         res = run("audit", path, "--world", "coupling", "--dim", "4", "--n-eval", "200",
                   "--trust-pickle")
         assert res.exit_code == 0, res.output
@@ -430,7 +418,7 @@ def test_torchscript_that_reaches_files_is_refused(tmp_path, cls, fragment):
 def test_torchscript_graphs_are_vetted_after_loading(tmp_path):
     """The compiled graphs (inlined, blocks included) are the authority: an operator outside
     aten/prim or a file-reaching aten one is refused even where the source scan would miss it."""
-    module = torch.jit.script(_FromFile(str(tmp_path / "v")))
+    module = torch.jit.script(from_file_module(str(tmp_path / "v")))
     with pytest.raises(export_archive._Unvetted, match="aten::from_file"):
         export_archive._vet_torchscript_graphs(module)
     export_archive._vet_torchscript_graphs(torch.jit.script(identity_linear()))  # plain: fine

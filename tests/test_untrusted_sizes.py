@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import one_line, run
+from standins import inflating_pickle
 
 from idaudit import trust
 from idaudit.errors import IdauditError
@@ -48,26 +49,6 @@ def rezip(src: Path, dst: Path, replace: dict[str, bytes], deflate: tuple[str, .
             method = zipfile.ZIP_DEFLATED if info.filename.endswith(deflate) else \
                 zipfile.ZIP_STORED
             zout.writestr(info.filename, data, compress_type=method)
-
-
-def inflating_pickle(dst: Path, src: Path, nbytes: int) -> None:
-    """A torch.save zip whose data.pkl (deflated to a few MB) inflates to ``nbytes``: one
-    BINBYTES object of zeros, streamed so the test never holds it."""
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
-        for info in zin.infolist():
-            if not info.filename.endswith("data.pkl"):
-                zout.writestr(info.filename, zin.read(info.filename))
-                continue
-            zi = zipfile.ZipInfo(info.filename)
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            with zout.open(zi, "w", force_zip64=True) as f:
-                f.write(b"\x80\x04B" + struct.pack("<I", nbytes - 8))
-                block = bytes(1 << 24)
-                left = nbytes - 8
-                while left > 0:
-                    f.write(block[:min(left, len(block))])
-                    left -= len(block)
-                f.write(b"N.")
 
 
 # ---- the bound itself ---------------------------------------------------------------------

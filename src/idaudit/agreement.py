@@ -107,11 +107,10 @@ def check_consistency(embeddings: list[np.ndarray], names: list[str],
                       world: dict[str, Any] | None = None) -> AuditReport:
     """The consistency metrics of two or more runs' embeddings of the same inputs, gated."""
     from .errors import IdauditError
+    from .limits import check, check_runs
 
-    if len(embeddings) < 2:
-        raise IdauditError(f"consistency needs at least two runs, got {len(embeddings)}")
-    if not 0.0 < test_fraction < 1.0:
-        raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
+    check_runs(len(embeddings))
+    check("test_fraction", test_fraction)
     if len(names) != len(embeddings):
         raise IdauditError(f"{len(embeddings)} runs but {len(names)} names")
     embeddings = [as_matrix(to_numpy(e), name) for e, name in zip(embeddings, names)]
@@ -128,17 +127,17 @@ def check_consistency(embeddings: list[np.ndarray], names: list[str],
 def run_consistency(req: ConsistencyRequest) -> AuditReport:
     """The consistency report of :class:`ConsistencyRequest` ``req`` (bad input raises
     :class:`~idaudit.errors.IdauditError` before any work)."""
-    from .errors import IdauditError, check_seed
+    from .errors import check_seed
     from .loaders import open_target
 
     check_seed(req.seed)
-    if len(req.targets) < 2:
-        raise IdauditError(f"consistency needs at least two runs, got {len(req.targets)}")
+    from .limits import check, check_runs
+
+    check_runs(len(req.targets))
     thresholds = collect_thresholds(req, CONSISTENCY_METRICS, "consistency_r2",
                                     "consistency_orthogonality_error")
     check_embedding_options(req.n_eval, req.normalize)
-    if not 0.0 < req.test_fraction < 1.0:
-        raise IdauditError(f"--test-fraction must lie in (0, 1), got {req.test_fraction}")
+    check("test_fraction", req.test_fraction)
     loaded = [open_target(t, req, embedding=True) for t in req.targets]
     embeddings, world, seed = embed_runs(loaded, req)
     names = [Path(t).name if isinstance(t, (str, Path)) else f"run{i}"

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import limits
 from .catalogue import gate_keys, missing_need
 from .defaults import TEST_FRACTION
 from .errors import (
@@ -331,8 +332,8 @@ def _checked_pair(inp: AuditInputs, h: np.ndarray) -> np.ndarray | None:
         hp = hp[:, None] if hp.ndim == 1 else hp
         if hp.shape != h.shape:
             raise IdauditError(f"h_prime has shape {tuple(hp.shape)} but h has {tuple(h.shape)}")
-    if inp.rho is not None and not (0.0 < inp.rho < 1.0):
-        raise IdauditError(f"rho must lie strictly between 0 and 1, got {inp.rho}")
+    if inp.rho is not None:
+        limits.check("rho", inp.rho, "rho")
     return hp
 
 
@@ -376,9 +377,8 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
 def check_embedding_options(n_eval: Any, normalize: str | None = None) -> None:
     """``--n-eval``, where given, is an integer ≥ 10, and ``--normalize`` parses (audit,
     consistency, embed): checked before any encoder is loaded."""
-    if n_eval is not None and (isinstance(n_eval, bool) or not isinstance(
-            n_eval, (int, np.integer)) or n_eval < 10):
-        raise IdauditError(f"--n-eval must be an integer ≥ 10, got {n_eval!r}")
+    if n_eval is not None:
+        limits.check("n_eval", n_eval)
     if normalize is not None:
         from .image_input import parse_normalize
 
@@ -387,12 +387,10 @@ def check_embedding_options(n_eval: Any, normalize: str | None = None) -> None:
 
 def _check_counts(bootstrap: Any, gauss_sims: Any, test_fraction: Any) -> None:
     """The audit's counts and split share, checked before any work."""
-    for value, flag in ((bootstrap, "--bootstrap"), (gauss_sims, "--gauss-sims")):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise IdauditError(f"{flag} must be an integer ≥ 0, got {value!r}")
-    if test_fraction is not None and not (isinstance(test_fraction, (int, float, np.floating))
-                                          and 0.0 < test_fraction < 1.0):
-        raise IdauditError(f"--test-fraction must lie in (0, 1), got {test_fraction!r}")
+    limits.check("bootstrap", bootstrap)
+    limits.check("gauss_sims", gauss_sims)
+    if test_fraction is not None:
+        limits.check("test_fraction", test_fraction)
 
 
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,

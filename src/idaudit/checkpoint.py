@@ -68,8 +68,10 @@ def _check_metadata(enc: Any, train: Any, metrics: Any) -> None:
     if not isinstance(train, dict) or not isinstance(metrics, dict):
         raise ValueError("train and metrics must be objects")
     n_eval, seed = train.get("n_eval"), train.get("seed", 0)
-    if n_eval is not None and not (isinstance(n_eval, int) and n_eval >= 10):
-        raise ValueError(f"train.n_eval must be an integer ≥ 10, got {n_eval!r}")
+    if n_eval is not None:
+        from .limits import check
+
+        check("n_eval", n_eval, "train.n_eval")
     if not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
         raise ValueError(f"train.seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
 

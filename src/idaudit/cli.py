@@ -566,8 +566,9 @@ def consistency(
     from .report import consistency_table
 
     check_seed(seed)
-    if len(targets) < 2:
-        raise IdauditError(f"consistency needs at least two runs, got {len(targets)}")
+    from .limits import check_runs
+
+    check_runs(len(targets))
     _check_reports(report, [*((t, "the run") for t in targets), (encoder["data"], "--data"),
                             (encoder["cache_dir"], "--cache-dir")])
     result = run_consistency(ConsistencyRequest(

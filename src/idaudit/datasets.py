@@ -19,10 +19,10 @@ def write_world(req: WorldRequest, progress: bool = False) -> str:
     file, or a directory for Reacher, whose rendering resumes after an interruption); return
     a one-line summary. Bad input raises :class:`~idaudit.errors.IdauditError` before any
     work, the output's writability included."""
+    from .limits import check
     from .worlds import KINDS, make_spec
 
-    if isinstance(req.pairs, bool) or not isinstance(req.pairs, int) or req.pairs < 1:
-        raise IdauditError(f"--pairs must be an integer ≥ 1, got {req.pairs!r}")
+    check("pairs", req.pairs)
     if req.out is None:
         raise IdauditError("--out is required: the file (or Reacher directory) to write")
     check_seed(req.seed, "--seed")

@@ -178,13 +178,12 @@ def run_plan(req: PlanRequest) -> PlanReport:
     :class:`~idaudit.errors.IdauditError` (exit 2 in the CLI) before any work is done."""
     check_seed(req.seed)
     seed = req.seed or 0
-    for name, low in (("pairs", 1), ("waypoints", 1), ("k", 1)):
-        value = getattr(req, name)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise IdauditError(f"--{name} must be an integer ≥ {low}, got {value!r}")
-    if req.gallery is not None and (isinstance(req.gallery, bool) or not isinstance(
-            req.gallery, (int, np.integer)) or req.gallery < 5):
-        raise IdauditError(f"--gallery must be an integer ≥ 5, got {req.gallery!r}")
+    from .limits import check
+
+    for name in ("pairs", "waypoints", "k"):
+        check(name, getattr(req, name))
+    if req.gallery is not None:
+        check("gallery", req.gallery)
     if req.n_eval is not None:
         raise IdauditError("--n-eval does not apply to plan (--gallery sizes its gallery)")
     if req.normalize is not None:

@@ -10,13 +10,13 @@ outside ``idaudit.worlds`` branches on a world's name.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import IdauditError, latent_indices
+from ..limits import check
 from ..registry import Registry
 from .base import EvalSet, World
 from .spec import WorldSpec, check_type
@@ -58,8 +58,7 @@ class WorldKind(ABC):
         if not (isinstance(spec.dim, int) and not isinstance(spec.dim, bool) and spec.dim >= 1):
             raise IdauditError(f"dim must be a positive integer, got {spec.dim!r}")
         check_type(spec.rho, "number", "rho")
-        if not (math.isfinite(spec.rho) and 0.0 < spec.rho < 1.0):
-            raise IdauditError(f"rho must lie strictly between 0 and 1, got {spec.rho!r}")
+        check("rho", spec.rho, "rho")
         check_type(spec.extra, "object", "extra")
         if "circular" in spec.extra:
             what = f"world {spec.name!r}: extra.circular"

@@ -27,6 +27,7 @@ import numpy as np
 from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, check_seed
 from ..io import MAX_TEXT_INPUT, atomic_write, check_memory, first_line, write_json
+from ..limits import LIMITS, check
 from ..progress import ProgressBar
 from .spec import check_fields, check_numbers, check_type
 
@@ -34,7 +35,8 @@ FORMAT = "idaudit-reacher"
 FORMAT_VERSION = 1
 CHUNK = 1000
 EVAL_SEED = 20_260_525  # the evaluation set is shared by every condition
-MIN_SIZE, MAX_SIZE = 16, 512  # rendered image sizes (px), datasets and evaluation sets alike
+# rendered image sizes (px), datasets and evaluation sets alike
+MIN_SIZE, MAX_SIZE = int(LIMITS["image_size"].low), int(LIMITS["image_size"].high)
 
 
 FIELD_TYPES = {"mode": "string", "rho": "number", "stride": "integer", "pairs": "integer",
@@ -58,13 +60,11 @@ class ReacherSpec:
         for name, kind in FIELD_TYPES.items():
             check_type(getattr(self, name), kind, FLAGS.get(name, "--" + name.replace("_", "-")))
         check_seed(self.seed, "--data-seed")
-        if not MIN_SIZE <= self.image_size <= MAX_SIZE:
-            raise IdauditError(f"--image-size must lie in [{MIN_SIZE}, {MAX_SIZE}] pixels, got "
-                               f"{self.image_size}")
+        check("image_size", self.image_size)
         if self.mode not in ("ou", "trajectory"):
             raise IdauditError(f"unknown Reacher mode {self.mode!r}; valid: ou, trajectory")
-        if self.mode == "ou" and not 0.0 < self.rho < 1.0:
-            raise IdauditError(f"--rho must lie strictly between 0 and 1, got {self.rho}")
+        if self.mode == "ou":
+            check("rho", self.rho)
         if self.stride < 1:
             raise IdauditError(f"--stride must be ≥ 1, got {self.stride}")
         if self.pairs < 1 or self.n_eval < 10:

@@ -44,9 +44,10 @@ import torch
 from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, check_seed, printable
 from ..io import MAX_TEXT_INPUT, check_memory, first_line, make_temp_dir
+from ..limits import check
 from ..progress import ProgressBar
 from .base import EvalSet
-from .reacher_data import EVAL_SEED, MAX_SIZE, MIN_SIZE, eval_angles, eval_partners, read_chunk
+from .reacher_data import EVAL_SEED, eval_angles, eval_partners, read_chunk
 from .spec import check_type
 
 FORMAT = "idaudit-reacher-eval"
@@ -75,11 +76,8 @@ class ReacherEvalSpec:
         check_type(self.image_size, "integer", "--image-size")
         check_type(self.n, "integer", "--n-eval")
         check_seed(self.seed, "--seed")
-        if not (math.isfinite(self.rho) and 0.0 < self.rho < 1.0):
-            raise IdauditError(f"--rho must lie strictly between 0 and 1, got {self.rho}")
-        if not MIN_SIZE <= self.image_size <= MAX_SIZE:
-            raise IdauditError(f"--image-size must lie in [{MIN_SIZE}, {MAX_SIZE}] pixels for an "
-                               f"evaluation set, got {self.image_size}")
+        check("rho", self.rho)
+        check("image_size", self.image_size, what=" for an evaluation set")
         if self.n < 1:
             raise IdauditError(f"--n-eval must be ≥ 1 evaluation pair, got {self.n}")
         return self

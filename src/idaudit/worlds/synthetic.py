@@ -16,6 +16,7 @@ import torch
 from ..defaults import WORLD_DEFAULTS
 from ..errors import IdauditError, require
 from ..io import PAIRS_FORMAT, atomic_write, check_memory
+from ..limits import check
 from .base import EvalSet, PlanSet, World
 from .kind import KINDS, WorldKind
 from .mixings import MIXINGS, CouplingMixing
@@ -152,8 +153,7 @@ class SyntheticKind(WorldKind):
                           ("rho", "number"), ("layers", "integer"), ("mixing_seed", "integer")):
             check_type(options.get(key), kind, "--" + key.replace("_", "-"), optional=True)
         SOURCES.get(source)  # raises with the valid names
-        require(math.isfinite(rho) and 0.0 < rho < 1.0,
-                f"--rho must lie strictly between 0 and 1, got {rho}")
+        check("rho", rho)
         if source == "gennorm":
             require(alpha is not None, "--alpha is required with --source gennorm")
         if alpha is not None:
