@@ -248,12 +248,8 @@ def load_hf_dir(path: Path, trust_pickle: bool = False) -> Any:
             for f in files:
                 if f.suffix == ".bin":
                     check_torch_file(f, trusted=False)
-            try:
-                config = transformers.AutoConfig.from_pretrained(
-                    str(path), local_files_only=True, trust_remote_code=False)
-            except Exception as exc:
-                raise IdauditError(f"cannot load {path} as a Hugging Face model "
-                                   f"({type(exc).__name__}: {_first_line(exc)})") from None
+            config = transformers.AutoConfig.from_pretrained(  # its failure: the except below
+                str(path), local_files_only=True, trust_remote_code=False)
             network = _meta_bytes(lambda: transformers.AutoModel.from_config(config),
                                   str(path / "config.json"), "directory")
             on_disk = sum(f.stat().st_size for f in files if f.is_file())
@@ -305,16 +301,22 @@ def _locate(target: str, source: str) -> Any:
                        f"{parts[0]!r})")
 
 
-def _targets(config: Any) -> Iterator[str]:
+def _nodes(config: Any) -> Iterator[Any]:
+    """Every node of a JSON config — objects, lists, keys and scalars — depth first."""
     stack = [config]
     while stack:
         item = stack.pop()
+        yield item
         if isinstance(item, dict):
-            if "_target_" in item:
-                yield item["_target_"]
+            stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def _targets(config: Any) -> Iterator[Any]:
+    return (node["_target_"] for node in _nodes(config)
+            if isinstance(node, dict) and "_target_" in node)
 
 
 #: packages whose modules an untrusted config may name (importing them builds networks);
@@ -336,17 +338,7 @@ def _importable_by_config(target: str) -> bool:
 def _interpolation(config: Any) -> str | None:
     """The first key or string of ``config`` that holds an OmegaConf interpolation (``${``),
     escaped or not; None when there is none."""
-    stack = [config]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str) and "${" in item:
-            return item
-    return None
+    return next((n for n in _nodes(config) if isinstance(n, str) and "${" in n), None)
 
 
 def vet_targets(config: dict[str, Any], source: str) -> None:

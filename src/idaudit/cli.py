@@ -445,6 +445,12 @@ REPORT_FLAGS = (
 report_flags = flag_group("report", REPORT_FLAGS)
 
 
+def _encoder_inputs(encoder: dict) -> list[tuple[Path | None, str]]:
+    """The paths an encoder's evaluation reads or fills (``--data``, ``--cache-dir``): no
+    output may be one of them."""
+    return [(encoder["data"], "--data"), (encoder["cache_dir"], "--cache-dir")]
+
+
 def _check_reports(flags: dict, inputs: list) -> None:
     """The report files of ``flags`` checked writable (and not an input, the gate file
     included) before any work; a stale report at their paths removed."""
@@ -522,8 +528,7 @@ def audit(
     from .report import audit_table
 
     check_seed(seed)
-    _check_reports(report, [*((t, "the input") for t in targets), (encoder["data"], "--data"),
-                            (encoder["cache_dir"], "--cache-dir")])
+    _check_reports(report, [*((t, "the input") for t in targets), *_encoder_inputs(encoder)])
     result = run_audit(AuditRequest(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
@@ -569,8 +574,7 @@ def consistency(
     from .limits import check_runs
 
     check_runs(len(targets))
-    _check_reports(report, [*((t, "the run") for t in targets), (encoder["data"], "--data"),
-                            (encoder["cache_dir"], "--cache-dir")])
+    _check_reports(report, [*((t, "the run") for t in targets), *_encoder_inputs(encoder)])
     result = run_consistency(ConsistencyRequest(
         targets=list(targets), **encoder, n_eval=n_eval, seed=seed, test_fraction=test_fraction,
         min_r2=min_r2, max_orthogonality_error=max_orth, min=report["min"], max=report["max"],
@@ -602,8 +606,7 @@ def embed(
 
     check_seed(seed)
     check_embed_out(out_path)  # before check_outputs removes a stale file there
-    check_outputs([(out_path, "--out")], [(target, "the target"), (encoder["data"], "--data"),
-                                          (encoder["cache_dir"], "--cache-dir")],
+    check_outputs([(out_path, "--out")], [(target, "the target"), *_encoder_inputs(encoder)],
                   remove_stale=True)
     inp = run_embed(EmbedRequest(target=target, out=out_path, n_eval=n_eval, seed=seed,
                                  **encoder))
@@ -661,8 +664,7 @@ def plan(
     from .report import plan_table
 
     check_outputs(_report_outputs([(json_path, "--json")]) + [(plot, "--plot")],
-                  [(target, "the target"), (encoder["data"], "--data"),
-                   (encoder["cache_dir"], "--cache-dir")], remove_stale=True)
+                  [(target, "the target"), *_encoder_inputs(encoder)], remove_stale=True)
     report = run_plan(PlanRequest(
         target=target, **encoder, seed=seed,
         pairs=pairs, waypoints=waypoints, gallery=gallery))

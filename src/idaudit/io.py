@@ -577,6 +577,13 @@ def physical_memory() -> int | None:
 SMALL = 1 << 26  # 64 MiB: never worth a look at the memory left
 
 
+def memory_left() -> int | None:
+    """Bytes this process can still get: :func:`available_memory`, else the machine's memory
+    (None when neither is known)."""
+    have = available_memory()
+    return physical_memory() if have is None else have
+
+
 def check_memory(nbytes: float, what: str, bound: str = "about ", purpose: str = "") -> None:
     """Refuse (exit 2, before anything is allocated or read) work whose arrays would not fit in
     the memory this process can still get (:func:`available_memory`; else the machine's
@@ -585,8 +592,7 @@ def check_memory(nbytes: float, what: str, bound: str = "about ", purpose: str =
     it is exact; ``purpose`` follows "of memory", e.g. " to read")."""
     if nbytes < SMALL:
         return
-    have = available_memory()
-    have = physical_memory() if have is None else have
+    have = memory_left()
     if have is not None and nbytes > have:
         raise IdauditError(f"{what} needs {bound}{nbytes / 2**30:.1f} GiB of memory{purpose}, "
                            f"but only {have / 2**30:.1f} GiB is available")

@@ -233,15 +233,19 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    """:func:`_read_npz`, a damaged file a one-line error."""
+    try:
+        return _read_npz(path)
+    except IdauditError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
+
+
 def load_array_file(path: Path, kind: str | None = None) -> Arrays:
     if (kind or sniff(path)) == "npz":
-        try:
-            d = _read_npz(path)
-        except IdauditError:
-            raise
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-            raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
-        return arrays_from_mapping(d, str(path))
+        return arrays_from_mapping(_npz_arrays(path), str(path))
     return arrays_from_mapping(_read_safetensors_arrays(path), str(path))
 
 
@@ -454,12 +458,7 @@ def _open_npz(path: Path, opts: LoadOptions, embedding: bool) -> Arrays | np.nda
     opts.refuse_for_arrays(path)
     if not embedding:
         return load_array_file(path, FileKind.NPZ)
-    try:
-        return _embedding(_read_npz(path), path)
-    except IdauditError:
-        raise
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
+    return _embedding(_npz_arrays(path), path)
 
 
 def _open_safetensors(path: Path, opts: LoadOptions, embedding: bool

@@ -186,10 +186,9 @@ def run_plan(req: PlanRequest) -> PlanReport:
         check("gallery", req.gallery)
     if req.n_eval is not None:
         raise IdauditError("--n-eval does not apply to plan (--gallery sizes its gallery)")
-    if req.normalize is not None:
-        from .image_input import parse_normalize
+    from .auditing import check_embedding_options
 
-        parse_normalize(req.normalize)  # before any encoder is loaded
+    check_embedding_options(None, req.normalize)  # before any encoder is loaded
     options = req.world_options()
     encoder = req.target
     if encoder is not None:

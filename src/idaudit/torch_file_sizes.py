@@ -62,7 +62,7 @@ def _count(shape: Any) -> int:
     return math.prod(max(d, 0) for d in shape)
 
 
-_SHAPED = {  # global → (which argument is the shape, bytes per element: an upper bound)
+_SHAPED = {  # global → which of its arguments is a shape (counted at MAX_ELEMENT_BYTES each)
     "numpy.core.multiarray._reconstruct": 1, "numpy._core.multiarray._reconstruct": 1,
     "torch._utils._rebuild_qtensor": 2,
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .io import available_memory, physical_memory
+from .io import memory_left
 
 FLAG = "--trust-pickle"
 
@@ -65,8 +65,7 @@ def untrusted(reason: str, thing: str = "file") -> str:
 def memory_budget() -> float:
     """Bytes this process may still allocate (the machine's memory when that is unknown;
     unbounded when neither is known)."""
-    have = available_memory()
-    have = physical_memory() if have is None else have
+    have = memory_left()
     return float("inf") if have is None else float(have)
 
 
