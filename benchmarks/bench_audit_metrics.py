@@ -4,7 +4,7 @@ The straightforward version computes the same quantities directly from the data 
 R² both ways and the map Q̂ by least squares on the (intercept-augmented) data, the held-out
 R² both ways by least squares on the train rows (five ``torch.linalg.lstsq`` fits), Procrustes
 by an SVD of the centred cross-product, ε from ``torch.cov``. idaudit reads every fit off one
-pass of moments (``idaudit.metrics.audit_metrics``, bootstrap off; its Gaussianity test with
+pass of moments (``idaudit.maths.metrics.audit_metrics``, bootstrap off; its Gaussianity test with
 50 simulations is included). Both run in this process on the same arrays; medians.
 
 Whole process: the same arrays saved as one .npz (z, h, h_prime, rho); ``idaudit audit FILE``
@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from idaudit.metrics import audit_metrics, split_rows
+from idaudit.maths.metrics import audit_metrics
+from idaudit.maths.moments import split_rows
 
 
 def straightforward(z: torch.Tensor, h: torch.Tensor, hp: torch.Tensor, rho: float) -> dict:

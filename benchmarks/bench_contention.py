@@ -23,7 +23,7 @@ if mode == "baseline":
     import torch  # the OpenMP runtime reads its settings now, before idaudit can set any
 import idaudit  # noqa: F401
 import torch
-from idaudit.encoders import build_encoder
+from idaudit.models.encoders import build_encoder
 from idaudit.training import TrainConfig, resolve_config
 from idaudit.training.loop import Stepper
 from idaudit.worlds import KINDS, build_world, make_spec

@@ -29,14 +29,14 @@ if torch_first:
     import torch  # as a test suite or a user's script may: OpenMP starts with its defaults
 import idaudit  # noqa: F401  (its thread settings first, as the idaudit command)
 import torch
-from idaudit.encoders import build_encoder
-from idaudit.losses import random_directions, sigreg
+from idaudit.models.encoders import build_encoder
+from idaudit.maths.losses import random_directions, sigreg
 from idaudit.training import TrainConfig, resolve_config
 from idaudit.training.loop import Stepper
 from idaudit.worlds import KINDS, build_world, make_spec
 
 if mode == "numba":
-    from idaudit import _ep_numba
+    from idaudit.maths import _ep_numba
     import numpy as np
     assert _ep_numba._parallel_ok(np.empty((256, 8192))), "the parallel kernel would not run"
     g = torch.Generator().manual_seed(0)

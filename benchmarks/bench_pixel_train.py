@@ -24,8 +24,8 @@ import time
 import numpy as np
 import torch
 
-from idaudit.encoders import PixelEncoder
-from idaudit.losses import OBJECTIVES, random_directions
+from idaudit.maths.losses import OBJECTIVES, random_directions
+from idaudit.models.encoders import PixelEncoder
 from idaudit.training.config import TrainConfig
 from idaudit.training.loop import Stepper
 from idaudit.worlds import KINDS

@@ -28,7 +28,7 @@ import time
 import numpy as np
 from naive_reacher import naive_render
 
-from idaudit.worlds.reacher import ReacherRenderer, RenderPool
+from idaudit.worlds.reacher.render import ReacherRenderer, RenderPool
 
 
 def by_size(sizes: list[int], frames: int, repeats: int, seed: int) -> None:
@@ -125,7 +125,7 @@ def main() -> None:
     # compressing and writing the chunks, normalisation statistics
     import tempfile
 
-    from idaudit.worlds.reacher_data import ReacherSpec, build_dataset
+    from idaudit.worlds.reacher.data import ReacherSpec, build_dataset
 
     pairs = max(1, (args.frames - 500) // 2)
     spec = ReacherSpec(mode="ou", rho=0.95, pairs=pairs, n_eval=500, seed=args.seed)

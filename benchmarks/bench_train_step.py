@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from idaudit.encoders import MLP
-from idaudit.losses import alignment, random_directions, sigreg_reference, whitening
+from idaudit.maths.losses import alignment, random_directions, sigreg_reference, whitening
+from idaudit.models.encoders import MLP
 from idaudit.training import TrainConfig
 from idaudit.training.loop import Stepper, resolve_config
 from idaudit.training.schedule import constant_then_cosine

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from idaudit.trust import check_torch_file
+from idaudit.loading.trust import check_torch_file
 
 
 def vit_b_state(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from idaudit.render_mujoco import IMAGE_SIZE, TARGET_POS, TARGET_SIZE, _ensure_gl
+from idaudit.worlds.reacher.render import IMAGE_SIZE, TARGET_POS, TARGET_SIZE, _ensure_gl
 
 
 def naive_render(angles: np.ndarray) -> np.ndarray:

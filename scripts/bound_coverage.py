@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from idaudit.bounds import alignment_gap_from_rows, approximate_bound, pair_rows, upper_bound
+from idaudit.maths.bounds import alignment_gap_from_rows, approximate_bound, pair_rows, upper_bound
 
 
 def coverage_simulation(dim: int, n_rows: int, reps: int, rho: float = 0.95,

@@ -103,13 +103,13 @@ def import_all() -> list[str]:
     problems = []
     names = sorted(m.name for m in pkgutil.walk_packages(idaudit.__path__, "idaudit."))
     for name in names:
-        if name == "idaudit.__main__":
-            continue  # runs the CLI
+        if name.endswith(".__main__"):
+            continue  # runs the CLI (idaudit.__main__, idaudit.cli.__main__)
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - report every failure
             problems.append(f"import {name}: {type(exc).__name__}: {exc}")
-    print(f"imported {len(names) - 1} modules of idaudit")
+    print(f"imported {sum(not n.endswith('.__main__') for n in names)} modules of idaudit")
     return problems
 
 

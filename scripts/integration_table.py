@@ -112,7 +112,7 @@ def make_files(d: Path, size: int, env: dict[str, str], timm_ok: bool) -> dict[s
         raise SystemExit(f"idaudit embed failed ({code}): {err}")
     with np.load(d / "spiral.npz") as f:
         run_pt = {"z": f["z"], "x": f["x"], "h": f["h"]}
-    from idaudit.checkpoint import load_checkpoint
+    from idaudit.models.checkpoint import load_checkpoint
 
     run_pt["model_state_dict"] = load_checkpoint(d / "spiral.safetensors").encoder.state_dict()
     torch.save(run_pt, str(d / "run.pt"))

@@ -199,7 +199,7 @@ def segfault(*_args):
 
 def failing_render_init(*_args) -> None:
     """A render worker's start that finds no working GL (as ReacherRenderer reports it)."""
-    from idaudit import render_mujoco
+    from idaudit.worlds.reacher import render as render_mujoco
 
     render_mujoco._WORKER_ERROR = RENDER_INIT_ERROR
 

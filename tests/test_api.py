@@ -65,7 +65,7 @@ def test_audit_encoder_on_a_world_and_errors_are_value_errors():
 
 
 def test_run_ids_hash_the_resolved_config_and_the_version(monkeypatch):
-    from idaudit import runs
+    from idaudit.training import runs
 
     base = runs.resolve({"world": "spiral"}).id
     assert runs.resolve({"world": "spiral", "steps": 20_000, "rho": 0.95}).id == base

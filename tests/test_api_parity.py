@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import idaudit
 from idaudit.cli import app
-from idaudit.io import jsonable
+from idaudit.core.io import jsonable
 
 runner = CliRunner()
 
@@ -146,7 +146,7 @@ def test_consistency(runs, tmp_path):
     assert mem.metrics["consistency_r2"] == cli["metrics"]["consistency_r2"]
     with pytest.raises(idaudit.IdauditError, match="unknown options: gates"):
         idaudit.consistency(*hs, gates=1)
-    assert idaudit.consistency is idaudit.agreement.consistency  # not shadowed by a module
+    assert idaudit.consistency is idaudit.evaluations.consistency.consistency  # not shadowed by a module
 
 
 def test_train(tmp_path):
@@ -154,8 +154,8 @@ def test_train(tmp_path):
     the CLI's log equals the library's record (same seed, same numbers on the CPU)."""
     from safetensors.torch import load_file
 
-    from idaudit.requests import TrainRequest
-    from idaudit.runs import run_train
+    from idaudit.core.requests import TrainRequest
+    from idaudit.training.runs import run_train
 
     opts = {"world": "coupling", "dim": 4, "rho": 0.8, "layers": 2, "steps": 30, "batch": 64,
             "n_eval": 400, "eval_every": 0, "seed": 5, "lamb": 0.01}
@@ -191,9 +191,9 @@ def test_world(tmp_path):
 
 
 def test_sweep(tmp_path):
-    """`idaudit sweep` and `idaudit.sweep.sweep` of the same grid record the same runs."""
-    from idaudit.requests import SweepRequest
-    from idaudit.sweep import sweep, sweep_runs
+    """`idaudit sweep` and `idaudit.experiments.sweep.sweep` of the same grid record the same runs."""
+    from idaudit.core.requests import SweepRequest
+    from idaudit.experiments.sweep import sweep, sweep_runs
 
     grid = tmp_path / "grid.toml"
     grid.write_text(textwrap.dedent("""
@@ -225,8 +225,8 @@ def test_sweep(tmp_path):
 
 def test_embed(tmp_path):
     """`idaudit embed` and `run_embed` of the same request write the same arrays."""
-    from idaudit.auditing import run_embed
-    from idaudit.requests import EmbedRequest
+    from idaudit.core.requests import EmbedRequest
+    from idaudit.evaluations.audit import run_embed
 
     enc = tmp_path / "enc.pt"
     torch.jit.trace(torch.nn.Identity(), torch.zeros(1, 4)).save(str(enc))

@@ -18,9 +18,9 @@ from safetensors.torch import load_file, save_file
 from scipy.stats import ortho_group
 
 import idaudit
-from idaudit.auditing import run_audit
-from idaudit.errors import IdauditError
-from idaudit.requests import AuditRequest
+from idaudit.core.errors import IdauditError
+from idaudit.core.requests import AuditRequest
+from idaudit.evaluations.audit import run_audit
 
 GATE = {"min_r2": 0.999, "max_orthogonality_error": 0.01}
 WORLD = {"world": "coupling", "dim": 4, "n_eval": 2000, "gauss_sims": 0}
@@ -496,7 +496,7 @@ def test_option_range_errors(npz_files):
 def test_test_fraction_is_refused_where_it_does_not_apply(npz_files):
     """Fixed evaluation rows (the Reacher world's images) and label-free audits fit no split:
     test_fraction there is refused, not silently ignored."""
-    from idaudit.auditing import AuditInputs, audit_inputs
+    from idaudit.evaluations.audit import AuditInputs, audit_inputs
 
     rng = np.random.default_rng(0)
     z = rng.standard_normal((400, 2))
@@ -551,12 +551,12 @@ def test_an_audit_without_thresholds_says_no_gate(npz_files):
 def test_a_crash_is_raised_never_a_verdict(npz_files, monkeypatch):
     """An unexpected exception inside idaudit reaches the caller as it is, never as a
     failed gate or an IdauditError (the CLI turns it into exit 5)."""
-    import idaudit.auditing
+    import idaudit.evaluations.audit
 
     def boom(*args, **kwargs):
         raise IndexError("list index out of range")
 
-    monkeypatch.setattr(idaudit.auditing, "audit_inputs", boom)
+    monkeypatch.setattr(idaudit.evaluations.audit, "audit_inputs", boom)
     with pytest.raises(IndexError, match="list index out of range") as info:
         idaudit.audit(encoder=npz_files["good"], min_r2=0.9)
     assert not isinstance(info.value, IdauditError)
@@ -589,7 +589,7 @@ def test_paths_given_positionally_are_targets_as_in_the_cli(tmp_path):
 
 
 def test_open_target_dispatches_on_one_enumeration_of_kinds(tmp_path):
-    from idaudit.loaders import Arrays, FileKind, LoadedEncoder, open_target, sniff
+    from idaudit.loading.loaders import Arrays, FileKind, LoadedEncoder, open_target, sniff
 
     _, paths = three_runs(tmp_path)
     np.save(tmp_path / "h.npy", np.load(paths[0])["h"])

@@ -16,7 +16,7 @@ from conftest import identity_linear, run, three_runs
 from safetensors.torch import save_file
 from scipy.stats import ortho_group
 
-from idaudit.catalogue import BY_KEY
+from idaudit.maths.catalogue import BY_KEY
 
 GATE = ("--min-r2", "0.999", "--max-orthogonality-error", "0.01")
 FAST = ("--gauss-sims", "5")
@@ -193,12 +193,12 @@ def test_too_few_rows_is_inconclusive(tmp_path):
 
 def test_a_crash_is_exit_5_never_a_verdict(npz_files, monkeypatch):
     """An unexpected exception inside idaudit is a bug: one line and exit 5, not exit 1."""
-    import idaudit.auditing
+    import idaudit.evaluations.audit
 
     def boom(*args, **kwargs):
         raise IndexError("list index out of range")
 
-    monkeypatch.setattr(idaudit.auditing, "audit_inputs", boom)
+    monkeypatch.setattr(idaudit.evaluations.audit, "audit_inputs", boom)
     res = run("audit", npz_files["good"], "--min-r2", "0.9")
     assert res.exit_code == 5 and "Traceback" not in res.output, res.output
     assert res.output.strip().splitlines() == [res.output.strip()]

@@ -11,8 +11,10 @@ from scipy.stats import ortho_group
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
-from idaudit.auditing import audit
-from idaudit.metrics import audit_metrics, split_rows, whitening_floor
+from idaudit.evaluations.audit import audit
+from idaudit.maths.bounds import whitening_floor
+from idaudit.maths.metrics import audit_metrics
+from idaudit.maths.moments import split_rows
 
 
 @pytest.fixture
@@ -141,7 +143,7 @@ def test_gaussianity_test_separates_gaussian_from_uniform():
 
 def test_gaussianity_p_value_is_calibrated_and_scale_invariant():
     """Under the null (Gaussian h, any covariance, any n) P(p ≤ α) ≈ α, asymptotic p-values."""
-    from idaudit.metrics import sliced_gaussianity
+    from idaudit.maths.gaussianity import sliced_gaussianity
 
     rng = np.random.default_rng(3)
     for n, m, reps in ((100, 3, 300), (2000, 40, 200)):
@@ -160,7 +162,7 @@ def test_gaussianity_p_value_is_calibrated_and_scale_invariant():
 def test_chi2_mixture_tail_matches_scipy_and_simulation():
     from scipy import stats
 
-    from idaudit.metrics import chi2_mixture_sf, ep_null_weights
+    from idaudit.maths.gaussianity import chi2_mixture_sf, ep_null_weights
 
     c = np.full(3, 0.5)  # 0.5·χ²_6 in total with dof 2 each
     for x in (0.5, 3.0, 9.0):
@@ -195,7 +197,7 @@ def test_python_api_matches_arrays_and_gates():
 
 
 def test_gaussianity_statistic_matches_a_numpy_epps_pulley():
-    from idaudit.metrics import _whitened_projections, sliced_gaussianity
+    from idaudit.maths.gaussianity import _whitened_projections, sliced_gaussianity
 
     rng = np.random.default_rng(8)
     h = rng.standard_exponential((1500, 3))
@@ -218,7 +220,7 @@ def test_gaussianity_statistic_matches_a_numpy_epps_pulley():
 def test_large_npz_members_are_mapped_and_read_the_same(tmp_path):
     from pathlib import Path
 
-    from idaudit.loaders import _read_npz
+    from idaudit.loading.loaders import _read_npz
 
     rng = np.random.default_rng(0)
     z = rng.standard_normal((3000, 60)).astype(np.float32)  # 720 kB: read

@@ -50,7 +50,7 @@ def test_an_import_only_an_extra_satisfies_is_caught(tmp_path):
         pytest.skip("matplotlib (the dev extra) is not installed")
     shutil.copytree(ROOT / "src" / "idaudit", tmp_path / "idaudit",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    cli = tmp_path / "idaudit" / "cli.py"
+    cli = tmp_path / "idaudit" / "cli" / "application.py"
     text = cli.read_text().replace("import typer\n", "import matplotlib  # an extra's\nimport typer\n", 1)
     assert "import matplotlib" in text
     cli.write_text(text)

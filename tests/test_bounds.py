@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from idaudit.metrics import audit_metrics
+from idaudit.maths.metrics import audit_metrics
 
 
 def _script(name: str):

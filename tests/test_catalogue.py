@@ -11,8 +11,9 @@ import pytest
 from scipy.stats import ortho_group
 from typer.testing import CliRunner
 
-from idaudit.agreement import CONSISTENCY_METRICS, check_consistency
-from idaudit.auditing import (
+from idaudit.cli import app
+from idaudit.core.errors import IdauditError
+from idaudit.evaluations.audit import (
     KNOWN_METRICS,
     AuditInputs,
     audit_inputs,
@@ -20,7 +21,9 @@ from idaudit.auditing import (
     gated_report,
     make_threshold,
 )
-from idaudit.catalogue import (
+from idaudit.evaluations.consistency import CONSISTENCY_METRICS, check_consistency
+from idaudit.experiments.aggregate import REPORT_METRICS, _scalars, aggregate
+from idaudit.maths.catalogue import (
     BY_KEY,
     CATALOGUE,
     NEED_TEXT,
@@ -30,10 +33,7 @@ from idaudit.catalogue import (
     entries,
     gate_keys,
 )
-from idaudit.cli import app
-from idaudit.errors import IdauditError
-from idaudit.metrics import audit_metrics
-from idaudit.report import REPORT_METRICS, _scalars, aggregate
+from idaudit.maths.metrics import audit_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RHO = 0.9

@@ -125,7 +125,7 @@ def test_consistency_of_two_runs(tmp_path):
 
 
 def test_metrics_json_lists_the_catalogue(tmp_path):
-    from idaudit.catalogue import CATALOGUE
+    from idaudit.maths.catalogue import CATALOGUE
 
     out = tmp_path / "m.json"
     res = run("metrics", "--json", out)

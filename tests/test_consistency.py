@@ -9,7 +9,7 @@ from conftest import run
 from scipy.linalg import orthogonal_procrustes
 from sklearn.linear_model import LinearRegression
 
-from idaudit.agreement import check_consistency
+from idaudit.evaluations.consistency import check_consistency
 
 
 def _rot(dim, seed):

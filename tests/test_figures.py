@@ -7,11 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from idaudit.cli import app
-from idaudit.report import aggregate
+from idaudit.experiments.aggregate import aggregate
 
 pytest.importorskip("matplotlib")
-from idaudit.figures import draw_figures
-from idaudit.report import grid_cells  # noqa: E402
+from idaudit.experiments.aggregate import grid_cells  # noqa: E402
+from idaudit.experiments.figures import draw_figures
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -95,7 +95,7 @@ def test_report_without_figures_writes_only_tables(tmp_path):
 def test_rho_trends_are_spearman_per_lambda(tmp_path):
     from scipy.stats import spearmanr
 
-    from idaudit.report import rho_trends
+    from idaudit.experiments.aggregate import rho_trends
 
     rhos = [0.3, 0.5, 0.9, 0.99]
     up, bump = [0.1, 0.5, 0.8, 0.9], [0.2, 0.7, 0.6, 0.1]
@@ -111,7 +111,7 @@ def test_rho_trends_are_spearman_per_lambda(tmp_path):
 
 
 def test_bound_figure_separates_non_gaussian_sources():
-    from idaudit.figures import gaussian_source
+    from idaudit.experiments.figures import gaussian_source
 
     assert gaussian_source({"world": "spiral"})
     assert gaussian_source({"source": "gennorm", "alpha": 2.0})
@@ -123,7 +123,7 @@ def test_drawing_leaves_the_callers_backend_and_figures(tmp_path):
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from idaudit.planning import plan_gallery
+    from idaudit.evaluations.plan import plan_gallery
 
     recs = [_rec({"world": "coupling", "dim": dim, "objective": "lejepa", "lamb": lam,
                   "rho": rho, "source": "gennorm", "alpha": a}, 0.8 + 0.01 * dim + 0.1 * lam,

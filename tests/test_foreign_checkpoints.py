@@ -1,5 +1,5 @@
-"""Other JEPA projects' encoder files, opened by the library (idaudit.loaders.load_target with
-LoadOptions) and embedded by idaudit.encoders.embed: I-JEPA / V-JEPA 2 torch.save dicts, Hugging
+"""Other JEPA projects' encoder files, opened by the library (idaudit.loading.loaders.load_target with
+LoadOptions) and embedded by idaudit.models.encoders.embed: I-JEPA / V-JEPA 2 torch.save dicts, Hugging
 Face model directories, Lightning .ckpt files, torch.compile'd state dicts, LeWM /
 stable-worldmodel directories, the paper's run.pt, half-precision files; and the one-line
 refusals (exit 2) where the file or the output is ambiguous or would run code.
@@ -32,9 +32,9 @@ from standins import (
 )
 
 import idaudit
-from idaudit.encoders import embed
-from idaudit.errors import IdauditError
-from idaudit.loaders import Arrays, LoadedEncoder, LoadOptions, load_embedding_target, load_target
+from idaudit.core.errors import IdauditError
+from idaudit.loading.loaders import Arrays, LoadedEncoder, LoadOptions, load_embedding_target, load_target
+from idaudit.models.encoders import embed
 
 PROJECT = textwrap.dedent('''
     """A user's project: encoders as other JEPA codebases write them."""
@@ -543,7 +543,7 @@ def test_mismatched_keys_are_named_and_counted(project):
 
 
 def test_timm_that_cannot_be_imported_is_one_line(monkeypatch):
-    from idaudit.architectures import build_arch
+    from idaudit.loading.architectures import build_arch
 
     why = why_not_importable("timm")  # not installed, or (here) without its torchvision
     if why is None:

@@ -20,8 +20,8 @@ pytest.importorskip("dm_control")
 import standins  # noqa: E402
 from conftest import run  # noqa: E402
 
-from idaudit import render_mujoco  # noqa: E402
-from idaudit.errors import EXIT_INTERNAL, IdauditError  # noqa: E402
+from idaudit.core.errors import EXIT_INTERNAL, IdauditError  # noqa: E402
+from idaudit.worlds.reacher import render as render_mujoco  # noqa: E402
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="this torch ships no triton")
@@ -68,16 +68,16 @@ def test_the_hazard_is_real_here() -> None:
 @needs_triton
 @pytest.mark.parametrize("first", [
     # a one-worker pool (today's main rendered these in this process)
-    "from idaudit.worlds.reacher import RenderPool\n"
+    "from idaudit.worlds.reacher.render import RenderPool\n"
     "with RenderPool(1) as pool: assert pool.render([[0.3, -0.5]]).mean() > 0\n",
     # the evaluation set audit/embed/plan render for another project's encoder
-    "from idaudit.worlds.reacher_eval import ReacherEvalSpec, eval_pairs\n"
+    "from idaudit.worlds.reacher.eval_pairs import ReacherEvalSpec, eval_pairs\n"
     "d = eval_pairs(ReacherEvalSpec(n=20, rho=0.95, image_size=64), cache=False)\n"
     "assert d.x.shape == (20, 64, 64, 3)\n",
     # the renderer and the physics in this very process (tests, scripts)
-    "from idaudit.worlds.reacher import ReacherRenderer\n"
+    "from idaudit.worlds.reacher.render import ReacherRenderer\n"
     "assert ReacherRenderer(32).render([[0.3, -0.5]]).mean() > 0\n",
-    "from idaudit.worlds.reacher import load_physics\nload_physics()\n",
+    "from idaudit.worlds.reacher.render import load_physics\nload_physics()\n",
 ], ids=["pool-of-one", "evaluation-set", "renderer", "physics"])
 def test_rendering_then_the_compiler_stack_does_not_crash(first: str) -> None:
     if not _egl_works():
@@ -92,7 +92,7 @@ def test_the_main_process_never_loads_dm_control_to_render(tmp_path) -> None:
     here: whatever this process imports later, it holds no GL display."""
     proc = _python(f"""
         import sys
-        from idaudit.worlds import reacher_data as rd
+        from idaudit.worlds.reacher import data as rd
         rd.build_dataset({str(tmp_path / 'd')!r},
                          rd.ReacherSpec(mode="trajectory", stride=4, pairs=20, n_eval=10, seed=0),
                          workers=1)

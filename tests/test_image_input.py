@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from idaudit.encoders import embed
-from idaudit.errors import IdauditError
-from idaudit.image_input import NORMALIZATIONS, ImageAdapter, parse_normalize, to_encoder_input
+from idaudit.core.errors import IdauditError
+from idaudit.loading.image_input import NORMALIZATIONS, ImageAdapter, parse_normalize, to_encoder_input
+from idaudit.models.encoders import embed
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 

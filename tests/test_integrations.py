@@ -36,7 +36,7 @@ from standins import (
 pytest.importorskip("dm_control")
 pytest.importorskip("transformers")
 
-from idaudit.worlds import reacher_eval  # noqa: E402
+from idaudit.worlds.reacher import eval_pairs as reacher_eval  # noqa: E402
 
 SIZE, N_EVAL, RHO = 32, 100, 0.95
 REACHER = ("--world", "reacher", "--image-size", SIZE, "--n-eval", N_EVAL)
@@ -243,8 +243,8 @@ def test_paper_run_pt_is_audited_as_arrays(project):
 
 
 def test_normalize_is_refused_for_idaudit_checkpoints_and_vector_worlds(project):
-    from idaudit.checkpoint import save_checkpoint
-    from idaudit.encoders import build_encoder
+    from idaudit.models.checkpoint import save_checkpoint
+    from idaudit.models.encoders import build_encoder
     from idaudit.worlds import make_spec
 
     torch.manual_seed(7)  # an (untrained) idaudit checkpoint of the spiral world

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from idaudit.cli import app
-from idaudit.labelfree import canonical_correlations, label_free_metrics
+from idaudit.maths.labelfree import canonical_correlations, label_free_metrics
 
 runner = CliRunner()
 
@@ -85,7 +85,7 @@ def test_label_free_flag_ignores_z(tmp_path):
 def test_a_worlds_own_angles_do_not_block_a_label_free_audit(tmp_path):
     """A world that marks its latents as angles (Reacher's joints) is still audited label-free;
     only the user's --circular, which needs z, is refused."""
-    from idaudit.auditing import AuditInputs, audit_inputs
+    from idaudit.evaluations.audit import AuditInputs, audit_inputs
 
     z, zp = ou_pairs()
     inp = AuditInputs(z=z, h=z, h_prime=zp, rho=0.9, circular=(0, 1))
@@ -101,7 +101,7 @@ def test_a_worlds_own_angles_do_not_block_a_label_free_audit(tmp_path):
 def test_the_mean_canonical_correlation_is_rho_when_identified_and_below_otherwise():
     """docs/metrics.md: canonical_mean is ρ for a rotation of z, below ρ for a nonlinear
     encoder (Gaussian maximal correlation: no functions of z, z′ correlate by more than ρ)."""
-    from idaudit.labelfree import label_free_metrics
+    from idaudit.maths.labelfree import label_free_metrics
 
     rng = np.random.default_rng(3)
     rho, n = 0.8, 20_000

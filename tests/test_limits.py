@@ -1,4 +1,4 @@
-"""Issue 28: the limits of numeric options are declared once (idaudit.limits.LIMITS) and every
+"""Issue 28: the limits of numeric options are declared once (idaudit.core.limits.LIMITS) and every
 command, request and file reader refuses with the same check and the same words."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from idaudit import limits
-from idaudit.errors import IdauditError
+from idaudit.core import limits
+from idaudit.core.errors import IdauditError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "idaudit"
 

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment as scipy_lsap
 
-from idaudit import linalg
-from idaudit.metrics import distance_to_identity, orthogonality_error
+from idaudit.maths import linalg
+from idaudit.maths.bounds import distance_to_identity
+from idaudit.maths.linear import orthogonality_error
 
 
 def _cov(seed: int, n: int = 40, rows: int = 400) -> np.ndarray:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from idaudit.losses import alignment, infonce, random_directions, sigreg, sigreg_reference, whitening
+from idaudit.maths.losses import alignment, infonce, random_directions, sigreg, sigreg_reference, whitening
 
 
 @pytest.mark.parametrize("use_numba", [True, False])
@@ -13,7 +13,7 @@ from idaudit.losses import alignment, infonce, random_directions, sigreg, sigreg
                                              (2, 4.0, torch.float64), (64, 1.0, torch.float64)])
 def test_fast_sigreg_equals_reference(dim, scale, dtype, use_numba, monkeypatch):
     """Both CPU paths (numba kernels, torch Chebyshev sweeps) match the formula."""
-    from idaudit import losses
+    from idaudit.maths import losses
 
     if use_numba and losses._numba is None:
         pytest.skip("numba not installed")
@@ -79,7 +79,7 @@ def test_sigma_auto_is_the_ou_channels_density_ratio_width():
     the Gaussian-kernel critic −‖h − h′‖²/(2σ²) has cross term v·v′/σ², so c must be 1/σ²."""
     import numpy as np
 
-    from idaudit.losses import sigma_for
+    from idaudit.maths.losses import sigma_for
     from idaudit.worlds import build_world, make_spec
 
     rho_v, n = 0.9025, 4
@@ -108,7 +108,7 @@ def test_threaded_numba_sweeps_agree_and_leave_no_thread():
     (a sweep worker) means one thread here too."""
     import threading
 
-    _numba = pytest.importorskip("idaudit._ep_numba")
+    _numba = pytest.importorskip("idaudit.maths._ep_numba")
     import numpy as np
 
     rng = np.random.default_rng(0)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from idaudit.errors import IdauditError
-from idaudit.losses import (
+from idaudit.core.errors import IdauditError
+from idaudit.maths.losses import (
     OBJECTIVES,
     alignment,
     lejepa_official,

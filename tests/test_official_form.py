@@ -10,11 +10,11 @@ import torch
 from conftest import one_line, run
 
 import idaudit
-from idaudit.encoders import Projected, Projector, build_encoder
-from idaudit.errors import IdauditError
-from idaudit.losses import alignment, objective_for, random_directions, sigreg, sigreg_per_view
-from idaudit.runs import resolve
+from idaudit.core.errors import IdauditError
+from idaudit.maths.losses import alignment, objective_for, random_directions, sigreg, sigreg_per_view
+from idaudit.models.encoders import Projected, Projector, build_encoder
 from idaudit.training import TrainConfig
+from idaudit.training.runs import resolve
 from idaudit.worlds import build_world, make_spec
 
 
@@ -125,7 +125,7 @@ def projected_checkpoint(tmp_path_factory):
 
 
 def test_checkpoint_records_the_form_and_the_projector(projected_checkpoint):
-    from idaudit.checkpoint import load_checkpoint
+    from idaudit.models.checkpoint import load_checkpoint
 
     path, record = projected_checkpoint
     ck = load_checkpoint(path)
@@ -141,7 +141,7 @@ def test_checkpoint_records_the_form_and_the_projector(projected_checkpoint):
 
 def test_audit_and_plan_read_the_backbone_or_the_projector(projected_checkpoint):
     path, _ = projected_checkpoint
-    enc = idaudit.checkpoint.load_checkpoint(path).encoder
+    enc = idaudit.models.checkpoint.load_checkpoint(path).encoder
     x = build_world(make_spec("spiral")).eval_set(500, 0).x
     with torch.no_grad():
         h, p = enc.backbone(x), enc.project(x)
@@ -192,7 +192,7 @@ def test_no_function_of_the_wrapped_angle_beats_the_gaussian_conditional_mean():
     """A simulation of the claim in docs/reacher.md: for z ~ N(0, 1) seen only mod 2π, the
     held-out R² of E[z | wrap z] is ≈ 0.9485 and that of the wrapped angle ≈ 0.935; a
     degree-9 polynomial of the wrapped angle fitted freely does not beat the former."""
-    from idaudit.worlds.reacher_data import gaussian_angle_mean, r2_ceilings, wrap_angle
+    from idaudit.worlds.reacher.data import gaussian_angle_mean, r2_ceilings, wrap_angle
 
     rng = np.random.default_rng(5)
     z_fit, z_test = rng.standard_normal((400_000, 1)), rng.standard_normal((400_000, 1))
@@ -213,7 +213,7 @@ def test_the_cards_evaluation_set_caps_r2_below_0_95():
     """The card's audit fits on the first 10 000 training angles and scores the 10 000 shared
     evaluation angles: no encoder of the images reaches R² 0.95 there (0.949 at best), and an
     embedding linear in the wrapped angles gets 0.938."""
-    from idaudit.worlds.reacher_data import ReacherSpec, eval_angles, ou_angles, r2_ceilings
+    from idaudit.worlds.reacher.data import ReacherSpec, eval_angles, ou_angles, r2_ceilings
 
     for seed in (0, 1):
         spec = ReacherSpec(mode="ou", rho=0.95, stride=8, pairs=60_000, n_eval=10_000, seed=seed,

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from conftest import one_line, run
 
-from idaudit.errors import IdauditError
-from idaudit.io import atomic_write, check_outputs, clean_stale_temporaries, write_json
+from idaudit.core.errors import IdauditError
+from idaudit.core.io import atomic_write, check_outputs, clean_stale_temporaries, write_json
 
 IDAUDIT = [sys.executable, "-m", "idaudit.cli"]
 
@@ -399,7 +399,7 @@ def test_a_diverging_train_leaves_no_earlier_checkpoint_or_log(tmp_path):
 
 
 def test_library_runs_remove_a_stale_checkpoint_before_training(tmp_path):
-    from idaudit.runs import run as run_one
+    from idaudit.training.runs import run as run_one
 
     out = tmp_path / "c.safetensors"
     out.write_text("an earlier model")

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy.stats import ortho_group
 
-from idaudit.planning import control_cost, lqr_value_equivalence, plan_gallery
+from idaudit.evaluations.plan import control_cost, lqr_value_equivalence, plan_gallery
 
 
 def test_control_cost_known_answer():

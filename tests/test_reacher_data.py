@@ -14,10 +14,10 @@ from conftest import assert_contract  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from idaudit.cli import app  # noqa: E402
-from idaudit.errors import IdauditError  # noqa: E402
+from idaudit.core.errors import IdauditError  # noqa: E402
 from idaudit.worlds import reacher  # noqa: E402
-from idaudit.worlds import reacher_data as rd  # noqa: E402
-from idaudit.worlds.reacher import RenderPool  # noqa: E402
+from idaudit.worlds.reacher import data as rd  # noqa: E402
+from idaudit.worlds.reacher.render import RenderPool  # noqa: E402
 
 runner = CliRunner()
 
@@ -224,7 +224,7 @@ def test_every_objective_trains_on_pixels(tiny, tmp_path, objective):
                               objective, "--epochs", "1", "--batch", "16", "--seed", "1",
                               "--out", str(ckpt), "--quiet"])
     assert res.exit_code == 0, res.output
-    from idaudit.checkpoint import load_checkpoint
+    from idaudit.models.checkpoint import load_checkpoint
 
     ck = load_checkpoint(ckpt)
     assert ck.train["objective"] == objective and ck.encoder_name == "pixel_cnn"
@@ -264,7 +264,7 @@ def test_cpu_estimate_scales_with_the_run(tiny):
 
 
 def test_recipes_choose_the_run_and_explicit_options_win(tiny):
-    from idaudit.runs import resolve
+    from idaudit.training.runs import resolve
 
     cpu = resolve({"world": "reacher", "rho": 0.95, "device": "cpu"})
     ds = cpu.world.extra["dataset"]
@@ -302,7 +302,7 @@ def test_images_render_natively_at_the_asked_size(tmp_path):
         rd.ReacherSpec(image_size=8).validate()
     # datasets and evaluation sets share one limit (issue 27: 300 px was refused for an
     # evaluation set of another project's encoder, whose own limit is 512)
-    from idaudit.worlds.reacher_eval import ReacherEvalSpec
+    from idaudit.worlds.reacher.eval_pairs import ReacherEvalSpec
 
     assert rd.ReacherSpec(image_size=512).validate().image_size == 512
     assert ReacherEvalSpec(image_size=512).validate().image_size == 512
@@ -314,7 +314,7 @@ def test_images_render_natively_at_the_asked_size(tmp_path):
                               "--batch", "4", "--out", str(ckpt), "--device", "cpu"])
     assert res.exit_code == 0, res.output
     assert "recipe cpu" in res.output
-    from idaudit.checkpoint import load_checkpoint
+    from idaudit.models.checkpoint import load_checkpoint
 
     ck = load_checkpoint(ckpt)
     assert ck.encoder_kwargs["image_size"] == 32 and ck.encoder_kwargs["width"] == 16

@@ -12,17 +12,19 @@ import torch
 
 pytest.importorskip("dm_control")
 
-from idaudit.errors import IdauditError  # noqa: E402
-from idaudit.render_mujoco import render_settings  # noqa: E402
-from idaudit.worlds import reacher_data as rd  # noqa: E402
-from idaudit.worlds import reacher_eval as re_  # noqa: E402
-from idaudit.worlds.reacher import ReacherRenderer  # noqa: E402
-from idaudit.worlds.reacher_eval import (  # noqa: E402
+from idaudit.core.errors import IdauditError  # noqa: E402
+from idaudit.worlds.reacher import data as rd  # noqa: E402
+from idaudit.worlds.reacher import eval_pairs as re_  # noqa: E402
+from idaudit.worlds.reacher.eval_pairs import (  # noqa: E402
     ReacherEvalSpec,
     cache_key,
     cache_root,
     eval_pairs,
     reacher_eval_set,
+)
+from idaudit.worlds.reacher.render import (
+    ReacherRenderer,  # noqa: E402
+    render_settings,  # noqa: E402
 )
 
 RHO = 0.9
@@ -278,9 +280,9 @@ def test_without_a_cache_nothing_is_written(tmp_path):
 
 
 def test_a_pixel_encoders_label_free_report_has_the_pair_signals(tmp_path):
-    from idaudit.auditing import audit
-    from idaudit.encoders import embed
-    from idaudit.image_input import ImageAdapter, parse_normalize
+    from idaudit.evaluations.audit import audit
+    from idaudit.loading.image_input import ImageAdapter, parse_normalize
+    from idaudit.models.encoders import embed
 
     ev = reacher_eval_set(RHO, 32, 60, cache_dir=tmp_path, workers=1)
     torch.manual_seed(0)

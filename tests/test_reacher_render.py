@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("dm_control")
 
 from idaudit import doctor  # noqa: E402
-from idaudit.errors import IdauditError  # noqa: E402
+from idaudit.core.errors import IdauditError  # noqa: E402
 from idaudit.worlds import reacher  # noqa: E402
-from idaudit.worlds.reacher import (  # noqa: E402
+from idaudit.worlds.reacher.render import (  # noqa: E402
     IMAGE_SIZE,
     TARGET_POS,
     TARGET_SIZE,
@@ -124,7 +124,7 @@ def test_renderer_picks_gl_itself() -> None:
         pytest.skip("no headless GL")
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
     env["DISPLAY"] = ""  # as on a headless server
-    code = ("from idaudit.worlds.reacher import ReacherRenderer\n"
+    code = ("from idaudit.worlds.reacher.render import ReacherRenderer\n"
             "print(ReacherRenderer().render([[0.3, -0.5]]).shape)")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -132,7 +132,7 @@ def test_renderer_picks_gl_itself() -> None:
 
 
 def test_render_settings_name_what_fixes_the_pixels() -> None:
-    from idaudit.render_mujoco import render_settings
+    from idaudit.worlds.reacher.render import render_settings
 
     settings = render_settings()
     assert settings["gl"] == os.environ["MUJOCO_GL"]  # the backend the renderer uses

@@ -11,8 +11,8 @@ import typer
 from conftest import run
 
 from idaudit import cli
-from idaudit.defaults import TEST_FRACTION, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
-from idaudit.requests import (
+from idaudit.core.defaults import TEST_FRACTION, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
+from idaudit.core.requests import (
     AuditRequest,
     ConsistencyRequest,
     EmbedRequest,
@@ -21,8 +21,8 @@ from idaudit.requests import (
     TrainRequest,
     WorldRequest,
 )
-from idaudit.runs import RUN_OPTIONS, resolve
 from idaudit.training.config import TrainConfig
+from idaudit.training.runs import RUN_OPTIONS, resolve
 from idaudit.worlds import make_spec
 
 #: command → its request, and the flags whose parameter is not the request's field name

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from idaudit.cli import app
-from idaudit.runs import resolve
 from idaudit.training.config import DEFAULTS
+from idaudit.training.runs import resolve
 
 runner = CliRunner()
 
@@ -71,7 +71,7 @@ def test_show_config_spiral_and_an_existing_out_is_left_alone(tmp_path, monkeypa
 def test_run_id_does_not_depend_on_the_machine(monkeypatch):
     import torch
 
-    from idaudit.sweep import run_id
+    from idaudit.experiments.sweep import run_id
 
     runs = [{"world": "reacher", "rho": 0.9, "lamb": 5e-3}, {"world": "spiral", "steps": 50},
             {"world": "reacher", "rho": 0.9, "recipe": "paper"}]
@@ -98,7 +98,7 @@ def test_recipe_note_says_what_will_run():
 
 
 def test_recipe_note_describes_existing_data(tmp_path):
-    from idaudit.worlds import reacher_data as rd
+    from idaudit.worlds.reacher import data as rd
 
     root = tmp_path / "d"
     rd.build_dataset(root, rd.ReacherSpec(pairs=12, n_eval=12, image_size=32), workers=1)
@@ -110,8 +110,8 @@ def test_recipe_note_describes_existing_data(tmp_path):
 
 @pytest.mark.parametrize("flag", ["--epochs", "--steps", "--lamb", "--pairs", "--eval-every"])
 def test_train_help_leaves_defaults_to_the_resolver(flag):
-    from idaudit import cli
+    import typer.main
 
-    params = {p.opts[0]: p for p in cli.typer.main.get_command(app).commands["train"].params
+    params = {p.opts[0]: p for p in typer.main.get_command(app).commands["train"].params
               if getattr(p, "opts", None)}
     assert "default" not in (params[flag].help or "")

@@ -263,7 +263,7 @@ def test_stale_temporaries_are_cleaned_and_modes_follow_the_umask(tmp_path):
 def test_killed_world_leaves_nothing_after_the_next_run(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal
-        import idaudit.io as io
+        import idaudit.core.io as io
         real = io.atomic_write
         def killed(path, write):
             def write_then_die(tmp):

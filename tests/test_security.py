@@ -24,9 +24,9 @@ from conftest import identity_linear, run
 from safetensors.torch import save_file
 from standins import from_file_module
 
-from idaudit import export_archive
-from idaudit.errors import IdauditError
-from idaudit.loaders import import_factory
+from idaudit.core.errors import IdauditError
+from idaudit.loading import export_archive
+from idaudit.loading.loaders import import_factory
 
 WORLD = ("--world", "coupling", "--dim", "4")
 AUDIT = (*WORLD, "--n-eval", "2000", "--gauss-sims", "0")

@@ -6,10 +6,10 @@ import pytest
 from typer.testing import CliRunner
 
 from idaudit.cli import app
-from idaudit.errors import IdauditError
-from idaudit.report import aggregate, load_results
-from idaudit.suites import SUITES, load_suite, shrink
-from idaudit.sweep import run_id, run_sweep
+from idaudit.core.errors import IdauditError
+from idaudit.experiments.aggregate import aggregate, load_results
+from idaudit.experiments.suites import SUITES, load_suite, shrink
+from idaudit.experiments.sweep import run_id, run_sweep
 
 runner = CliRunner()
 
@@ -80,7 +80,7 @@ def test_pool_gives_the_same_numbers_as_one_process(tmp_path):
 def test_one_worker_sweep_leaves_the_callers_threads(tmp_path, monkeypatch):
     import torch
 
-    import idaudit.sweep as sweep
+    import idaudit.experiments.sweep as sweep
 
     runs = load_suite(str(_write(tmp_path, TINY.replace("dim = [2, 4]", "dim = [2]"))))
     seen = []
@@ -113,7 +113,7 @@ def test_out_of_range_options_are_refused_before_any_run(tmp_path):
 
 
 def test_failed_runs_are_recorded_and_retried(tmp_path, monkeypatch):
-    import idaudit.sweep as sweep
+    import idaudit.experiments.sweep as sweep
 
     def boom(*args, **kwargs):
         raise RuntimeError("the GPU fell off")
@@ -167,7 +167,7 @@ def test_reacher_suite_carries_the_paper_configuration():
     assert sorted({r["stride"] for r in traj}) == [1, 2, 4, 8, 16, 32, 64]
     assert sorted({r["lamb"] for r in runs}) == [1e-3, 5e-3, 1e-2, 5e-2]
     # pairs, epochs, image size and CNN come from the recipe: the paper's with recipe=paper
-    from idaudit.runs import resolve
+    from idaudit.training.runs import resolve
 
     assert not any("epochs" in r or "pairs" in r for r in runs)
     paper = resolve({**ou[0], "recipe": "paper"})
@@ -178,7 +178,7 @@ def test_reacher_suite_carries_the_paper_configuration():
 
 
 def test_only_and_set_filter_and_override():
-    from idaudit.suites import parse_assignments
+    from idaudit.experiments.suites import parse_assignments
 
     runs = SUITES["reacher"]()
     only = parse_assignments(["rho=0.9", "stride=8", "lamb=5e-3"], "--only")
@@ -200,7 +200,7 @@ def test_only_and_set_filter_and_override():
 
 
 def test_workers_one_per_core_or_one_per_gpu():
-    from idaudit.sweep import plan_workers
+    from idaudit.experiments.sweep import plan_workers
 
     assert plan_workers(0, 2, 10) == (2, ["cpu", "cpu"])
     assert plan_workers(0, 4, 3) == (3, ["cpu"] * 3)
@@ -275,7 +275,7 @@ def test_checkpoints_are_kept_for_audit_and_failed_runs_exit_4(tmp_path, monkeyp
     audited = json.loads((tmp_path / "a.json").read_text())["metrics"]["r2_h_to_z"]
     assert audited == pytest.approx(rec["metrics"]["r2_h_to_z"], abs=1e-9)
 
-    import idaudit.sweep as sweep
+    import idaudit.experiments.sweep as sweep
 
     def boom(*args, **kwargs):
         raise RuntimeError("out of memory")

@@ -4,12 +4,12 @@ import pytest
 import torch
 from conftest import assert_contract
 
-from idaudit.auditing import audit
-from idaudit.checkpoint import load_checkpoint, save_checkpoint
-from idaudit.errors import IdauditError
-from idaudit.io import jsonable
-from idaudit.runs import run
+from idaudit.core.errors import IdauditError
+from idaudit.core.io import jsonable
+from idaudit.evaluations.audit import audit
+from idaudit.models.checkpoint import load_checkpoint, save_checkpoint
 from idaudit.training import TrainConfig, constant_then_cosine, train
+from idaudit.training.runs import run
 from idaudit.worlds import build_world, make_spec
 
 

@@ -7,7 +7,7 @@
 * Hugging Face and LeWM directories: the network sized on the meta device before it is built,
   weight files named by an index only inside the directory;
 * ``timm:`` names with a source (``hf-hub:``, ``local-dir:``) refused before timm is imported;
-* the policy table of :mod:`idaudit.trust` is the one docs/checkpoints.md prints.
+* the policy table of :mod:`idaudit.loading.trust` is the one docs/checkpoints.md prints.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 from conftest import one_line, run
 from standins import inflating_pickle
 
-from idaudit import trust
-from idaudit.errors import IdauditError
-from idaudit.torch_file_sizes import OBJECT_BYTES_PER_PICKLE_BYTE, torch_file_bytes
+from idaudit.core.errors import IdauditError
+from idaudit.loading import trust
+from idaudit.loading.torch_file_sizes import OBJECT_BYTES_PER_PICKLE_BYTE, torch_file_bytes
 
 AUDIT = ("--world", "coupling", "--dim", "4", "--n-eval", "1000", "--gauss-sims", "0")
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from numpy.polynomial.hermite_e import hermeval
 
-from idaudit.errors import IdauditError
+from idaudit.core.errors import IdauditError
 from idaudit.worlds import KINDS, CouplingMixing, build_world, make_spec, ou_step, sample_source
 from idaudit.worlds.mixings import banana, coupling_parity, coupling_step, sinusoid, spiral
 
@@ -118,7 +118,7 @@ def test_mixings_geometry():
 
 def test_coupling_mixing_difficulty_matches_the_paper():
     """R²(x → z) of the coupling mixing is ≈ 0.73–0.78 at every N (paper, Table 1)."""
-    from idaudit.metrics import linear_r2
+    from idaudit.maths.linear import linear_r2
 
     g = torch.Generator().manual_seed(0)
     for dim in (2, 8, 64):

@@ -32,15 +32,11 @@ os.environ.setdefault("KMP_BLOCKTIME", "1")  # the same for Intel's OpenMP runti
 # speed of the other's next call, and of any neighbour. 2^4 cycles: they sleep at once.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from ._version import __version__
-from .errors import IdauditError
+from idaudit.core.errors import IdauditError
+from idaudit.core.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agreement import consistency, run_consistency
-    from .auditing import AuditReport, audit, run_audit
-    from .datasets import world, write_world
-    from .planning import PlanReport, plan, run_plan
-    from .requests import (
+    from idaudit.core.requests import (
         AuditRequest,
         ConsistencyRequest,
         PlanRequest,
@@ -48,19 +44,26 @@ if TYPE_CHECKING:  # pragma: no cover
         TrainRequest,
         WorldRequest,
     )
-    from .runs import RunRecord, run, run_train
-    from .runs import train_encoder as train
-    from .worlds import World, WorldSpec, build_world, make_spec
+    from idaudit.evaluations.audit import AuditReport, audit, run_audit
+    from idaudit.evaluations.consistency import consistency, run_consistency
+    from idaudit.evaluations.plan import PlanReport, plan, run_plan
+    from idaudit.training.runs import RunRecord, run, run_train
+    from idaudit.training.runs import train_encoder as train
+    from idaudit.worlds import World, WorldSpec, build_world, make_spec
+    from idaudit.worlds.write import world, write_world
 
 _LAZY = {
-    "audit": "auditing", "AuditReport": "auditing", "AuditRequest": "requests",
-    "run_audit": "auditing", "consistency": "agreement",
-    "ConsistencyRequest": "requests", "run_consistency": "agreement", "plan": "planning",
-    "PlanReport": "planning", "run": "runs", "RunRecord": "runs", "World": "worlds",
-    "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds", "world": "datasets",
-    "PlanRequest": "requests", "TrainRequest": "requests", "WorldRequest": "requests",
-    "SweepRequest": "requests", "run_plan": "planning", "run_train": "runs", "train": "runs:train_encoder",
-    "write_world": "datasets",
+    "audit": "evaluations.audit", "AuditReport": "evaluations.audit",
+    "run_audit": "evaluations.audit", "consistency": "evaluations.consistency",
+    "run_consistency": "evaluations.consistency", "plan": "evaluations.plan",
+    "PlanReport": "evaluations.plan", "run_plan": "evaluations.plan",
+    "AuditRequest": "core.requests", "ConsistencyRequest": "core.requests",
+    "PlanRequest": "core.requests", "TrainRequest": "core.requests",
+    "WorldRequest": "core.requests", "SweepRequest": "core.requests",
+    "run": "training.runs", "RunRecord": "training.runs", "run_train": "training.runs",
+    "train": "training.runs:train_encoder",
+    "World": "worlds", "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds",
+    "world": "worlds.write", "write_world": "worlds.write",
 }
 
 __all__ = ["AuditReport", "AuditRequest", "ConsistencyRequest", "IdauditError", "PlanReport",

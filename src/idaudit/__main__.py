@@ -1,5 +1,5 @@
 """``python -m idaudit``: the same as the ``idaudit`` command."""
 
-from ._entry import main
+from idaudit._entry import main
 
 main()

@@ -1,18 +1,18 @@
 """The ``idaudit`` console script: starts the CLI, so that even a failure to import it (a
 missing dependency, a broken install) ends in one line and exit 5, never a traceback with
-exit 1, the code of a failed gate. Only the standard library and idaudit.errors are imported
+exit 1, the code of a failed gate. Only the standard library and idaudit.core.errors are imported
 before the CLI."""
 
 from __future__ import annotations
 
 import sys
 
-from .errors import EXIT_INTERNAL, internal_error_line, show_tracebacks
+from idaudit.core.errors import EXIT_INTERNAL, internal_error_line, show_tracebacks
 
 
 def main() -> None:
     try:
-        from .cli import main as cli_main
+        from idaudit.cli import main as cli_main
     except Exception as exc:  # noqa: BLE001 - the CLI could not even be imported
         if show_tracebacks():
             raise

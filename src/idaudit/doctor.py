@@ -15,7 +15,7 @@ import subprocess
 import sys
 from typing import Any
 
-from .render_mujoco import (  # no torch: the doctor runs without it
+from idaudit.worlds.reacher.render import (  # no torch: the doctor runs without it
     GL_BACKENDS,
     GL_TIMEOUT_S,
     INSTALL_HINT,
@@ -159,7 +159,7 @@ def _check_vision() -> list[dict[str, Any]]:
 
 def run_checks() -> list[dict[str, Any]]:
     """Run every check; each result is ``{"name", "ok", "detail", "fix"}``."""
-    from ._version import __version__
+    from idaudit.core.version import __version__
 
     checks: list[dict[str, Any]] = [_check("idaudit", True, f"idaudit {__version__} "
                                            f"({os.path.dirname(os.path.abspath(__file__))})")]

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .auditing import AuditReport, audit
-from .errors import IdauditError
+from idaudit.core.errors import IdauditError
+from idaudit.evaluations.audit import AuditReport, audit
 
 __all__ = ["assert_identifiable"]
 

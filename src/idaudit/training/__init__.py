@@ -1,8 +1,10 @@
-"""Training: configuration, schedules and the one loop every world trains through."""
+"""Training: configuration, learning-rate schedules, the one loop every world trains through, and a
+run (options → world spec and train config → trained encoder → checkpoint and log).
+"""
 
-from .config import TrainConfig
-from .loop import TrainResult, estimate_seconds, resolve_config, train
-from .schedule import SCHEDULES, constant_then_cosine
+from idaudit.training.config import TrainConfig
+from idaudit.training.loop import TrainResult, estimate_seconds, resolve_config, train
+from idaudit.training.schedule import SCHEDULES, constant_then_cosine
 
 __all__ = ["SCHEDULES", "TrainConfig", "TrainResult", "constant_then_cosine", "estimate_seconds",
            "resolve_config", "train"]

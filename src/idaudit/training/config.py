@@ -1,7 +1,7 @@
 """Training configuration (everything a run needs besides the world).
 
 Fields left ``None`` take the world's default (``train_defaults`` of its kind), then the
-global defaults of :mod:`idaudit.defaults`; :meth:`TrainConfig.resolved` fills them and
+global defaults of :mod:`idaudit.core.defaults`; :meth:`TrainConfig.resolved` fills them and
 refuses options that do not apply to the world or the objective, naming the option.
 """
 
@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS
-from ..errors import IdauditError, check_seed, require
-from ..limits import LIMITS, check
-from ..losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES
-from .schedule import SCHEDULES
+from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS
+from idaudit.core.errors import IdauditError, check_seed, require
+from idaudit.core.limits import LIMITS, check
+from idaudit.maths.losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES
+from idaudit.training.schedule import SCHEDULES
 
 # each field's type (sigma: a number or the name of a rule); None means "not given" except
 # for the REQUIRED fields
@@ -89,7 +89,7 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Types, ranges and names (a one-line error naming the option); returns self."""
-        from ..worlds.spec import check_type
+        from idaudit.worlds.spec import check_type
 
         for name, kind in FIELD_TYPES.items():  # from a suite, --set or a dict, not only typer
             check_type(getattr(self, name), kind, "--" + name.replace("_", "-"),
@@ -101,7 +101,7 @@ class TrainConfig:
                 "arguments)")
         OBJECTIVES.get(self.objective)
         if self.encoder is not None:
-            from ..encoders import ENCODERS
+            from idaudit.models.encoders import ENCODERS
 
             ENCODERS.get(self.encoder)
         if self.lamb is not None:
@@ -144,7 +144,7 @@ class TrainConfig:
         precedes training included): the evaluation set and a batch take at least 48 bytes a
         pair (z, z′, x, x′, h, h′ of one float32 each; each world checks its own size too),
         the loss curve 8 bytes a step."""
-        from ..io import check_memory
+        from idaudit.core.io import check_memory
 
         for name, value, per_row, what in (
                 ("n_eval", self.n_eval, 48, "an evaluation set of {} pairs"),

@@ -2,7 +2,7 @@
 
 Synthetic worlds draw fresh views every step; dataset-backed worlds go over their stored
 pairs epoch by epoch. The objective comes from the registry (LeJEPA, whitening, InfoNCE) on
-every world; the numbers logged at the end are :func:`idaudit.metrics.audit_metrics` on the
+every world; the numbers logged at the end are :func:`idaudit.maths.metrics.audit_metrics` on the
 world's evaluation set, the same function and set ``idaudit audit`` uses.
 """
 
@@ -18,15 +18,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..encoders import build_encoder, embed, pick_device
-from ..errors import IdauditError
-from ..losses import objective_for, objective_needs_directions, random_directions, sigma_for
-from ..metrics import audit_metrics, identifiability_metrics
-from ..progress import ProgressBar
-from ..worlds import KINDS, EvalSet, World
-from ..worlds.base import PairSource
-from .config import TrainConfig, projector_widths
-from .schedule import SCHEDULES
+from idaudit.core.errors import IdauditError
+from idaudit.core.progress import ProgressBar
+from idaudit.maths.losses import objective_for, objective_needs_directions, random_directions, sigma_for
+from idaudit.maths.metrics import audit_metrics, identifiability_metrics
+from idaudit.models.encoders import build_encoder, embed, pick_device
+from idaudit.training.config import TrainConfig, projector_widths
+from idaudit.training.schedule import SCHEDULES
+from idaudit.worlds import KINDS, EvalSet, World
+from idaudit.worlds.base import PairSource
 
 
 def eval_metrics(encoder: nn.Module, ev: EvalSet, seed: int, full: bool = True
@@ -119,7 +119,7 @@ def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
 
 def resolve_config(world: World, cfg: TrainConfig, resolved: bool = False) -> TrainConfig:
     """``cfg`` with the world's defaults filled in and inapplicable options refused; with
-    ``resolved`` (a config from :func:`idaudit.runs.resolve`, the one resolver of a run) it
+    ``resolved`` (a config from :func:`idaudit.training.runs.resolve`, the one resolver of a run) it
     is only validated, never resolved a second time."""
     if resolved:
         return cfg.validate()
@@ -174,7 +174,7 @@ def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5,
 def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool = False
           ) -> TrainResult:
     """Train ``cfg.inits`` encoders on ``world``; keep the one with the lowest final loss.
-    ``resolved``: ``cfg`` comes resolved (:func:`idaudit.runs.resolve`)."""
+    ``resolved``: ``cfg`` comes resolved (:func:`idaudit.training.runs.resolve`)."""
     cfg = resolve_config(world, cfg, resolved)
     device = pick_device(cfg.device)
     enc_name, enc_kwargs = _encoder_for(world, cfg)

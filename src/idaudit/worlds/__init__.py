@@ -11,19 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..defaults import WORLD
-from ..errors import IdauditError
-from .base import EvalSet, PlanSet, World
-from .dataset import NAME as PAIRS
-from .dataset import PairsFileWorld, is_pairs_file, load_pairs, read_pairs_spec
-from .kind import KINDS, Recipe, WorldKind
-from .mixings import MIXINGS, CouplingMixing
-from .reacher_kind import ReacherKind
-from .reacher_world import NAME as REACHER
-from .reacher_world import ReacherWorld
-from .sources import SOURCES, gennorm_scale, ou_step, sample_source
-from .spec import WorldSpec, check_type
-from .synthetic import SYNTHETIC_WORLDS, SyntheticWorld, save_pairs
+from idaudit.core.defaults import WORLD
+from idaudit.core.errors import IdauditError
+from idaudit.worlds.base import EvalSet, PlanSet, World
+from idaudit.worlds.dataset import NAME as PAIRS
+from idaudit.worlds.dataset import PairsFileWorld, is_pairs_file, load_pairs, read_pairs_spec
+from idaudit.worlds.kind import KINDS, Recipe, WorldKind
+from idaudit.worlds.mixings import MIXINGS, CouplingMixing
+from idaudit.worlds.names import validate_spec, world_names
+from idaudit.worlds.reacher.kind import ReacherKind
+from idaudit.worlds.reacher.world import NAME as REACHER
+from idaudit.worlds.reacher.world import ReacherWorld
+from idaudit.worlds.sources import SOURCES, gennorm_scale, ou_step, sample_source
+from idaudit.worlds.spec import WorldSpec, check_type
+from idaudit.worlds.synthetic import SYNTHETIC_WORLDS, SyntheticWorld, save_pairs
 
 __all__ = [
     "KINDS", "MIXINGS", "SOURCES", "SYNTHETIC_WORLDS", "CouplingMixing", "EvalSet",
@@ -32,11 +33,6 @@ __all__ = [
     "as_world", "build_world", "data_world", "gennorm_scale", "load_pairs", "make_spec", "ou_step",
     "sample_source", "save_pairs", "validate_spec", "world_name", "world_names",
 ]
-
-
-def world_names() -> list[str]:
-    """Every registered world name (synthetic first, as the paper lists them)."""
-    return [*SYNTHETIC_WORLDS, *(n for n in KINDS.names() if n not in SYNTHETIC_WORLDS)]
 
 
 def flag(option: str) -> str:
@@ -106,16 +102,6 @@ def as_world(world: World | WorldSpec | str, base_dir: Path | None = None) -> Wo
     if not isinstance(world, WorldSpec):
         raise IdauditError(f"world must be a World, WorldSpec or name, got {type(world).__name__}")
     return build_world(world, base_dir)
-
-
-def validate_spec(spec: WorldSpec) -> WorldSpec:
-    """Check a spec read from a file: a known world, fields of the right types and ranges."""
-    if not isinstance(spec.name, str) or spec.name not in KINDS:
-        raise IdauditError(f"unknown world {spec.name!r}; valid: {', '.join(world_names())}")
-    try:
-        return KINDS.get(spec.name).check_spec(spec)
-    except TypeError as exc:
-        raise IdauditError(f"world spec: {exc}") from None
 
 
 def build_world(spec: WorldSpec, base_dir: Path | None = None) -> World:

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import torch
 
-from ..errors import IdauditError
-from .spec import WorldSpec
+from idaudit.core.errors import IdauditError
+from idaudit.worlds.spec import WorldSpec
 
 
 @dataclass

@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..errors import IdauditError, require
-from ..io import first_line, read_metadata
-from .base import EpochPairs, EvalSet, PlanSet, World, two_views
-from .kind import KINDS, WorldKind
-from .spec import WorldSpec, check_fields, check_type
-from .synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SYNTHETIC, SyntheticWorld
+from idaudit.core.errors import IdauditError, require
+from idaudit.core.io import first_line, read_metadata
+from idaudit.worlds.base import EpochPairs, EvalSet, PlanSet, World, two_views
+from idaudit.worlds.kind import KINDS, WorldKind
+from idaudit.worlds.spec import WorldSpec, check_fields, check_type
+from idaudit.worlds.synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SYNTHETIC, SyntheticWorld
 
 NAME = "pairs"
 
@@ -41,8 +41,9 @@ def read_pairs_spec(path: str | Path) -> WorldSpec:
     if meta.get("format_version") != str(PAIRS_FORMAT_VERSION):
         raise IdauditError(f"{path} has dataset format version {meta.get('format_version')}; "
                            f"this idaudit reads version {PAIRS_FORMAT_VERSION}")
-    from ..jsontext import parse_json_object
-    from . import SYNTHETIC_WORLDS, validate_spec
+    from idaudit.core.jsontext import parse_json_object
+    from idaudit.worlds.names import validate_spec
+    from idaudit.worlds.synthetic import SYNTHETIC_WORLDS
 
     try:
         spec = validate_spec(WorldSpec.from_dict(parse_json_object(meta.get("world"),

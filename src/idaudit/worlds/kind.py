@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import IdauditError, latent_indices
-from ..limits import check
-from ..registry import Registry
-from .base import EvalSet, World
-from .spec import WorldSpec, check_type
+from idaudit.core.errors import IdauditError, latent_indices
+from idaudit.core.limits import check
+from idaudit.core.registry import Registry
+from idaudit.worlds.base import EvalSet, World
+from idaudit.worlds.spec import WorldSpec, check_type
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Recipe:
 
     ``dataset`` options describe data to render; they are skipped when ``--data`` names data
     that exist already (the data say what they are). ``note`` says why the recipe exists; the
-    line announcing a run is built from the resolved values (:func:`idaudit.runs.recipe_note`).
+    line announcing a run is built from the resolved values (:func:`idaudit.training.runs.recipe_note`).
     """
 
     options: dict[str, Any]

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from ..registry import Registry
+from idaudit.core.registry import Registry
 
 MIXINGS: Registry = Registry("mixing")
 

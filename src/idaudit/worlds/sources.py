@@ -12,8 +12,8 @@ import math
 import numpy as np
 import torch
 
-from ..errors import require
-from ..registry import Registry
+from idaudit.core.errors import require
+from idaudit.core.registry import Registry
 
 SOURCES: Registry = Registry("source")
 

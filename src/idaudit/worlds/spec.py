@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..defaults import WORLD, WORLD_DEFAULTS
-from ..errors import IdauditError
+from idaudit.core.defaults import WORLD, WORLD_DEFAULTS
+from idaudit.core.errors import IdauditError
 
 # kind → (how a message names it, the test); numpy's integers and floats count as numbers
 _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {

@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..defaults import WORLD_DEFAULTS
-from ..errors import IdauditError, require
-from ..io import PAIRS_FORMAT, atomic_write, check_memory
-from ..limits import check
-from .base import EvalSet, PlanSet, World
-from .kind import KINDS, WorldKind
-from .mixings import MIXINGS, CouplingMixing
-from .sources import SOURCES, ou_step, sample_source
-from .spec import WorldSpec, check_type
+from idaudit.core.defaults import WORLD_DEFAULTS
+from idaudit.core.errors import IdauditError, require
+from idaudit.core.io import PAIRS_FORMAT, atomic_write, check_memory
+from idaudit.core.limits import check
+from idaudit.worlds.base import EvalSet, PlanSet, World
+from idaudit.worlds.kind import KINDS, WorldKind
+from idaudit.worlds.mixings import MIXINGS, CouplingMixing
+from idaudit.worlds.sources import SOURCES, ou_step, sample_source
+from idaudit.worlds.spec import WorldSpec, check_type
 
 SYNTHETIC_WORLDS = ("spiral", "banana", "sinusoid", "nvp", "coupling")
 TWO_D = ("spiral", "banana", "sinusoid", "nvp")

@@ -1,0 +1,74 @@
+"""``idaudit audit``: audit any encoder, gated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from idaudit.cli.application import app, cli_errors
+from idaudit.cli.options import ENCODER_FORMS, encoder_flags, n_eval_option, report_flags
+from idaudit.cli.output import check_reports, encoder_inputs, finish
+from idaudit.core.defaults import (
+    TEST_FRACTION,
+)
+from idaudit.core.errors import (
+    check_seed,
+)
+from idaudit.core.requests import (
+    AuditRequest,
+    default,
+)
+
+
+@app.command()
+@cli_errors
+@report_flags
+@encoder_flags
+def audit(
+    targets: list[Path] = typer.Argument(..., help="encoders or arrays to audit: "
+                                         + ENCODER_FORMS + "; several (e.g. seeds of one "
+                                         "recipe) are gated together, see --reduce"),
+    reduce: str = typer.Option(default(AuditRequest, "reduce"), "--reduce", help="with several "
+                               "targets, gate the "
+                               "worst run's value of each gated metric, or the median"),
+    report: dict = None,  # the REPORT_FLAGS (report_flags)
+    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
+    n_eval: int | None = n_eval_option("evaluation pairs"),
+    seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed (default: "
+                                    "a checkpoint's training seed, else 0)"),
+    bootstrap: int = typer.Option(default(AuditRequest, "bootstrap"), "--bootstrap",
+                                  help="bootstrap resamples for CIs"),
+    test_fraction: float | None = typer.Option(None, "--test-fraction", help="held-out share "
+                                               f"of rows (default {TEST_FRACTION:g}; not where a "
+                                               "world fixes its evaluation images, as Reacher "
+                                               "does)"),
+    circular: str | None = typer.Option(None, "--circular", help="comma-separated latent "
+                                        "indices that are angles"),
+    gauss_sims: int = typer.Option(default(AuditRequest, "gauss_sims"), "--gauss-sims",
+                                   help="Gaussianity p-value: 0 from the asymptotic null "
+                                   "law; N > 0 from N simulated Gaussian data sets of the "
+                                   "same size (exact, p ≥ 1/(N+1))"),
+    min_r2: float | None = typer.Option(None, "--min-r2", help="gate: held-out R²(h → z) ≥"),
+    max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
+                                          help="gate: orthogonality error ≤"),
+    label_free: bool = typer.Option(False, "--label-free", help="ignore the true latents z: "
+                                    "the verdict a project without them would get (arrays "
+                                    "without z are audited label-free anyway)"),
+) -> None:
+    """Audit any encoder: identifiability metrics, a pass/fail gate and CI-friendly reports.
+
+    Exit codes: 0 pass, 1 a threshold failed, 2 bad input or usage, 3 inconclusive
+    (collapsed or degenerate embedding, NaN/Inf, too few samples).
+    """
+    from idaudit.evaluations.audit import run_audit
+    from idaudit.evaluations.report import audit_table
+
+    check_seed(seed)
+    check_reports(report, [*((t, "the input") for t in targets), *encoder_inputs(encoder)])
+    result = run_audit(AuditRequest(
+        targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
+        bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
+        gauss_sims=gauss_sims, min_r2=min_r2, max_orthogonality_error=max_orth,
+        min=report["min"], max=report["max"], gate=report["gate"], label_free=label_free))
+    finish(result, audit_table(result, report["keys"]), report)

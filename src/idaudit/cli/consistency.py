@@ -1,0 +1,61 @@
+"""``idaudit consistency``: do runs differ by a rotation?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from idaudit.cli.application import app, cli_errors
+from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
+from idaudit.cli.output import check_reports, encoder_inputs, finish
+from idaudit.core.errors import (
+    check_seed,
+)
+from idaudit.core.requests import (
+    ConsistencyRequest,
+    default,
+)
+
+
+@app.command()
+@cli_errors
+@report_flags
+@encoder_flags
+def consistency(
+    targets: list[Path] = typer.Argument(..., help="two or more runs: arrays with h (.npy, or h "
+                                         "in .npz/.safetensors) embedding the same inputs, or "
+                                         "encoders in any form audit takes"),
+    report: dict = None,  # the REPORT_FLAGS (report_flags)
+    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
+    n_eval: int | None = n_eval_option("inputs to embed", "the first checkpoint's"),
+    seed: int | None = typer.Option(None, "--seed", help="inputs and split seed (default: the "
+                                    "first checkpoint's training seed, else 0)"),
+    test_fraction: float = typer.Option(default(ConsistencyRequest, "test_fraction"),
+                                        "--test-fraction", help="held-out share of rows"),
+    min_r2: float | None = typer.Option(None, "--min-r2", help="gate: consistency_r2 (worst "
+                                        "pair, held-out) ≥"),
+    max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
+                                          help="gate: consistency_orthogonality_error ≤"),
+) -> None:
+    """Do two or more runs agree up to a rotation? No true latents needed.
+
+    Embeddings of the same inputs from different seeds, checkpoints or architectures: for
+    every pair and both directions, the held-out R² of the linear map between them, its
+    orthogonality error and the Procrustes error. Runs that each recovered the latents up to
+    a rotation differ by a rotation. Exit codes as audit: 0 pass, 1 a threshold failed, 2 bad
+    input or usage, 3 inconclusive (a collapsed run, NaN/Inf, different numbers of inputs).
+    """
+    from idaudit.evaluations.consistency import run_consistency
+    from idaudit.evaluations.report import consistency_table
+
+    check_seed(seed)
+    from idaudit.core.limits import check_runs
+
+    check_runs(len(targets))
+    check_reports(report, [*((t, "the run") for t in targets), *encoder_inputs(encoder)])
+    result = run_consistency(ConsistencyRequest(
+        targets=list(targets), **encoder, n_eval=n_eval, seed=seed, test_fraction=test_fraction,
+        min_r2=min_r2, max_orthogonality_error=max_orth, min=report["min"], max=report["max"],
+        gate=report["gate"]))
+    finish(result, consistency_table(result, report["keys"]), report, "consistency")

@@ -1,0 +1,176 @@
+"""The options commands share, each declared once: world options, the encoder flags of every
+command that embeds an encoder, and a gated report's flags."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import typer
+
+from idaudit.core.defaults import (
+    WORLD,
+    WORLD_DEFAULTS,
+    default_text,
+)
+
+# ---- shared options --------------------------------------------------------------------
+# World options default to None ("not given"): each world fills its own defaults and refuses
+# the options it does not take, naming them. Help texts read the defaults from
+# idaudit.core.defaults (chained options) and the request dataclasses (a command's own options).
+
+
+def world_default(key: str) -> str:
+    """A world option's default as its help text shows it."""
+    return default_text(WORLD_DEFAULTS[key])
+
+
+def n_eval_option(what: str, whose: str = "the training") -> Any:
+    """``--n-eval`` of a command that embeds a world's evaluation set: ``what`` it counts, and
+    whose evaluation set is the default."""
+    return typer.Option(None, "--n-eval", help=f"{what} (default: {whose} eval set, else "
+                        f"{world_default('n_eval')}; reacher without --data: "
+                        f"{world_default('rendered_eval_pairs')} rendered pairs)")
+
+
+WorldOpt = typer.Option(None, "--world", "-w",
+                        help="spiral | banana | sinusoid | nvp (2D RealNVP coupling) | coupling "
+                             f"(any even --dim) | reacher (MuJoCo pixels) (default: {WORLD}, or "
+                             "the world of --data)")
+DimOpt = typer.Option(None, "--dim", "-n", help="latent dimension (coupling: any even N; 2D "
+                      "worlds: 2)")
+SourceOpt = typer.Option(None, "--source", help="latent law: gaussian | laplace | gennorm "
+                         f"(default {world_default('source')})")
+AlphaOpt = typer.Option(None, "--alpha", help="shape α of the gennorm source (2 = Gaussian, "
+                        "1 = Laplace)")
+RhoOpt = typer.Option(None, "--rho", help="OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η "
+                      f"(default {world_default('rho')})")
+LayersOpt = typer.Option(None, "--layers", help=f"coupling layers (default {world_default('layers')}; the "
+                         "encoder matches)")
+TrajectoryOpt = typer.Option(None, "--trajectory/--ou", help="reacher: pairs from episodes of "
+                             "a goal-reaching controller instead of OU pairs", show_default=False)
+StrideOpt = typer.Option(None, "--stride", help="reacher --trajectory: steps between views "
+                         f"(default {world_default('stride')})")
+DataSeedOpt = typer.Option(None, "--data-seed", help="reacher: the dataset's seed (default "
+                           f"{world_default('data_seed')}; separate from the training --seed)")
+ImageSizeOpt = typer.Option(None, "--image-size", help="reacher: image side in pixels, "
+                           f"rendered at that size (default {world_default('image_size')}, the paper's)")
+WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (default: one "
+                          "per core)")
+
+
+ENCODER_FORMS = ("an idaudit checkpoint; weights (.safetensors, or a torch.save .pt/.pth/"
+                 ".pth.tar/.ckpt read with weights_only) with --arch; a Hugging Face or LeWM "
+                 "model directory; TorchScript; torch.export .pt2; or arrays holding z, h "
+                 "[, h_prime, rho] (.npz, .safetensors, a torch.save dict)")
+EncoderArg = typer.Argument(..., help=ENCODER_FORMS)
+ArchOpt = typer.Option(None, "--arch", help="the network plain weights belong to: "
+                       "module.path:factory (searched in installed packages, then the working "
+                       "directory) or timm:NAME (timm.create_model, no download)")
+ArchKwargsOpt = typer.Option(None, "--arch-kwargs", help="JSON kwargs for the factory")
+TrustOpt = typer.Option(False, "--trust-pickle", help="unpickle a whole module or an object "
+                        "of your own class, and a .pt2 archive idaudit cannot vet as code-free "
+                        "(pickled weights, AOTInductor code, another torch than 2.13): runs "
+                        "arbitrary code from the file")
+KeyOpt = typer.Option(None, "--key", help="the entry of a torch.save dict holding the weights, "
+                      "dots nesting (state_dict, target_encoder); asked for when it holds "
+                      "several")
+PrefixOpt = typer.Option(None, "--prefix", help="keep the weights under this prefix and strip "
+                         "it (model.backbone.); module. and _orig_mod. are stripped always")
+PoolOpt = typer.Option(None, "--pool", help="token outputs (batch, tokens, dim): cls (the first "
+                       "token) | mean | none (all, flattened)")
+OutputOpt = typer.Option(None, "--output", help="the field of a model output or dict "
+                         "(last_hidden_state, pooler_output, emb), or an index of a tuple; "
+                         "an idaudit checkpoint trained with --projector: backbone (default) "
+                         "| projector")
+EmbedOpt = typer.Option(None, "--embed", help="module:function called as function(model, "
+                        "images) → (batch, m), for encoders with no plain forward")
+NormalizeOpt = typer.Option(None, "--normalize", help="images for an encoder that is not an "
+                            "idaudit checkpoint: float N×3×S×S in [0, 1], then imagenet | none "
+                            "| MEAN,STD (default none)")
+EvalImageSizeOpt = typer.Option(None, "--image-size", help="reacher: render the evaluation "
+                                "images at S × S (e.g. 224 for a ViT; without --data the "
+                                "--n-eval pairs are rendered and cached)")
+CacheDirOpt = typer.Option(None, "--cache-dir", help="where rendered evaluation images are "
+                           "cached (default $IDAUDIT_CACHE, else ~/.cache/idaudit)")
+EvalWorldOpt = typer.Option(None, "--world", "-w", help="evaluate on this world (default: the "
+                            "checkpoint's)")
+DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs file from "
+                       "`idaudit world` or a Reacher dataset directory")
+
+
+KeysOpt = typer.Option(False, "--keys", help="show each metric's key (what --min, --max and "
+                       "gate files name) beside its label")
+
+
+#: the flags of every command that embeds encoders (audit, consistency, plan, embed): the
+#: fields of EncoderOptions, each declared once here — (name, annotation, typer option)
+ENCODER_FLAGS = (
+    ("arch", "str | None", ArchOpt), ("arch_kwargs", "str | None", ArchKwargsOpt),
+    ("trust_pickle", "bool", TrustOpt), ("key", "str | None", KeyOpt),
+    ("prefix", "str | None", PrefixOpt), ("pool", "str | None", PoolOpt),
+    ("output", "str | None", OutputOpt), ("embed", "str | None", EmbedOpt),
+    ("world", "str | None", EvalWorldOpt), ("dim", "int | None", DimOpt),
+    ("source", "str | None", SourceOpt), ("alpha", "float | None", AlphaOpt),
+    ("rho", "float | None", RhoOpt), ("layers", "int | None", LayersOpt),
+    ("image_size", "int | None", EvalImageSizeOpt), ("data", "Path | None", DataOpt),
+    ("normalize", "str | None", NormalizeOpt), ("cache_dir", "Path | None", CacheDirOpt),
+)
+
+
+def flag_group(param: str, flags: tuple, prepare=None):
+    """A decorator giving a command the ``flags`` — (name, annotation, typer option) triples,
+    declared once for every command that takes them — in place of its parameter ``param``,
+    which receives them as one dict (passed through ``prepare`` when given)."""
+    import inspect
+
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        group = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                   default=option, annotation=annotation)
+                 for name, annotation, option in flags]
+        params = []
+        for p in sig.parameters.values():
+            params += group if p.name == param else [p]
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            given = {name: kwargs.pop(name) for name, _, _ in flags}
+            return fn(*args, **{param: prepare(given) if prepare else given}, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != param},
+                                   **{name: annotation for name, annotation, _ in flags}}
+        return wrapper
+
+    return decorate
+
+
+def _encoder_fields(given: dict) -> dict:
+    """The EncoderOptions fields of the encoder flags: ``--arch-kwargs`` parsed, a progress
+    bar while evaluation images render."""
+    from idaudit.core.jsontext import parse_json_object
+
+    return {**given, "arch_kwargs": parse_json_object(given["arch_kwargs"], "--arch-kwargs"),
+            "progress": True}
+
+
+#: give a command the ENCODER_FLAGS as one dict ``encoder`` of EncoderOptions fields
+encoder_flags = flag_group("encoder", ENCODER_FLAGS, _encoder_fields)
+
+#: the flags of a gated report (audit, consistency): where it is written, and the gate given
+#: as METRIC=VALUE pairs or a file (each command has its own --min-r2 and orthogonality flag)
+REPORT_FLAGS = (
+    ("json_path", "Path | None", typer.Option(None, "--json", help="write the report as JSON")),
+    ("junit", "Path | None", typer.Option(None, "--junit", help="JUnit XML, a testcase per "
+                                           "gate")),
+    ("markdown", "Path | None", typer.Option(None, "--markdown", help="Markdown summary")),
+    ("keys", "bool", KeysOpt),
+    ("min", "list[str]", typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
+                                      "(repeatable)")),
+    ("max", "list[str]", typer.Option([], "--max", help="gate: METRIC=VALUE, metric ≤ value "
+                                      "(repeatable)")),
+    ("gate", "Path | None", typer.Option(None, "--gate", help="TOML file with [min] / [max] "
+                                         "tables")),
+)
+report_flags = flag_group("report", REPORT_FLAGS)

@@ -1,0 +1,78 @@
+"""Where a command's results go: report files (``-`` for stdout) written atomically, checked
+before any work, and a gated report's exit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from idaudit.cli.application import err, out
+from idaudit.core.errors import (
+    IdauditError,
+)
+from idaudit.core.io import check_outputs, json_text
+
+
+def to_stdout(path: Path | None) -> bool:
+    """``-`` for a report path means standard output (the table then goes to stderr)."""
+    return path is not None and str(path) == "-"
+
+
+def report_outputs(named: list[tuple[Path | None, str]]) -> list[tuple[Path | None, str]]:
+    """The report paths to check as files: ``-`` (stdout) left out, and at most one of them."""
+    dashes = [flag for path, flag in named if to_stdout(path)]
+    if len(dashes) > 1:
+        raise IdauditError(f"{' and '.join(dashes)} both name standard output (-); give one "
+                           "of them a file")
+    return [(path, flag) for path, flag in named if not to_stdout(path)]
+
+
+def emit(path: Path, text: str) -> None:
+    """Write a report's ``text`` to ``path`` atomically, or to stdout for ``-``."""
+    from idaudit.core.io import atomic_write
+
+    if to_stdout(path):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    else:
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def encoder_inputs(encoder: dict) -> list[tuple[Path | None, str]]:
+    """The paths an encoder's evaluation reads or fills (``--data``, ``--cache-dir``): no
+    output may be one of them."""
+    return [(encoder["data"], "--data"), (encoder["cache_dir"], "--cache-dir")]
+
+
+def check_reports(flags: dict, inputs: list) -> None:
+    """The report files of ``flags`` checked writable (and not an input, the gate file
+    included) before any work; a stale report at their paths removed."""
+    check_outputs(report_outputs([(flags["json_path"], "--json"), (flags["junit"], "--junit"),
+                                   (flags["markdown"], "--markdown")]),
+                  [*inputs, (flags["gate"], "--gate")], remove_stale=True)
+
+
+def finish(report, table, flags: dict, kind: str = "audit") -> None:
+    """Print a gated report, write the --json/--junit/--markdown files its ``flags`` name,
+    exit with its code."""
+    from idaudit.evaluations.report import audit_junit, audit_markdown
+
+    json_path, junit, markdown = flags["json_path"], flags["junit"], flags["markdown"]
+    piped = any(to_stdout(p) for p in (json_path, junit, markdown))
+    (err if piped else out).print(table)  # stdout carries the report alone
+    if report.reason:
+        err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
+                  soft_wrap=True)
+    if json_path is not None:
+        emit(json_path, json_text(report.to_dict()))
+    if junit is not None:
+        emit(junit, audit_junit(report))
+    if markdown is not None:
+        emit(markdown, audit_markdown(report, kind))
+    failed = [t.metric for t in report.failed]
+    if failed:
+        err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,59 @@
+"""``idaudit plan``: latent straight-line plans against the oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from idaudit.cli.application import app, cli_errors, err, out
+from idaudit.cli.options import EncoderArg, encoder_flags, world_default
+from idaudit.cli.output import emit, encoder_inputs, report_outputs, to_stdout
+from idaudit.core.io import check_outputs, json_text
+from idaudit.core.requests import (
+    PlanRequest,
+    default,
+)
+
+
+@app.command()
+@cli_errors
+@encoder_flags
+def plan(
+    target: Path = EncoderArg,
+    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
+    pairs: int = typer.Option(default(PlanRequest, "pairs"), "--pairs", "-k",
+                              help="random start/goal pairs"),
+    waypoints: int = typer.Option(default(PlanRequest, "waypoints"), "--waypoints",
+                                  help="segments per plan"),
+    gallery: int | None = typer.Option(None, "--gallery", help="k-NN decoder gallery size "
+                                       f"(synthetic worlds; default {world_default('gallery')})"),
+    seed: int = typer.Option(default(PlanRequest, "seed"), "--seed",
+                             help="seed of the start/goal pairs (and the gallery)"),
+    json_path: Path | None = typer.Option(None, "--json", help="write the results here"),
+    plot: Path | None = typer.Option(None, "--plot", help="PNG of the planned paths next to "
+                                     "the oracle's (needs the plot extra)"),
+) -> None:
+    """Latent straight-line plans against the oracle, and LQR value equivalence.
+
+    Takes every encoder form `audit` takes, on its checkpoint's world, --world or --data; or
+    an array file with a gallery of z and h (starts and goals are drawn from its rows). A
+    median cost ratio near 1 means the embedding plans like the true latents.
+    """
+    from idaudit.evaluations.plan import run_plan
+    from idaudit.evaluations.report import plan_table
+
+    check_outputs(report_outputs([(json_path, "--json")]) + [(plot, "--plot")],
+                  [(target, "the target"), *encoder_inputs(encoder)], remove_stale=True)
+    report = run_plan(PlanRequest(
+        target=target, **encoder, seed=seed,
+        pairs=pairs, waypoints=waypoints, gallery=gallery))
+    say = err if to_stdout(json_path) else out  # stdout carries the JSON alone
+    say.print(plan_table(report.metrics))
+    if plot is not None:
+        report.plot(plot)
+        say.print(f"wrote {plot}")
+    if json_path is not None:
+        emit(json_path, json_text(report.to_dict()))
+        if not to_stdout(json_path):
+            out.print(f"wrote {json_path}")

@@ -1,0 +1,39 @@
+"""``idaudit report``: a sweep's tables and figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from idaudit.cli.application import app, cli_errors, err, out
+from idaudit.core.errors import (
+    IdauditError,
+)
+
+
+@app.command()
+@cli_errors
+def report(
+    out_dir: Path = typer.Argument(..., help="a directory written by idaudit sweep"),
+    figures: bool = typer.Option(True, "--figures/--no-figures",
+                                 help="draw the figures (needs matplotlib: the plot extra)"),
+) -> None:
+    """Aggregate a sweep: mean ± std over seeds as summary.csv and summary.md (the paper's
+    table layouts), and the figures the runs support as PNGs under DIR/figures."""
+    from idaudit.experiments.aggregate import aggregate, load_results, write_tables
+
+    ok, failed = load_results(out_dir)
+    if not ok:
+        raise IdauditError(f"{out_dir} has no finished runs")
+    rows = aggregate(ok)
+    paths = write_tables(rows, out_dir)
+    out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)
+    if failed:
+        err.print(f"{len(failed)} failed runs are not in the tables (see *.failed.json)")
+    out.print(f"wrote {paths['csv']} and {paths['markdown']}")
+    if figures:
+        from idaudit.experiments.figures import draw_figures
+
+        for path in draw_figures(ok, rows, out_dir):
+            out.print(f"wrote {path}")

@@ -1,0 +1,51 @@
+"""The global default of every option that is resolved through a chain, in one place.
+
+Train and world options are resolved in one order (:func:`idaudit.training.runs.resolve`): the value
+given, then the recipe's, then the world's own (``train_defaults`` of its kind, the fields its
+spec fills), then the global default below. Help texts read these values instead of restating
+them. A command's own options (``--pairs`` of ``plan``, ``--bootstrap`` of ``audit`` …) default
+in the fields of that command's request dataclass, which the CLI reads the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the world a run trains on when none is named and no --data says which
+WORLD = "spiral"
+
+#: world options: the OU correlation, the source law, the coupling world's layers and its
+#: latent dimension on 2D worlds, Reacher's stride, dataset seed, image side and evaluation
+#: images; the evaluation set and plan gallery sizes of synthetic worlds; the pairs rendered
+#: to evaluate an encoder brought from elsewhere on Reacher without a dataset (4000 frames)
+WORLD_DEFAULTS: dict[str, Any] = {
+    "rho": 0.95, "source": "gaussian", "dim": 2, "layers": 4, "stride": 8, "data_seed": 0,
+    "image_size": 64, "n_eval": 10_000, "gallery": 10_000, "rendered_eval_pairs": 2000,
+}
+
+#: the share of rows an audit holds out where the world does not fix its held-out rows
+TEST_FRACTION = 0.5
+
+#: training options (the fields of :class:`~idaudit.training.config.TrainConfig`); None: none
+#: unless the world has one (``epochs`` on dataset worlds, ``clip`` on Reacher, ``encoder``:
+#: the world's own)
+TRAIN_DEFAULTS: dict[str, Any] = {
+    "objective": "lejepa", "lamb": 1e-3, "sigma": 1.0, "steps": 20_000, "epochs": None,
+    "batch": 256, "lr": 3e-3, "weight_decay": 1e-2, "clip": None,
+    "schedule": "constant_cosine", "seed": 0, "inits": 1, "eval_every": 500, "n_eval": 10_000,
+    "n_slices": 256, "views": "anchor", "device": "auto", "encoder": None,
+    "encoder_kwargs": None, "form": "paper", "n_views": 2, "projector": None,
+}
+
+#: λ of the lejepa library's form (``--form official``, A + λ·S_per-view) where none is given:
+#: its minimal example's and stable-pretraining's value, on every world
+OFFICIAL_LAMB = 0.02
+
+
+def default_text(value: Any) -> str:
+    """A default as a help text shows it: 10 000, 0.95, 1e-3."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}".replace(",", " ")
+    return f"{value:g}"

@@ -1,0 +1,598 @@
+"""File I/O: atomic writes (a temporary file beside the target, then a rename), output checks
+made before long work, JSON/TOML helpers and safetensors metadata."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from idaudit.core.errors import IdauditError
+
+MAX_TEXT_INPUT = 1 << 20  # gate and suite files larger than 1 MiB are refused
+CHECKPOINT_FORMAT = "idaudit-checkpoint"  # safetensors metadata "format" of a checkpoint
+PAIRS_FORMAT = "idaudit-world"  # … of a pairs file written by `idaudit world`
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, OSError):  # not a pid this system can have
+        return False
+    return True
+
+
+# ---- temporaries -------------------------------------------------------------------------
+# atomic_write works in a private directory ``.STEM.PID.RANDOM.tmp`` beside the target and
+# hands ``write`` the path ``that directory/NAME``: the file being written has the target's
+# own name (so a name the file system refuses fails there exactly as it would in place), and
+# whatever a writer puts beside its file (safetensors' ``save_file`` writes a ``.tmpXXXXXX``
+# next to it and renames that) stays inside a directory whose name says which process owns
+# it. A later writer removes such directories (and the ``.NAME.PID.RANDOM.tmp`` files of
+# earlier versions) once that process is gone, and never touches a live writer's.
+
+_ATTEMPTS = 20  # tries when a concurrent check removes a directory just made (see _probe)
+_STEM_BYTES = 200  # a longer target name is cut in its temporaries' names (NAME_MAX is 255)
+_OWNED = re.compile(r"(\d+)\.[A-Za-z0-9_]+\.tmp")  # what follows ".STEM." in a temporary
+_FOREIGN = re.compile(r"\.tmp[A-Za-z0-9]{6}")  # safetensors' (Rust tempfile's) temporaries
+FOREIGN_TEMP_AGE = 3600.0  # seconds a .tmpXXXXXX must have been left alone before removal
+
+
+def _stem(name: str) -> str:
+    """The target name as it appears in its temporaries' names (cut to fit NAME_MAX)."""
+    raw = os.fsencode(name)
+    if len(raw) <= _STEM_BYTES:
+        return name
+    return os.fsdecode(raw[:_STEM_BYTES]) + "~"
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{_stem(path.name)}."
+
+
+def _remove(entry: Path) -> None:
+    try:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink()
+    except OSError:
+        pass
+
+
+def _open_by_some_process(path: Path) -> bool:
+    """Whether any process this one can see holds ``path`` open (True when unknowable)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "fd").is_dir():
+        return True
+    target = str(path.resolve())
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            fds = os.listdir(proc / pid / "fd")
+        except OSError:  # gone, or not ours to see
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(proc / pid / "fd" / fd) == target:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def _abandoned_safetensors_temp(entry: Path) -> bool:
+    """A ``.tmpXXXXXX`` that safetensors' ``save_file`` left when its process was killed:
+    a regular file, empty or starting like a safetensors file, untouched for an hour and
+    open in no process."""
+    try:
+        st = entry.lstat()
+        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime < FOREIGN_TEMP_AGE:
+            return False
+        with open(entry, "rb") as f:
+            head = f.read(9)
+    except OSError:
+        return False
+    if head and not (len(head) == 9 and head[8:9] == b"{"):
+        return False
+    return not _open_by_some_process(entry)
+
+
+def clean_stale_temporaries(path: Path) -> None:
+    """Remove the temporaries that killed writers of ``path`` left beside it: idaudit's own
+    (``.NAME.PID.RANDOM.tmp``, files or directories) whose process is gone — matched by
+    their exact prefix, so another target's are never taken for this one's — and the
+    ``.tmpXXXXXX`` files safetensors leaves, once no process has them open and they have been
+    untouched for an hour. A live writer's temporaries are never touched."""
+    path = Path(path)
+    prefix = _temp_prefix(path)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        entry = path.parent / name
+        if name.startswith(prefix):
+            owned = _OWNED.fullmatch(name[len(prefix):])
+            if owned and not _alive(int(owned.group(1))):
+                _remove(entry)
+        elif name.startswith(".tmp") and _FOREIGN.fullmatch(name) \
+                and _abandoned_safetensors_temp(entry):
+            _remove(entry)
+
+
+def _reason(exc: BaseException) -> str | None:
+    """What went wrong, from an OSError or a safetensors I/O error ("No space left on
+    device"), or None when ``exc`` is not an I/O failure."""
+    if isinstance(exc, OSError):
+        return exc.strerror or first_line(exc)
+    text = first_line(exc)
+    if type(exc).__name__ == "SafetensorError":
+        io_error = re.search(r"I/O error: (.*?)(?: \(os error \d+\))?$", text)
+        if io_error:
+            return io_error.group(1)
+    return None
+
+
+def make_temp_dir(path: Path) -> Path:
+    """Create ``path``'s parents and its private temporary directory (see above); retried
+    when a concurrent check removes a parent it had just created."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if attempt == 0:
+                clean_stale_temporaries(path)
+            return Path(tempfile.mkdtemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.",
+                                         suffix=".tmp", dir=path.parent))
+        except FileNotFoundError:  # a parent removed meanwhile by a concurrent check, or a
+            if attempt + 1 == _ATTEMPTS:  # place that refuses entries (/proc): retry, then say
+                raise
+        except FileExistsError:  # a parent is a file, or was removed as mkdir looked at it
+            if (os.path.lexists(path.parent) and not path.parent.is_dir()) \
+                    or attempt + 1 == _ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
+    """Call ``write(tmp_path)`` then rename onto ``path``; nothing half-written is left.
+
+    ``tmp_path`` has ``path``'s name, in a private temporary directory beside it (which also
+    takes in whatever ``write`` puts next to its file). The file gets the user's usual mode
+    (0666 minus the umask), and temporaries that killed earlier writers left beside ``path``
+    are removed first. A failure to write (a full disk, a place that became unwritable) is a
+    one-line IdauditError naming ``path``.
+    """
+    path = Path(path)
+    try:
+        tmp_dir = make_temp_dir(path)
+    except OSError as exc:  # a place that became unwritable after the check
+        raise IdauditError(f"cannot write {path} ({exc.strerror or exc})") from None
+    tmp = tmp_dir / path.name
+    try:
+        write(str(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except Exception as exc:
+        reason = _reason(exc)
+        if reason is None:
+            raise
+        raise IdauditError(f"cannot write {path} ({reason})") from None
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return path
+
+
+# ---- checks made before any long work -------------------------------------------------------
+
+
+def _refuse(flag: str, path: Path, what: str, exc: OSError | None = None) -> IdauditError:
+    detail = f" ({exc.strerror})" if exc is not None and exc.strerror else ""
+    return IdauditError(f"{flag} {path}: {what}{detail}")
+
+
+def _stat(path: Path, flag: str) -> os.stat_result | None:
+    """``os.stat(path)``, None if nothing is there; an error naming what is wrong with the
+    path (a file where a directory should be, a name too long) otherwise."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        for parent in reversed(path.parents):
+            if parent.exists() and not parent.is_dir():
+                raise IdauditError(f"{flag} {path}: {parent} is a file, not a directory") \
+                    from None
+        raise IdauditError(f"{flag} {path}: a part of the path is not a directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise _too_long(flag, path, exc) from None
+        raise _refuse(flag, path, "cannot be checked", exc) from None
+
+
+def _too_long(flag: str, path: Path, exc: OSError) -> IdauditError:
+    longest = max(path.parts, key=lambda part: len(os.fsencode(part)))
+    size = len(os.fsencode(longest))
+    try:
+        name_max = os.pathconf(_first_existing(path.parent), "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)
+        name_max = 255
+    if size > name_max:
+        return _refuse(flag, path, f"a name in it is {size} bytes long, more than the file "
+                       f"system allows ({name_max})", exc)
+    return _refuse(flag, path, f"the path is {len(os.fsencode(str(path)))} bytes long, more "
+                   "than the system allows", exc)
+
+
+def _first_existing(directory: Path) -> Path:
+    for parent in [directory, *directory.parents]:
+        try:
+            if parent.exists():
+                return parent
+        except OSError:
+            continue
+    return Path(".")
+
+
+class _Vanished(Exception):
+    """A directory just made (or found) was removed by a concurrent check: try again (or a
+    place that refuses entries, /proc, says ENOENT: after the last try, that is the error)."""
+
+    def __init__(self, directory: Path, exc: OSError) -> None:
+        super().__init__(str(exc))
+        self.directory, self.exc = directory, exc
+
+
+def _make_parents(directory: Path, flag: str, path: Path, made: list[Path]) -> None:
+    """Create ``directory`` and its missing parents, appending each one made to ``made``."""
+    missing = []
+    for parent in [directory, *directory.parents]:
+        if os.path.lexists(parent):
+            break
+        missing.append(parent)
+    for parent in reversed(missing):
+        try:
+            os.mkdir(parent)
+        except FileNotFoundError as exc:
+            raise _Vanished(parent.parent, exc) from None
+        except FileExistsError as exc:  # made meanwhile by another process (or a file there)
+            if not parent.is_dir():
+                if not os.path.lexists(parent):
+                    raise _Vanished(parent, exc) from None  # and removed again by its check
+                raise IdauditError(f"{flag} {path}: {parent} is a file, not a directory") \
+                    from None
+            continue
+        except OSError as exc:
+            raise _creation_error(flag, path, parent.parent, exc) from None
+        made.append(parent)
+    if not directory.is_dir():
+        if os.path.lexists(directory):
+            raise IdauditError(f"{flag} {path}: {directory} is a file, not a directory")
+
+
+def _creation_error(flag: str, path: Path, directory: Path, exc: OSError) -> IdauditError:
+    if exc.errno == errno.ENAMETOOLONG:
+        return _too_long(flag, path, exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return _refuse(flag, path, f"no room left in {directory}", exc)
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        return _refuse(flag, path, f"{directory} is a file, not a directory")
+    return _refuse(flag, path, f"{_first_existing(directory)} is not writable", exc)
+
+
+def _remove_made(made: list[Path]) -> None:
+    for directory in reversed(made):
+        try:
+            os.rmdir(directory)
+        except OSError:  # in use meanwhile by another writer: theirs now
+            pass
+
+
+def _probe(path: Path, flag: str, directory: bool) -> None:
+    """Do what the write will do — make the missing parents, a private temporary directory
+    and a file of ``path``'s name in it, one byte written — and undo all of it. Refuses,
+    naming what failed, where the write would fail (a read-only place, a full disk, a name
+    too long for the file system). Directories it made are removed, refusal or not."""
+    target_dir = path if directory else path.parent
+    name = "idaudit-probe" if directory else path.name
+    made: list[Path] = []
+    try:
+        for attempt in range(_ATTEMPTS):
+            try:
+                _make_parents(target_dir, flag, path, made)
+                tmp_dir = Path(tempfile.mkdtemp(prefix=f"{_temp_prefix(target_dir / name)}"
+                                                f"{os.getpid()}.", suffix=".tmp",
+                                                dir=target_dir))
+                break
+            except FileNotFoundError as exc:  # the directory removed meanwhile (see
+                vanished = _Vanished(target_dir, exc)  # _Vanished)
+            except _Vanished as exc:
+                vanished = exc
+            except OSError as exc:
+                raise _creation_error(flag, path, target_dir, exc) from None
+            if attempt + 1 == _ATTEMPTS:
+                raise _creation_error(flag, path, vanished.directory, vanished.exc) from None
+        try:
+            fd = os.open(tmp_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, b"\0")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _creation_error(flag, path, target_dir, exc) from None
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    finally:
+        _remove_made(made)
+
+
+def check_writable(path: str | Path | None, flag: str, *, directory: bool = False,
+                   remove_stale: bool = False) -> Path | None:
+    """Make sure ``path`` can be written before any long work starts (one-line error naming
+    ``flag`` otherwise): the check does what the write will do, so what passes it can be
+    written. ``directory``: the path is an output folder. ``remove_stale``: delete an
+    existing file there, so a run that ends in an error leaves no output of an earlier run
+    behind."""
+    if path is None:
+        return None
+    _check_path_given(path, flag, directory)
+    path = Path(path)
+    _check_kind(path, flag, directory, _stat(path, flag))
+    _probe(path, flag, directory)
+    if remove_stale and not directory:
+        _remove_stale(path, flag)
+    return path
+
+
+def _check_path_given(path: str | Path, flag: str, directory: bool) -> None:
+    if str(path).strip() == "" or (not directory and str(path).strip() == "."):
+        raise IdauditError(f"{flag}: the path is empty (give a file name)")
+
+
+def _check_kind(path: Path, flag: str, directory: bool, st: os.stat_result | None) -> None:
+    if st is None:
+        return
+    if directory:
+        if not stat.S_ISDIR(st.st_mode):
+            raise IdauditError(f"{flag} {path}: exists and is not a directory")
+    elif stat.S_ISDIR(st.st_mode):
+        raise IdauditError(f"{flag} {path}: is a directory, not a file")
+    elif not stat.S_ISREG(st.st_mode):
+        raise IdauditError(f"{flag} {path}: is not a regular file")
+
+
+def _remove_stale(path: Path, flag: str) -> None:
+    """Delete an earlier run's file at ``path`` (a concurrent writer may just have done so,
+    or be renaming its own there: neither is an error)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise IdauditError(f"{flag} {path}: cannot replace it ({exc.strerror})") from None
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file: the same path once resolved (symbolic links
+    followed), or — both existing — the same inode (hard links, bind mounts)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _file_of(output: Path, directory: str | Path) -> bool:
+    """Whether ``output`` is an existing file inside the input directory ``directory`` (a
+    dataset's meta.json or chunk, say): replacing it would break the input."""
+    try:
+        if not os.path.isdir(directory) or not os.path.lexists(output):
+            return False
+    except (OSError, ValueError):
+        return False
+    inside = os.path.realpath(directory).rstrip(os.sep) + os.sep
+    return os.path.realpath(output).startswith(inside)
+
+
+def check_outputs(outputs: Sequence[tuple[str | Path | None, str]],
+                  inputs: Sequence[tuple[str | Path | None, str]] = (), *,
+                  directory: bool = False, remove_stale: bool = False) -> None:
+    """The check every command makes of its outputs before any work: ``outputs`` and
+    ``inputs`` are (path or None, what it is — the flag, "the input", "--data"…).
+
+    First, before anything is touched, an output that is the same file as an input (it would
+    be deleted or overwritten before it is read), an existing file inside an input directory
+    (a dataset's), or the same file as another output is refused; then
+    every output is checked as :func:`check_writable` does, and with ``remove_stale`` an
+    existing file at an output is deleted once all of them passed."""
+    given = [(Path(p), flag) for p, flag in outputs
+             if p is not None and str(p).strip() not in ("", ".")]
+    for i, (out, flag) in enumerate(given):
+        for other, other_flag in given[:i]:
+            if same_file(out, other):
+                raise IdauditError(f"{other_flag} and {flag} name the same file ({out}); give "
+                                   "each output its own path")
+        for inp, what in inputs:
+            if inp is None or not str(inp).strip():
+                continue
+            if same_file(out, inp):
+                raise IdauditError(f"{flag} {out}: is the same file as {what} {inp}; an output "
+                                   "never replaces an input (choose another path)")
+            if _file_of(out, inp):
+                raise IdauditError(f"{flag} {out}: is a file of {what} {inp}; an output never "
+                                   "replaces an input (choose another path)")
+    for path, flag in outputs:
+        check_writable(path, flag, directory=directory)
+    if remove_stale and not directory:
+        for path, flag in given:
+            _remove_stale(path, flag)
+
+
+def jsonable(obj: Any) -> Any:
+    """Replace NaN/Inf with None and tensors/numpy scalars with Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def json_text(data: Any) -> str:
+    """The JSON idaudit writes: NaN and ±inf as null (:func:`jsonable`), indented, one line
+    break at the end."""
+    return json.dumps(jsonable(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    text = json_text(data)
+
+    def write(tmp: str) -> None:
+        Path(tmp).write_text(text)
+
+    return atomic_write(path, write)
+
+
+def load_toml(path: str | Path, kind: str) -> dict[str, Any]:
+    """Parse a TOML file; a missing or malformed file is a one-line input error naming ``kind``."""
+    import tomllib
+
+    path = Path(path)
+    if not path.exists():
+        raise IdauditError(f"{kind} file not found: {path}")
+    if not path.is_file():
+        raise IdauditError(f"{kind} file {path} is not a regular file")
+    try:
+        if path.stat().st_size > MAX_TEXT_INPUT:
+            raise IdauditError(f"{kind} file {path} is larger than 1 MiB; not a {kind} file")
+        return tomllib.loads(path.read_text())
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise IdauditError(f"{kind} file {path} is nested too deeply to be a {kind} file") \
+            from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise IdauditError(f"{kind} file {path} is not valid TOML ({first_line(exc)})") from None
+    except OSError as exc:
+        raise IdauditError(f"cannot read {kind} file {path} ({exc.strerror or exc})") from None
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The raw metadata dict of a safetensors file (errors are one-line, exit 2)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.exists():
+        raise IdauditError(f"not found: {path}")
+    if path.is_dir():
+        raise IdauditError(f"path is a directory: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # safetensors raises several types for corrupt headers
+        raise IdauditError(f"not a readable safetensors file: {path} ({first_line(exc)})") \
+            from None
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate, or None if unknown: the smallest of the
+    machine's available memory (``MemAvailable``), the cgroup's headroom (``memory.max`` −
+    ``memory.current``) and the address-space limit's headroom (``ulimit -v`` − ``VmSize``)."""
+    import resource
+
+    limits = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    cg_max, cg_cur = _read_int("/sys/fs/cgroup/memory.max"), _read_int(
+        "/sys/fs/cgroup/memory.current")
+    if cg_max is not None and cg_cur is not None:
+        limits.append(max(cg_max - cg_cur, 0))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        used = 0
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        limits.append(max(soft - used, 0))
+    return min(limits) if limits else None
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+SMALL = 1 << 26  # 64 MiB: never worth a look at the memory left
+
+
+def memory_left() -> int | None:
+    """Bytes this process can still get: :func:`available_memory`, else the machine's memory
+    (None when neither is known)."""
+    have = available_memory()
+    return physical_memory() if have is None else have
+
+
+def check_memory(nbytes: float, what: str, bound: str = "about ", purpose: str = "") -> None:
+    """Refuse (exit 2, before anything is allocated or read) work whose arrays would not fit in
+    the memory this process can still get (:func:`available_memory`; else the machine's
+    memory): one line saying what needs how many GiB, e.g. "an evaluation set of 10¹¹ pairs …
+    needs about 5960.5 GiB" (``bound``: "at least " where ``nbytes`` is a lower bound, "" where
+    it is exact; ``purpose`` follows "of memory", e.g. " to read")."""
+    if nbytes < SMALL:
+        return
+    have = memory_left()
+    if have is not None and nbytes > have:
+        raise IdauditError(f"{what} needs {bound}{nbytes / 2**30:.1f} GiB of memory{purpose}, "
+                           f"but only {have / 2**30:.1f} GiB is available")

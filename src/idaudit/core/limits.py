@@ -1,0 +1,91 @@
+"""The limits of numeric options, declared once: :data:`LIMITS` names each option's
+:class:`Limit`, and :func:`check` is the one test every command, request and file reader
+applies (as scikit-learn's ``validate_params`` declares a parameter's constraints beside it).
+
+A refusal is one line naming the flag, the limit and the value, e.g. "--n-eval must be an
+integer ≥ 10, got 5" or "--rho must lie strictly between 0 and 1, got 1.5" (exit 2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from idaudit.core.errors import IdauditError
+
+
+@dataclass(frozen=True)
+class Limit:
+    """What a numeric option may be: an ``integer`` (bools refused) or any finite ``number``,
+    at least ``low`` and at most ``high`` (None: unbounded), ends excluded where ``open``;
+    ``unit`` follows the interval in messages ("pixels")."""
+
+    integer: bool
+    low: float | None = None
+    high: float | None = None
+    open: bool = False
+    unit: str = ""
+
+    def holds(self, value: Any) -> bool:
+        if isinstance(value, bool):
+            return False
+        if self.integer and not isinstance(value, (int, np.integer)):
+            return False
+        if not isinstance(value, (int, float, np.integer, np.floating)) or \
+                not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.open else value <= self.high)
+
+    def text(self) -> str:
+        """The limit in words: "an integer ≥ 10", "lie in [2, 64]", "lie strictly between 0
+        and 1"."""
+        unit = f" {self.unit}" if self.unit else ""
+        if self.high is None:
+            return f"{'an integer' if self.integer else 'a number'} ≥ {self.low:g}{unit}"
+        if self.open:
+            return f"lie strictly between {self.low:g} and {self.high:g}{unit}"
+        return f"lie in [{self.low:g}, {self.high:g}]{unit}"
+
+
+#: every limited option, by its request field's name
+LIMITS: dict[str, Limit] = {
+    "n_eval": Limit(True, 10),
+    "bootstrap": Limit(True, 0),
+    "gauss_sims": Limit(True, 0),
+    "test_fraction": Limit(False, 0, 1, open=True),
+    "rho": Limit(False, 0, 1, open=True),
+    "lamb": Limit(False, 0, 1),
+    "pairs": Limit(True, 1),
+    "waypoints": Limit(True, 1),
+    "k": Limit(True, 1),
+    "gallery": Limit(True, 5),
+    "n_views": Limit(True, 2, 64),
+    "image_size": Limit(True, 16, 512, unit="pixels"),
+    "runs": Limit(True, 2),  # consistency: how many runs are compared
+}
+
+
+def check(name: str, value: Any, flag: str | None = None, what: str = "") -> Any:
+    """``value`` when it lies within ``LIMITS[name]``; else one line naming ``flag`` (default
+    ``--name``), the limit and the value (``what`` follows the limit, e.g. " for an
+    evaluation set")."""
+    limit = LIMITS[name]
+    if not limit.holds(value):
+        flag = flag or "--" + name.replace("_", "-")
+        verb = "be" if limit.high is None else ""
+        shown = value if isinstance(value, (int, float, np.integer, np.floating)) \
+            and not isinstance(value, bool) else repr(value)
+        raise IdauditError(f"{flag} must {verb + ' ' if verb else ''}{limit.text()}{what}, "
+                           f"got {shown}")
+    return value
+
+
+def check_runs(count: int) -> None:
+    """Consistency compares at least two runs."""
+    if not LIMITS["runs"].holds(count):
+        raise IdauditError(f"consistency needs at least two runs, got {count}")

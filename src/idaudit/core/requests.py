@@ -1,0 +1,367 @@
+"""One typed request per command: every option ``idaudit COMMAND`` takes, under its name
+(dashes → underscores), with its default.
+
+The CLI builds a request from its flags and reads its defaults and help from here; Python
+callers build one directly or through the keyword functions (``idaudit.audit``, ``plan``,
+``train``, ``consistency``, ``world``, ``sweep``); one function per command takes it
+(``run_audit``, ``run_consistency``, ``run_plan``, ``run_train``, ``write_world``,
+``run_sweep_request``) and validates it the same way for both. ``None`` means "not given":
+options resolved through a chain (world and train options) are filled by the resolver
+(:mod:`idaudit.core.defaults` holds their global defaults), so that it can say where each value
+came from. This module imports nothing heavy: the CLI reads it before any command runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from idaudit.core.defaults import TEST_FRACTION
+from idaudit.core.errors import IdauditError
+
+#: how token outputs (batch, tokens, dim) become one embedding per input: the first (CLS)
+#: token, the mean over tokens, or all of them flattened
+POOLS = ("cls", "mean", "none")
+
+
+@dataclass
+class LoadOptions:
+    """How an encoder file is opened and which of its outputs is the embedding.
+
+    ``arch`` (``module.path:factory`` or ``timm:NAME``) and ``arch_kwargs``: the network plain
+    weights belong to; ``trust_pickle``: unpickle whole modules and objects of the user's
+    classes (runs code from the file); ``key``: the entry of a torch.save dict holding the
+    weights (dots nest: ``state_dict``, ``target_encoder``); ``prefix``: keep the keys under
+    it and strip it (``model.backbone.``); ``pool``: ``cls`` | ``mean`` | ``none`` for token
+    outputs (batch, tokens, dim); ``output``: a field of the output (``last_hidden_state``,
+    ``pooler_output``, ``emb``) or an element (an integer) of a tuple; ``embed``:
+    ``module:function`` called as ``function(model, inputs) → (batch, m)``.
+    """
+
+    arch: str | None = None
+    arch_kwargs: dict[str, Any] | None = None
+    trust_pickle: bool = False
+    key: str | None = None
+    prefix: str | None = None
+    pool: str | None = None
+    output: str | int | None = None
+    embed: str | None = None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse (one line naming the flag) a value of the wrong type or form; an integer
+        ``output`` given as text ("0") becomes an int."""
+        for name, flag in (("arch", "--arch"), ("key", "--key"), ("prefix", "--prefix"),
+                           ("embed", "--embed")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise IdauditError(f"{flag} must be a non-empty text, got {value!r}")
+        if self.arch is not None and (":" not in self.arch or self.arch.endswith(":")
+                                      or self.arch.startswith(":")):
+            raise IdauditError("--arch must look like module.path:factory or timm:NAME, got "
+                               f"{self.arch!r}")
+        if self.arch_kwargs is not None and not isinstance(self.arch_kwargs, dict):
+            raise IdauditError(f"--arch-kwargs must be an object, got {self.arch_kwargs!r}")
+        if self.arch_kwargs and self.arch is None:
+            raise IdauditError("--arch-kwargs goes with --arch (the factory it is passed to)")
+        if not isinstance(self.trust_pickle, bool):
+            raise IdauditError(f"trust_pickle must be True or False, got {self.trust_pickle!r}")
+        if self.key is not None and "" in self.key.split("."):
+            raise IdauditError(f"--key must be names joined by dots (state_dict, "
+                               f"model.encoder), got {self.key!r}")
+        if self.pool is not None and self.pool not in POOLS:
+            raise IdauditError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if isinstance(self.output, str) and re.fullmatch(r"-?[0-9]+", self.output.strip()):
+            self.output = int(self.output)
+        if isinstance(self.output, bool) or not (
+                self.output is None or isinstance(self.output, int)
+                or (isinstance(self.output, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
+                                                                  self.output))):
+            raise IdauditError("--output must be a field name (last_hidden_state, emb) or an "
+                               f"index of a tuple (0), got {self.output!r}")
+        if self.embed is not None:
+            mod, sep, attr = self.embed.partition(":")
+            if not (sep and mod and attr):
+                raise IdauditError(f"--embed must look like module.path:function, got "
+                                   f"{self.embed!r}")
+
+    def chooses_embedding(self) -> bool:
+        return self.pool is not None or self.output is not None or self.embed is not None
+
+    def refuse(self, names: tuple[str, ...], what: str) -> None:
+        """A one-line error if an option in ``names`` is given for ``what``."""
+        given = [f"--{n.replace('_', '-')}" for n in names
+                 if getattr(self, n) not in (None, False)]
+        if given:
+            raise IdauditError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not "
+                               f"apply to {what}")
+
+    def refuse_for_arrays(self, path: Path) -> None:
+        if self.arch is not None:
+            raise IdauditError(f"--arch goes with plain weights, not arrays ({path} holds "
+                               "arrays)")
+        self.refuse(("arch_kwargs", "prefix", "pool", "output", "embed"),
+                    f"arrays ({path} holds arrays: they are audited as they are)")
+
+
+
+@dataclass
+class WorldChoice:
+    """Which world (a name, a ``WorldSpec`` or a ``World``) and its options: ``dim``,
+    ``source``, ``alpha``, ``rho``, ``layers``, ``image_size`` (None: the world's own)."""
+
+    world: Any = None
+    dim: int | None = None
+    source: str | None = None
+    alpha: float | None = None
+    rho: float | None = None
+    layers: int | None = None
+    image_size: int | None = None
+
+    def world_options(self) -> dict[str, Any]:
+        """The world options given (world names: see :func:`idaudit.worlds.make_spec`)."""
+        return {k: getattr(self, k) for k in self._WORLD_OPTIONS if getattr(self, k) is not None}
+
+    _WORLD_OPTIONS = ("dim", "source", "alpha", "rho", "layers", "image_size")
+
+
+@dataclass
+class EncoderOptions(LoadOptions, WorldChoice):
+    """How encoder files are opened (:class:`LoadOptions`) and where encoders are embedded
+    (audit, consistency, plan, embed): the world (:class:`WorldChoice`, or ``data``), the
+    evaluation set's size ``n_eval`` and ``seed``. Images reach an idaudit checkpoint as it
+    recorded; any other encoder gets float N×3×S×S in [0, 1], then ``normalize``
+    (``imagenet``, ``none``, ``MEAN,STD``: :func:`idaudit.loading.image_input.parse_normalize`).
+    Evaluation images rendered for an encoder (``--world reacher`` without ``--data``) are
+    cached under ``cache_dir`` (None: ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``);
+    ``progress`` shows a bar while they render."""
+
+    data: str | Path | None = None
+    n_eval: int | None = None
+    seed: int | None = None
+    normalize: str | None = None
+    cache_dir: str | Path | None = None
+    progress: bool = False
+
+
+@dataclass
+class GateOptions:
+    """A gate, every way the CLI takes one: ``min_r2``, ``max_orthogonality_error``,
+    ``min``/``max`` (``{metric: value}`` or ``["METRIC=VALUE", …]``) and ``gate`` (a
+    ``{"min": …, "max": …}`` dict or a TOML file); :func:`idaudit.evaluations.audit.collect_thresholds`
+    reads it."""
+
+    min_r2: float | None = None
+    max_orthogonality_error: float | None = None
+    min: dict[str, float] | list[str] | None = None
+    max: dict[str, float] | list[str] | None = None
+    gate: dict[str, dict[str, float]] | str | Path | None = None
+
+
+@dataclass
+class AuditRequest(EncoderOptions, GateOptions):
+    """Every option of an audit (:func:`idaudit.evaluations.audit.run_audit`).
+
+    Inputs: ``targets`` (files the CLI takes: checkpoints, TorchScript, .pt2, weights with
+    ``arch``, array files; or ``nn.Module``/callable encoders), or the arrays ``z``, ``h``
+    (``h_prime``, ``x``). ``rho`` is the OU correlation of the pairs: stored with arrays, a
+    world option with an encoder. World options (``world``, ``data``, ``dim``, ``source``,
+    ``alpha``, ``rho``, ``layers``, ``n_eval``) choose where an encoder is embedded. The gate:
+    ``min_r2``, ``max_orthogonality_error``, ``min``/``max`` and ``gate``. Several targets are
+    gated together on the worst run's value (``reduce="worst"``) or the median. ``bootstrap``
+    resamples for confidence intervals, ``test_fraction`` the held-out share (None: 0.5, or
+    the rows a world fixes), ``circular`` the latent indices that are angles, ``gauss_sims``
+    simulated data sets for the Gaussianity p-value (0: its asymptotic law), ``label_free``
+    ignores z.
+    """
+
+    targets: list[Any] = field(default_factory=list)
+    z: Any = None
+    h: Any = None
+    h_prime: Any = None
+    x: Any = None
+    reduce: str = "worst"
+    bootstrap: int = 0
+    test_fraction: float | None = None
+    circular: str | tuple[int, ...] | list[int] = ()
+    gauss_sims: int = 0
+    label_free: bool = False
+
+    def circular_indices(self) -> tuple[int, ...]:
+        if isinstance(self.circular, str):
+            try:
+                return tuple(int(c) for c in self.circular.split(",") if c.strip())
+            except ValueError:
+                raise IdauditError("--circular expects comma-separated integers, got "
+                                   f"{self.circular!r}") from None
+        return tuple(self.circular)
+
+
+@dataclass
+class ConsistencyRequest(EncoderOptions, GateOptions):
+    """Every option of ``idaudit consistency`` (:func:`idaudit.evaluations.consistency.run_consistency`):
+    ``targets`` (two or more runs: files the CLI takes — arrays with h, ``.npy``, or any
+    encoder form audit takes — arrays, or ``nn.Module``/callable encoders), where encoders are
+    embedded (``world``, ``data``, world options, ``n_eval``, ``seed``), the held-out share,
+    and the gate (``min_r2`` on ``consistency_r2``, ``max_orthogonality_error`` on
+    ``consistency_orthogonality_error``, ``min``/``max``, ``gate``)."""
+
+    targets: list[Any] = field(default_factory=list)
+    test_fraction: float = TEST_FRACTION
+
+
+@dataclass
+class PlanRequest(EncoderOptions):
+    """Every option of ``idaudit plan`` (:func:`idaudit.evaluations.plan.run_plan`).
+
+    ``target``: an encoder (``nn.Module``/callable, or a path to anything ``audit`` reads) or
+    an array file with a gallery of ``z`` and ``h``; or the arrays ``z``, ``h`` themselves,
+    whose rows are then the starts and goals. ``pairs`` start/goal pairs, ``waypoints``
+    segments per plan, a k-NN decoder of ``k`` neighbours on a ``gallery`` of latents (None:
+    the world's default), ``seed`` of the starts and goals. Where encoders are embedded: as for audit
+    (``n_eval`` does not apply).
+    """
+
+    target: Any = None
+    z: Any = None
+    h: Any = None
+    seed: int | None = 0
+    pairs: int = 100
+    waypoints: int = 20
+    gallery: int | None = None
+    k: int = 5
+
+
+@dataclass
+class EmbedRequest(EncoderOptions):
+    """Every option of ``idaudit embed`` (:func:`idaudit.evaluations.audit.run_embed`): ``target`` an
+    encoder in any form audit takes (a path, or an ``nn.Module``/callable), embedded where
+    :class:`EncoderOptions` say, and ``out`` the ``.npz`` to write (``z``, ``h``, ``h_prime``
+    and ``rho`` where the world has pairs, ``circular``, ``test_rows`` where it fixes them)."""
+
+    target: Any = None
+    out: str | Path | None = None
+
+
+@dataclass
+class TrainRequest(WorldChoice):
+    """Every option of ``idaudit train`` (:func:`idaudit.training.runs.run_train`); ``None`` means
+    "not given" (the resolver fills it and says where from: :func:`idaudit.training.runs.resolve`).
+
+    World options (``world`` … ``data``) and train options (``objective`` …
+    ``encoder_kwargs``, the fields of :class:`~idaudit.training.TrainConfig`) are resolved
+    together; ``out`` is the checkpoint to write (None: none; the CLI picks
+    :func:`idaudit.training.runs.default_checkpoint_path`), ``workers`` the render processes of a
+    Reacher dataset, ``data_root`` where datasets are rendered unless ``data`` names the
+    place.
+    """
+
+    mixing_seed: int | None = None
+    pairs: int | None = None
+    trajectory: bool | None = None
+    mode: str | None = None
+    stride: int | None = None
+    data_seed: int | None = None
+    data: str | Path | None = None
+    recipe: str | None = None
+    objective: str | None = None
+    lamb: float | None = None
+    sigma: float | str | None = None
+    steps: int | None = None
+    epochs: int | None = None
+    batch: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    clip: float | None = None
+    schedule: str | None = None
+    seed: int | None = None
+    inits: int | None = None
+    eval_every: int | None = None
+    n_eval: int | None = None
+    n_slices: int | None = None
+    views: str | None = None
+    device: str | None = None
+    encoder: str | None = None
+    encoder_kwargs: dict[str, Any] | None = None
+    form: str | None = None
+    n_views: int | None = None
+    projector: str | None = None
+    out: str | Path | None = None
+    workers: int | None = None
+    data_root: str | Path = "data"
+
+    def options(self) -> dict[str, Any]:
+        """The run options given (every field but ``out``, ``workers``, ``data_root``),
+        ``data`` as a string."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name not in _NOT_RUN_OPTIONS}
+        if given["data"] is not None:
+            given["data"] = str(given["data"])
+        return {k: v for k, v in given.items() if v is not None}
+
+
+_NOT_RUN_OPTIONS = frozenset({"out", "workers", "data_root"})
+
+
+@dataclass
+class WorldRequest(WorldChoice):
+    """Every option of ``idaudit world`` (:func:`idaudit.worlds.write.write_world`): the world
+    (``world``) and its options (None: the world's defaults), ``pairs`` positive pairs from
+    ``seed``, written to ``out`` (a file, or a directory for Reacher) with ``workers`` render
+    processes (None: one per core)."""
+
+    trajectory: bool | None = None
+    stride: int | None = None
+    n_eval: int | None = None
+    out: str | Path | None = None
+    pairs: int = 10_000
+    seed: int = 0
+    workers: int | None = None
+
+    _WORLD_OPTIONS = (*WorldChoice._WORLD_OPTIONS, "trajectory", "stride", "n_eval")
+
+
+@dataclass
+class SweepRequest:
+    """Every option of ``idaudit sweep`` (:func:`idaudit.experiments.sweep.run_sweep_request`): the
+    ``suite`` (a name or a TOML file), ``out`` the results directory, what to keep
+    (``seeds``: the first N; ``steps``: a cap; ``dims``, ``objectives``; ``only``:
+    ``{option: [values]}`` or ``["OPTION=V1,V2", …]``), ``set`` (``{option: value}`` or
+    ``["OPTION=VALUE", …]``, on every run), ``workers`` parallel runs (None: cores, or one
+    per GPU), the ``executor`` (local | ray) and Ray's ``address``, ``checkpoints`` to keep
+    each trained encoder."""
+
+    suite: str | Path = ""
+    out: str | Path = "sweeps"
+    seeds: int | None = None
+    steps: int | None = None
+    dims: str | list[int] | None = None
+    objectives: str | list[str] | None = None
+    only: dict[str, list[Any]] | list[str] = field(default_factory=list)
+    set: dict[str, Any] | list[str] = field(default_factory=list)
+    workers: int | None = None
+    executor: str = "local"
+    address: str | None = None
+    checkpoints: bool = False
+
+
+def default(request: type, name: str) -> Any:
+    """The default of option ``name`` in ``request`` (what the CLI shows and uses)."""
+    for f in fields(request):
+        if f.name == name:
+            return f.default
+    raise KeyError(f"{request.__name__} has no option {name!r}")
+
+
+def unknown_options(request: type, given: dict[str, Any], what: str,
+                    positional: tuple[str, ...] = ()) -> None:
+    """Refuse keyword options that ``request`` does not have (``positional``: fields the
+    keyword function takes under another name), naming them."""
+    names = {f.name for f in fields(request)} - set(positional)
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise IdauditError(f"{what}() got unknown options: {', '.join(unknown)}")

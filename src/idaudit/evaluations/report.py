@@ -1,0 +1,216 @@
+"""Reports of one evaluation: rich tables, Markdown and JUnit for audits, consistency and plans
+(a sweep's tables over many runs are :mod:`idaudit.experiments.aggregate`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from idaudit.maths.catalogue import BY_KEY, CATALOGUE, NEEDS, table_rows
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, float) for x in v):
+        return f"[{fmt(v[0])}, {fmt(v[1])}]"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        return f"{v:.6f}" if abs(v) < 1e4 else f"{v:.4g}"
+    if v is None:
+        return "—"
+    return str(v)
+
+
+def metrics_table(metrics: dict[str, Any], title: str = "identifiability") -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("meaning", style="dim")
+    for key, label in table_rows("train"):
+        if key in metrics:
+            table.add_row(label, fmt(metrics[key]), BY_KEY[key].meaning)
+    return table
+
+
+def catalogue_table() -> Table:
+    """The metric catalogue (``idaudit metrics``): key, label, which way is better, what it
+    needs, what it means."""
+    table = Table(title=f"idaudit metrics · {len(CATALOGUE)}")
+    table.add_column("key", no_wrap=True)
+    table.add_column("label", ratio=2)
+    table.add_column("better", no_wrap=True)
+    table.add_column("needs", no_wrap=True)
+    table.add_column("meaning", style="dim", ratio=3)
+    for m in CATALOGUE:
+        table.add_row(m.key, escape(m.label.strip()), m.direction or "—",
+                      " ".join(n for n in NEEDS if n in m.needs) or "—", escape(m.meaning))
+    return table
+
+
+def plan_table(result: dict[str, Any]) -> Table:
+    table = Table(title="latent straight-line planning")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    rows = [
+        ("pairs × waypoints", f"{result['pairs']} × {result['waypoints']}"),
+        ("cost ratio median", fmt(result["cost_ratio_median"])),
+        ("cost ratio IQR", f"{fmt(result['cost_ratio_q25'])} – {fmt(result['cost_ratio_q75'])}"),
+        ("cost ratio max", fmt(result["cost_ratio_max"])),
+    ]
+    if result.get("lqr_applicable"):
+        rows += [
+            ("LQR value rel. error (median)", fmt(result["lqr_value_rel_error_median"])),
+            ("LQR value rel. error (max)", fmt(result["lqr_value_rel_error_max"])),
+            ("LQR action rel. error", fmt(result["lqr_action_rel_error"])),
+        ]
+    else:
+        rows.append(("LQR", result.get("lqr_note", "not applicable")))
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+# verdict → (style, label, Markdown icon): every report's one source for how a verdict reads
+VERDICTS = {
+    "pass": ("green", "PASS", "✅"),
+    "fail": ("red", "FAIL", "❌"),
+    "inconclusive": ("yellow", "INCONCLUSIVE", "⚠️"),
+    "ungated": ("cyan", "NO GATE", "ℹ️"),
+}
+NO_GATE_NOTE = ("no gate: no threshold was given, so nothing was checked (a report only; "
+                "add --min-r2, --min/--max or --gate to gate on it)")
+
+
+def verdict_markup(verdict: str) -> str:
+    """The verdict as rich markup for a table title ("NO GATE (report only)" when ungated)."""
+    style, label, _ = VERDICTS[verdict]
+    suffix = " (report only)" if verdict == "ungated" else ""
+    return f"[{style}]{label}{suffix}[/{style}]"
+
+
+def _threshold_text(t) -> str:
+    return f"{'≥' if t.op == 'min' else '≤'} {t.value:g}"
+
+
+def audit_table(report, keys: bool = False) -> Table:
+    """The audit as a table; gated rows show their threshold, failing rows in red; ``keys``
+    adds each metric's key (what ``--min``/``--max`` and gate files name)."""
+    table = Table(title=f"audit · {escape(report.source)} · {verdict_markup(report.verdict)}")
+    table.add_column("metric")
+    if keys:
+        table.add_column("key", style="dim", no_wrap=True)
+    table.add_column("value", justify="right")
+    table.add_column("gate", justify="right")
+    table.add_column("", justify="center")
+    gates = {t.metric: t for t in report.thresholds}
+    shown = set()
+    rows = table_rows("audit")
+    rows += [(t.metric, t.metric) for t in report.thresholds if t.metric not in dict(rows)]
+    for key, label in rows:
+        if key not in report.metrics or key in shown:
+            continue
+        shown.add(key)
+        t = gates.get(key)
+        mark, style = "", None
+        if t is not None and t.passed is not None:
+            mark = "[green]pass[/green]" if t.passed else "[red]FAIL[/red]"
+            style = None if t.passed else "red"
+        cells = [label, *([key] if keys else []), fmt(report.metrics[key]),
+                 _threshold_text(t) if t else "", mark]
+        table.add_row(*cells, style=style)
+    table.caption = bound_note(report.metrics)
+    return table
+
+
+def bound_note(metrics: dict[str, Any]) -> str | None:
+    """A sentence when the Theorem 3 bound says nothing useful for these arrays."""
+    if metrics.get("bound_vacuous"):
+        return ("the bound is vacuous: it exceeds E‖z − z̄‖², the error of a constant embedding")
+    if metrics.get("bound_floor_dominated"):
+        return ("the bound is dominated by the finite-sample floor of ε (√(m(m+1)/n)): a perfect "
+                "encoder would get nearly the same bound")
+    return None
+
+
+def consistency_table(report, keys: bool = False) -> Table:
+    """Every ordered pair of runs: R² of the map between them, its orthogonality error, the
+    Procrustes error; gated worst values below (``keys``: each with its key)."""
+    table = Table(title=f"consistency · {report.metrics.get('n_runs', 0)} runs · "
+                        f"{verdict_markup(report.verdict)}")
+    for col in ("from → to", "R² held-out", "orthogonality error", "Procrustes MSE"):
+        table.add_column(col, justify="left" if col == "from → to" else "right")
+    for p in report.metrics.get("pairs", []):
+        table.add_row(escape(f"{p['from']} → {p['to']}"), fmt(p["r2"]),
+                      fmt(p["orthogonality_error"]), fmt(p["procrustes_mse"]))
+    gates = {t.metric: t for t in report.thresholds}
+    for key, label in table_rows("consistency"):
+        if key in report.metrics and BY_KEY[key].direction is not None:  # not the sizes
+            t = gates.get(key)
+            mark = "" if t is None or t.passed is None else (
+                " [green]pass[/green]" if t.passed else " [red]FAIL[/red]")
+            table.caption = (table.caption + "\n" if table.caption else "") + \
+                f"{label}{f' [{key}]' if keys else ''}: {fmt(report.metrics[key])}" + \
+                (f" (gate {_threshold_text(t)}){mark}" if t else "")
+    return table
+
+
+def audit_markdown(report, table: str = "audit") -> str:
+    """A Markdown summary (for a CI job summary) listing the rows of ``table`` ("audit" or
+    "consistency") and every gated metric."""
+    _, label, icon = VERDICTS[report.verdict]
+    lines = [f"## idaudit · {icon} {label.lower()}", ""]
+    if report.verdict == "ungated":
+        lines += [f"> {NO_GATE_NOTE}", ""]
+    if report.reason:
+        lines += [f"> {report.reason}", ""]
+    lines += ["| metric | value | gate | result |", "|---|---:|---:|---|"]
+    gates = {t.metric: t for t in report.thresholds}
+    keys = [k for k, _ in table_rows(table)] + [t.metric for t in report.thresholds]
+    seen = set()
+    for key in keys:
+        if key in seen or key not in report.metrics:
+            continue
+        seen.add(key)
+        t = gates.get(key)
+        res = "" if t is None or t.passed is None else ("pass" if t.passed else "**FAIL**")
+        lines.append(f"| `{key}` | {fmt(report.metrics[key])} | "
+                     f"{_threshold_text(t) if t else ''} | {res} |")
+    note = bound_note(report.metrics)
+    if note:
+        lines += ["", f"Note: {note}."]
+    return "\n".join(lines) + "\n"
+
+
+def audit_junit(report) -> str:
+    """JUnit XML: one testcase per threshold (an inconclusive audit is one error)."""
+    from xml.etree import ElementTree as ET
+
+    n_cases = len(report.thresholds) if report.thresholds and report.verdict != "inconclusive" \
+        else 1
+    suite = ET.Element("testsuite", name="idaudit", tests=str(n_cases))
+    failures = errors = skipped = 0
+    if report.verdict == "ungated":  # nothing was checked: say so, never an empty green suite
+        case = ET.SubElement(suite, "testcase", classname="idaudit", name="audit")
+        ET.SubElement(case, "skipped", message=NO_GATE_NOTE)
+        skipped = 1
+    elif report.verdict == "inconclusive":
+        case = ET.SubElement(suite, "testcase", classname="idaudit", name="audit")
+        ET.SubElement(case, "error", message=report.reason or "inconclusive").text = report.reason
+        errors = 1
+    else:
+        for t in report.thresholds:
+            case = ET.SubElement(suite, "testcase", classname="idaudit.gate",
+                                 name=f"{t.metric} {_threshold_text(t)}")
+            if not t.passed:
+                failures += 1
+                ET.SubElement(case, "failure",
+                              message=f"{t.metric} = {fmt(t.actual)}, required "
+                                      f"{_threshold_text(t)}")
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,248 @@
+"""A sweep's results as tables: the run records read back, averaged over seeds (mean ± std) and
+written as CSV and Markdown in the paper's layouts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from idaudit.core.defaults import WORLD
+from idaudit.core.errors import IdauditError
+from idaudit.maths.catalogue import entries
+
+# the metrics the sweep tables average over seeds (their columns)
+REPORT_METRICS = tuple(m.key for m in entries("sweep"))
+
+
+def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The run's metrics plus, for 2D latents, R²(h → z_i) per latent as r2_h_to_z0/1."""
+    per_dim = metrics.get("r2_h_to_z_per_dim") or []
+    extra = {f"r2_h_to_z{i}": v for i, v in enumerate(per_dim)} if len(per_dim) == 2 else {}
+    return {**metrics, **extra}
+
+
+def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The finished and the failed run records of a sweep (``DIR/runs/*.json`` and
+    ``*.failed.json``).
+
+    A record that is not one the sweep writes — not a regular file, not a JSON object, no
+    ``run`` or ``metrics`` object, a metric or run option the tables use that is not a number,
+    an embedding sample that is not rows of numbers — is refused (exit 2, one line naming the
+    file), not skipped: the tables would silently leave a run out while looking complete, and
+    the sweep itself skips a run whose record exists. Delete the file and rerun the sweep:
+    it redoes that run."""
+    from idaudit.core.jsontext import parse_json_object
+
+    runs_dir = Path(out_dir) / "runs"
+    if not runs_dir.is_dir():
+        raise IdauditError(f"{out_dir} has no runs/ directory (run `idaudit sweep` first)")
+    ok, failed = [], []
+    for path in sorted(runs_dir.glob("*.json")):
+        is_failed = path.name.endswith(".failed.json")
+        try:
+            if not path.is_file():
+                raise IdauditError(f"{path} is not a regular file")
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise IdauditError(f"cannot read {path} ({exc})") from None
+            rec = parse_json_object(text, str(path))
+            if not is_failed:
+                check_record(rec, str(path))
+        except IdauditError as exc:
+            raise IdauditError(f"{exc} — not a run record of `idaudit sweep`; delete it and "
+                               "rerun the sweep to redo that run") from None
+        (failed if is_failed else ok).append(rec)
+    return ok, failed
+
+
+RECORD_NUMBERS = ("lamb", "rho", "alpha", "dim", "stride", "seed", "sigma")  # run options
+
+
+def check_record(rec: dict[str, Any], where: str) -> None:
+    """What the tables and figures read of a finished run's record: ``run`` and ``metrics``
+    objects, numbers (or null) where numbers are read, an embedding sample of numeric rows."""
+    from idaudit.worlds.spec import check_fields, check_type
+
+    check_fields(rec, where, set(rec), ("run", "metrics"))
+    run, metrics = (check_type(rec[k], "object", f"{where}: {k}") for k in ("run", "metrics"))
+    for key in RECORD_NUMBERS:
+        if key in run and not (key == "sigma" and isinstance(run[key], str)):
+            check_type(run[key], "number", f"{where}: run option {key}", optional=True)
+    for key in REPORT_METRICS:
+        check_type(metrics.get(key), "number", f"{where}: metric {key}", optional=True)
+    per_dim = check_type(metrics.get("r2_h_to_z_per_dim"), "list",
+                         f"{where}: metric r2_h_to_z_per_dim", optional=True) or []
+    for v in per_dim:
+        check_type(v, "number", f"{where}: metric r2_h_to_z_per_dim", optional=True)
+    sample = check_type(rec.get("embedding_sample"), "object", f"{where}: embedding_sample",
+                        optional=True)
+    if sample is not None:
+        check_fields(sample, f"{where}: embedding_sample", {"z", "h"}, ("z", "h"))
+        try:
+            z, h = (np.asarray(sample[k], dtype=np.float64) for k in ("z", "h"))
+        except (TypeError, ValueError):
+            z = h = np.zeros(0)
+        if z.ndim != 2 or h.ndim != 2 or len(z) != len(h) or min(z.shape[1:] + h.shape[1:],
+                                                                 default=0) < 2:
+            raise IdauditError(f"{where}: embedding_sample must hold z and h as rows of at "
+                               "least two numbers each, as many of one as of the other")
+
+
+def method_label(run: dict[str, Any]) -> str:
+    """SIGReg / VICReg / InfoNCE (σ=…): the name a run's objective has in the paper."""
+    obj = run.get("objective", "lejepa")
+    if obj == "infonce":
+        return f"InfoNCE (σ={run.get('sigma', 1.0)})"
+    return {"lejepa": "SIGReg", "whiten": "VICReg"}.get(obj, obj)
+
+
+def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and std over seeds of each configuration (all options but the seed)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        key = json.dumps({k: v for k, v in rec["run"].items() if k != "seed"}, sort_keys=True)
+        groups.setdefault(key, []).append(rec)
+    rows = []
+    for key, recs in groups.items():
+        row: dict[str, Any] = {**json.loads(key), "method": method_label(recs[0]["run"]),
+                               "n_seeds": len(recs)}
+        scalars = [_scalars(r["metrics"]) for r in recs]
+        for m in REPORT_METRICS:
+            vals = [x[m] for x in scalars if x.get(m) is not None]
+            if vals:
+                row[f"{m}_mean"] = float(np.mean(vals))
+                row[f"{m}_std"] = float(np.std(vals))
+        rows.append(row)
+    return rows
+
+
+def grid_cells(rows: list[dict[str, Any]]) -> tuple[str, str, list[float], list[float],
+                                          dict[str, np.ndarray]] | None:
+    """(world, method, λs, ρs, {metric: λ × ρ matrix of means}) of the world and method with
+    the most λ, ρ cells; None when λ and ρ do not both vary."""
+    rows = [r for r in rows if r.get("lamb") is not None and r.get("rho") is not None
+            and "r2_h_to_z_mean" in r]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r.get("world", WORLD), r["method"]), []).append(r)
+    if not groups:
+        return None
+    (world, method), rows = max(groups.items(), key=lambda kv: len(kv[1]))
+    lambs = sorted({r["lamb"] for r in rows})
+    rhos = sorted({r["rho"] for r in rows})
+    if len(lambs) < 2 or len(rhos) < 2:
+        return None
+    mats = {}
+    for metric in ("r2_h_to_z", "orthogonality_error"):
+        grid = np.full((len(lambs), len(rhos)), np.nan)
+        for r in rows:
+            if f"{metric}_mean" in r:
+                grid[lambs.index(r["lamb"]), rhos.index(r["rho"])] = r[f"{metric}_mean"]
+        mats[metric] = grid
+    return world, method, lambs, rhos, mats
+
+
+def rho_trends(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(λ, Spearman rank correlation of mean R²(h → z) with ρ) for each λ of a λ × ρ grid."""
+    from scipy.stats import spearmanr
+
+    cells = grid_cells(rows)
+    if cells is None:
+        return []
+    _, _, lambs, rhos, mats = cells
+    out = []
+    for lam, r2 in zip(lambs, mats["r2_h_to_z"]):
+        ok = np.isfinite(r2)
+        if ok.sum() >= 3:
+            out.append((lam, float(spearmanr(np.asarray(rhos)[ok], r2[ok]).statistic)))
+    return out
+
+
+def _order(value: Any) -> tuple[int, Any]:
+    """Sort key: numbers by value, then everything else by its text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value)
+    return (1, json.dumps(value))
+
+
+def _ou_trajectory_table(rows: list[dict[str, Any]], pm: Callable[[Any, str], str]) -> list[str]:
+    """The paper's Table 2 layout: OU pairs by ρ, trajectory pairs by stride, per λ."""
+    lines: list[str] = []
+    ou = sorted((r for r in rows if r.get("mode", "ou") == "ou" and not r.get("trajectory")),
+                key=lambda r: (r.get("lamb", 0), r.get("rho", 0)))
+    traj = sorted((r for r in rows if r.get("mode") == "trajectory" or r.get("trajectory")),
+                  key=lambda r: (r.get("lamb", 0), r.get("stride", 0)))
+    if ou:
+        lines += ["| λ | OU ρ | seeds | R²(z→h) | R²(h→z) | orthogonality error |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.get('lamb')} | {r.get('rho')} | {r['n_seeds']} | {pm(r, 'r2_z_to_h')} | "
+                  f"{pm(r, 'r2_h_to_z')} | {pm(r, 'orthogonality_error')} |" for r in ou]
+    if traj:
+        lines += ["", "| λ | stride δ | ρ₀ | ρ₁ | seeds | R²(z→h) | R²(h→z₀) | R²(h→z₁) |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.get('lamb')} | {r.get('stride')} | {r.get('rho_0_mean', float('nan')):.3f} "
+                  f"| {r.get('rho_1_mean', float('nan')):.3f} | {r['n_seeds']} | "
+                  f"{pm(r, 'r2_z_to_h')} | {pm(r, 'r2_h_to_z0')} | {pm(r, 'r2_h_to_z1')} |"
+                  for r in traj]
+    return lines
+
+
+def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
+    """summary.csv (every configuration) and summary.md (the paper's Table 1 layout when the
+    runs vary the dimension: N, raw-mixing R², then R²(h → z) per method)."""
+    import csv
+    import io
+
+    from idaudit.core.io import atomic_write
+
+    out_dir = Path(out_dir)
+    cols = sorted({k for r in rows for k in r}, key=lambda k: (k.endswith(("_mean", "_std")), k))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    w.writerows(rows)
+    text_csv = buf.getvalue()
+    atomic_write(out_dir / "summary.csv", lambda tmp: Path(tmp).write_text(text_csv))
+
+    def pm(row: dict[str, Any] | None, m: str) -> str:
+        if row is None or f"{m}_mean" not in row:
+            return "—"
+        return f"{row[f'{m}_mean']:.6f} ± {row[f'{m}_std']:.1e}"
+
+    lines = []
+    methods = sorted({r["method"] for r in rows},
+                     key=lambda m: ({"SIGReg": 0, "VICReg": 1}.get(m, 2), m))
+    if all(("mode" in r or "trajectory" in r) for r in rows):  # OU vs trajectory pairs
+        lines += _ou_trajectory_table(rows, pm)
+    elif len({r.get("dim", 2) for r in rows}) > 1:
+        lines += ["| N | mixing R²(x→z) | " + " | ".join(f"{m} R²(h→z)" for m in methods) + " |",
+                  "|---:|---:|" + "---:|" * len(methods)]
+        for dim in sorted({r.get("dim", 2) for r in rows}):
+            at = [r for r in rows if r.get("dim", 2) == dim]
+            by = {r["method"]: r for r in at}
+            lines.append(f"| {dim} | {pm(at[0], 'mixing_r2_x_to_z')} | "
+                         + " | ".join(pm(by.get(m), "r2_h_to_z") for m in methods) + " |")
+    else:
+        varying = [k for k in sorted({k for r in rows for k in r})
+                   if not k.endswith(("_mean", "_std")) and k not in ("n_seeds",)
+                   and len({json.dumps(r.get(k)) for r in rows}) > 1]
+        lines += ["| " + " | ".join(varying + ["seeds", "R²(h→z)", "orthogonality error",
+                                               "mixing R²(x→z)"]) + " |",
+                  "|" + "---|" * (len(varying) + 4)]
+        for r in sorted(rows, key=lambda r: [_order(r.get(k)) for k in varying]):
+            lines.append("| " + " | ".join([str(r.get(k)) for k in varying] + [
+                str(r["n_seeds"]), pm(r, "r2_h_to_z"), pm(r, "orthogonality_error"),
+                pm(r, "mixing_r2_x_to_z")]) + " |")
+    trends = rho_trends(rows)
+    if trends:
+        lines += ["", "R²(h→z) against ρ at each λ (Spearman rank correlation; +1 = rising "
+                  "monotonically):", "", "| λ | Spearman(R², ρ) |", "|---:|---:|"]
+        lines += [f"| {lam:g} | {rs:+.2f} |" for lam, rs in trends]
+    text_md = "\n".join(lines) + "\n"
+    atomic_write(out_dir / "summary.md", lambda tmp: Path(tmp).write_text(text_md))
+    return {"csv": out_dir / "summary.csv", "markdown": out_dir / "summary.md"}

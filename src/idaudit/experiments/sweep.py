@@ -1,0 +1,296 @@
+"""Sweeps: run many independent trainings, resumably, in a local process pool or on Ray.
+
+Each run's result is one JSON file named after its run id (a hash of the resolved config and
+the idaudit version) under ``OUT/runs/``, so a killed sweep resumes by skipping runs whose
+file exists. Runs execute in a local process pool (one single-threaded run per core, or one
+per GPU); a failed run is recorded with its error and does not stop the others. Worlds that
+need data on disk (Reacher) have it prepared first, under ``OUT/data``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from idaudit.core.errors import IdauditError
+from idaudit.core.io import write_json
+from idaudit.core.requests import SweepRequest, unknown_options
+from idaudit.training.runs import ResolvedRun, resolve
+from idaudit.training.runs import run as run_one
+from idaudit.worlds import KINDS
+
+
+def run_id(run: dict[str, Any]) -> str:
+    """The id of a run's resolved configuration (its result file's name): computed from the
+    run's options alone, the same on every machine whatever device it would train on."""
+    return resolve(run).id
+
+
+_WORKER_DEVICE = "cpu"  # set per pool worker: "cuda:i" when the machine has GPUs
+
+
+def _init_worker(devices) -> None:
+    global _WORKER_DEVICE
+    _WORKER_DEVICE = devices.get()
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch single-threaded inside, the caller's thread count restored on the way out (a
+    one-worker sweep runs in the caller's process)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def execute(run: dict[str, Any], data_root: str | None = None,
+            device: str | None = None, checkpoint_dir: str | None = None) -> dict[str, Any]:
+    """Train one run (single-threaded on CPU) and return its result record (never raises).
+
+    ``device`` defaults to this worker's device (CPU, or the GPU a pool assigned it); worlds
+    with data on disk read it under ``data_root`` (prepared beforehand). With
+    ``checkpoint_dir`` the trained encoder is kept there as ``ID.safetensors`` (+ its log).
+    torch's thread count is 1 during the run and the caller's again afterwards.
+    """
+    t0 = time.perf_counter()
+    try:
+        device = device or _WORKER_DEVICE
+        ckpt = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id(run)}.safetensors"
+        with _one_thread():
+            rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data",
+                          sample=True, label_free=True)
+        return {"run": run, "status": "ok", **rec.to_dict(),
+                "config": {"world": rec.world, "train": rec.train},
+                "seconds": time.perf_counter() - t0}
+    except Exception as exc:  # recorded, the sweep goes on
+        return {"run": run, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t0}
+
+
+def prepare_data(runs: list[ResolvedRun], data_root: Path, workers: int | None = None,
+                 progress: bool = False) -> None:
+    """Prepare (render or resume) the data every run's world needs, each dataset once."""
+    done: set[str] = set()
+    for r in runs:
+        key = repr(r.world)
+        if key not in done:
+            done.add(key)
+            KINDS.get(r.world.name).prepare(r.world, data_root, workers, progress)
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # no usable CUDA runtime
+        return 0
+
+
+def plan_workers(gpus: int, workers: int | None, n_runs: int) -> tuple[int, list[str]]:
+    """(pool size, worker devices): one run per GPU when there are GPUs (at most one worker
+    per GPU), else one single-threaded CPU run per core (or ``workers``); never more workers
+    than runs."""
+    if gpus:
+        n = min(workers or gpus, gpus)
+        devices = [f"cuda:{i}" for i in range(n)]
+    else:
+        n = workers or os.cpu_count() or 1
+        devices = ["cpu"] * n
+    n = max(1, min(n, n_runs or 1))
+    return n, devices[:n]
+
+
+def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
+              progress: bool = False, executor: str = "local", address: str | None = None,
+              checkpoints: bool = False) -> dict[str, int]:
+    """Execute the runs whose result file is missing; return counts.
+
+    ``executor`` local: a spawn process pool, one single-threaded run per core, or one run per
+    GPU when the machine has GPUs; ray: Ray tasks (one CPU each, one GPU each when the cluster
+    has GPUs), on the cluster at ``address`` or a local Ray instance. Reacher datasets are
+    rendered first, under ``OUT/data``. ``checkpoints`` keeps every trained encoder as
+    ``OUT/checkpoints/ID.safetensors`` (for ``idaudit audit``/``plan`` afterwards).
+    """
+    from idaudit.core.progress import ProgressBar
+
+    if executor not in ("local", "ray"):
+        raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
+    out = Path(out_dir) / "runs"
+    out.mkdir(parents=True, exist_ok=True)
+    data_root = Path(out_dir) / "data"
+    ckpt_dir = None
+    if checkpoints:
+        (Path(out_dir) / "checkpoints").mkdir(parents=True, exist_ok=True)
+        ckpt_dir = str(Path(out_dir) / "checkpoints")
+    ids = [run_id(r) for r in runs]  # every run checked before any starts
+    todo = [r for r, rid in zip(runs, ids) if not (out / f"{rid}.json").exists()]
+    counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
+    gpus = _gpu_count()
+    workers, devices = plan_workers(gpus if executor == "local" else 0, workers, len(todo))
+    # the data each run's world needs, for the device its worker trains on (Ray: the GPUs the
+    # cluster is expected to have, judged from this machine)
+    worker_device = devices[0] if executor == "local" else ("cuda" if gpus else "cpu")
+    prepare_data([resolve(r, worker_device) for r in todo], data_root, progress=progress)
+    with ProgressBar(progress, len(todo), "sweep") as bar:
+        if executor == "ray" and todo:
+            for rec in _ray_results(todo, address, str(data_root), ckpt_dir):
+                _record(out, rec, counts, bar)
+        elif workers == 1:
+            for r in todo:
+                _record(out, execute(r, str(data_root), devices[0], ckpt_dir), counts, bar)
+        else:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("spawn")
+            queue = ctx.Queue()
+            for device in devices:
+                queue.put(device)
+            with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(queue,)) as pool, _stop_on_sigterm(pool):
+                futures = [pool.submit(execute, r, str(data_root), None, ckpt_dir) for r in todo]
+                for fut in as_completed(futures):
+                    _record(out, fut.result(), counts, bar)
+    return counts
+
+
+def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
+    """The runs :class:`~idaudit.core.requests.SweepRequest` ``req`` asks for: its suite, kept and
+    overridden as its options say (bad options raise :class:`IdauditError`)."""
+    from idaudit.experiments.suites import load_suite, parse_assignments, shrink
+
+    dims = req.dims
+    if isinstance(dims, str):
+        try:
+            dims = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise IdauditError(f"--dims expects comma-separated integers, got {dims!r}") from None
+    objectives = req.objectives.split(",") if isinstance(req.objectives, str) else req.objectives
+    only = req.only if isinstance(req.only, dict) else parse_assignments(req.only, "--only")
+    if isinstance(req.set, dict):
+        overrides = dict(req.set)
+    else:
+        parsed = parse_assignments(req.set, "--set")
+        if any(len(v) > 1 for v in parsed.values()):
+            raise IdauditError("--set takes one value per option (use --only or a TOML grid to "
+                               "vary)")
+        overrides = {k: v[0] for k, v in parsed.items()}
+    for value, flag in ((req.seeds, "--seeds"), (req.steps, "--steps"),
+                        (req.workers, "--workers")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise IdauditError(f"{flag} must be ≥ 1, got {value!r}")
+    runs = shrink(load_suite(str(req.suite)), seeds=req.seeds, steps=req.steps, dims=dims or None,
+                  objectives=objectives or None, only=only, overrides=overrides)
+    if not runs:
+        raise IdauditError("no runs left after --seeds/--dims/--objectives/--only")
+    return runs
+
+
+def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = None,
+                      progress: bool = False) -> dict[str, int]:
+    """Run the sweep of ``req`` (``runs``: its :func:`sweep_runs`, when the caller has them)
+    resumably under ``req.out``; return the counts (total, skipped, ok, failed)."""
+    from idaudit.core.io import check_outputs
+
+    runs = runs if runs is not None else sweep_runs(req)
+    check_outputs([(Path(req.out), "--out")], directory=True)
+    return run_sweep(runs, req.out, workers=req.workers, progress=progress,
+                     executor=req.executor, address=req.address, checkpoints=req.checkpoints)
+
+
+def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[str, int]:
+    """Run a sweep as ``idaudit sweep`` does, with its options as keywords (see
+    :class:`~idaudit.core.requests.SweepRequest`); return the counts."""
+    unknown_options(SweepRequest, options, "sweep", positional=("suite",))
+    return run_sweep_request(SweepRequest(suite=suite, **options), progress=progress)
+
+
+EXIT_TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
+_EXIT_GRACE = 10.0  # seconds a terminated sweep has to wind down before it exits regardless
+
+
+def _stop_workers(pool: ProcessPoolExecutor, grace: float = 5.0) -> None:
+    """Terminate the pool's worker processes (SIGTERM, then SIGKILL after ``grace`` s)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(pool: ProcessPoolExecutor):
+    """While the pool runs, SIGTERM to this process stops its workers first (so none is left
+    training, or blocked on a parent that is gone, with the multiprocessing resource tracker
+    waiting on them) and then exits 143. Finished runs are already on disk: a rerun resumes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM changes nothing
+        _stop_workers(pool)  # (no pool.shutdown here: the interrupted code may hold its lock;
+        # leaving the with-block shuts the broken pool down; should that ever hang, this exits)
+        watchdog = threading.Timer(_EXIT_GRACE, os._exit, (EXIT_TERMINATED,))
+        watchdog.daemon = True
+        watchdog.start()
+        raise SystemExit(EXIT_TERMINATED)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _ray_results(todo: list[dict[str, Any]], address: str | None, data_root: str,
+                 checkpoint_dir: str | None = None):
+    """Yield run records as Ray tasks finish (Ray is the optional ``ray`` extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise IdauditError('--executor ray needs Ray: pip install "idaudit[ray]"') from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 ignore_reinit_error=True)
+    try:
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        task = ray.remote(num_cpus=1, num_gpus=gpus)(execute)
+        pending = [task.remote(r, data_root, "cuda" if gpus else "cpu", checkpoint_dir)
+                   for r in todo]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _record(out: Path, rec: dict[str, Any], counts: dict[str, int], bar) -> None:
+    """Successful runs are ``ID.json`` (skipped on rerun); failures ``ID.failed.json`` (retried)."""
+    counts[rec["status"]] += 1
+    rid = rec.get("id") or run_id(rec["run"])
+    write_json(out / (f"{rid}.json" if rec["status"] == "ok" else f"{rid}.failed.json"), rec)
+    bar.advance(1, f"{counts['ok']} ok, {counts['failed']} failed")
+
+

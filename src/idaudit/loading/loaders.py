@@ -1,0 +1,606 @@
+"""Bring an encoder (or its embeddings) from wherever a project keeps it.
+
+``load_target`` turns a path into :class:`Arrays` or a :class:`LoadedEncoder`, opened as a
+:class:`LoadOptions` says; audit, plan and consistency checks all start here:
+
+* ``.npz``, ``.safetensors`` or torch.save arrays with ``z``, ``h`` (optionally ``h_prime``,
+  ``rho``, ``circular``, ``x``; the paper's ``run.pt``) — no world needed;
+* an idaudit checkpoint (safetensors with idaudit metadata) — its world comes with it;
+* weights — safetensors or a torch.save file (``.pt``, ``.pth``, ``.pth.tar``, ``.ckpt``: I-JEPA,
+  V-JEPA 2, Lightning, torch.compile'd or DDP models; :mod:`idaudit.loading.state_dicts`) — with
+  ``--arch module.path:factory`` or ``--arch timm:NAME`` (:mod:`idaudit.loading.architectures`);
+* a Hugging Face model directory, or a stable-worldmodel / LeWM one (weights.pt + config.json);
+* TorchScript (``torch.jit.load``) or a ``torch.export`` program (``.pt2``);
+* a pickled module, or an object of the user's class, only with ``trust_pickle``.
+
+torch.save files are read with ``torch.load(weights_only=True)``: no code runs without
+``trust_pickle``. Which output of the encoder is the embedding (``pool``, ``output``,
+``embed``): :mod:`idaudit.models.embedding_choice`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from idaudit.core.errors import IdauditError, check_seed, latent_indices
+from idaudit.core.io import CHECKPOINT_FORMAT as CHECKPOINT
+from idaudit.core.io import PAIRS_FORMAT, read_metadata
+from idaudit.core.io import first_line as _first_line
+from idaudit.core.jsontext import parse_json_object  # noqa: F401 - the CLI imports it from here
+from idaudit.core.requests import LoadOptions
+from idaudit.loading.architectures import build_arch, import_factory  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
+    from idaudit.worlds import World, WorldSpec
+
+ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed")
+
+
+@dataclass
+class Arrays:
+    """Embeddings brought as arrays: z, h and optionally h′, ρ, x, circular latent indices."""
+
+    z: np.ndarray | None  # None: no true latents (a label-free audit)
+    h: np.ndarray
+    h_prime: np.ndarray | None = None
+    rho: float | None = None
+    x: np.ndarray | None = None
+    circular: tuple[int, ...] = ()
+    source: str = "arrays"
+    test_rows: np.ndarray | None = None  # a fixed held-out split (as `idaudit embed` writes)
+    seed: int | None = None  # the split's and the audit's seed, stored with the arrays
+
+
+def held_out_rows(rows: Any, n: int, source: str) -> np.ndarray:
+    """``test_rows`` as distinct row indices in [0, n) (int64), or a one-line error."""
+    a = numeric_array(rows, f"{source}: array 'test_rows'").reshape(-1)
+    if a.size and (not np.all(np.isfinite(a)) or not np.all(a == np.round(a))):
+        raise IdauditError(f"{source}: test_rows must be whole row indices")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() >= n):
+        raise IdauditError(f"{source}: test_rows must lie in [0, {n}), got {a.min()}…{a.max()}")
+    if np.unique(a).size != a.size:
+        raise IdauditError(f"{source}: test_rows holds a row more than once")
+    return a
+
+
+def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
+    if "h" not in d:  # z may be missing: then the audit is label-free
+        raise IdauditError(f"{source} lacks the array h (found: {', '.join(sorted(d)) or 'none'})")
+
+    def t(key: str) -> np.ndarray | None:
+        if key not in d:
+            return None
+        return numeric_array(d[key], f"{source}: array {key!r}")
+
+    rho_t = t("rho")
+    rho = None
+    if rho_t is not None:
+        if rho_t.size != 1:
+            raise IdauditError(f"{source}: rho must be a single number, got shape "
+                               f"{tuple(rho_t.shape)}")
+        rho = float(rho_t.reshape(()))
+    circ = t("circular")
+    circular = latent_indices(circ.reshape(-1).tolist(), f"{source}: circular") \
+        if circ is not None else ()
+    h = t("h")
+    rows = None if "test_rows" not in d else held_out_rows(d["test_rows"], len(h), source)
+    seed_t = t("seed")
+    seed = None
+    if seed_t is not None:
+        value = seed_t.reshape(-1)
+        if value.size != 1 or not float(value[0]).is_integer():
+            raise IdauditError(f"{source}: seed must be a single integer")
+        seed = int(value[0])
+        check_seed(seed, f"{source}: seed")
+    return Arrays(z=t("z"), h=h, h_prime=t("h_prime"), rho=rho, x=t("x"),
+                  circular=circular, source=source, test_rows=rows, seed=seed)
+
+
+def sniff(path: Path) -> str:
+    """What a file holds, from its bytes (never its name): ``npz``, ``npy``, ``safetensors``,
+    ``torchscript``, ``export`` (torch.export), ``pickle`` (torch.save), or ``unknown``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return "unknown"
+        if names and all(n.endswith(".npy") for n in names):
+            return "npz"
+        # TorchScript: ARCHIVE/code/… (the archive's own name may be "code": torch.save of
+        # code.pt writes code/data.pkl, which is no TorchScript)
+        if any(n.partition("/")[2].startswith("code/") for n in names):
+            return "torchscript"
+        if any(n.endswith("archive_format") for n in names):
+            return "export"
+        if any(n.endswith("data.pkl") for n in names):
+            return "pickle"
+        return "unknown"
+    if len(head) >= 9:
+        n = int.from_bytes(head[:8], "little")
+        if 0 < n < 100_000_000 and head[8:9] == b"{":  # truncated files too: read_metadata
+            return "safetensors"                       # says what is wrong with them
+    if head[:1] == b"\x80":
+        return "pickle"
+    return "unknown"
+
+
+def numeric_array(a: Any, what: str) -> np.ndarray:
+    """A real float or integer ndarray (integers become float64), or a one-line error."""
+    from idaudit.maths.linear import to_numpy
+
+    if str(getattr(a, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
+        a = a.float()  # numpy has no bfloat16: half precision is read as float32
+    try:
+        arr = to_numpy(a)
+    except (TypeError, ValueError) as exc:
+        raise IdauditError(f"{what} is not numeric ({exc})") from None
+    if arr.dtype == np.float16:
+        return arr.astype(np.float32)
+    if arr.dtype.kind == "f":
+        return arr
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.float64)
+    raise IdauditError(f"{what} has dtype {arr.dtype}, not real numbers")
+
+
+def _npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """(shape, fortran order, dtype) from the header of a ``.npy`` stream, or None."""
+    try:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        return None if read_header is None else read_header(f)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
+    """A read-only memory map of a large uncompressed ``.npy`` member of a zip (what
+    ``numpy.savez`` writes), or None when the member is small or cannot be mapped so."""
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size < (1 << 20):
+        return None
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            return None
+        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
+            int.from_bytes(local[28:30], "little")
+        f.seek(start)
+        header = _npy_header(f)
+        if header is None:
+            return None
+        shape, fortran, dtype = header
+        offset = f.tell()
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if dtype.hasobject or offset - start + nbytes != info.file_size:
+        return None
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
+                       order="F" if fortran else "C")
+    return mapped.view(np.ndarray)
+
+
+def _npz_bytes_to_read(path: Path, zf: zipfile.ZipFile) -> int:
+    """Bytes the members of an .npz take once read into memory (compressed members, and small
+    stored ones; large stored members are memory-mapped), from each member's .npy header, so
+    that a small file that inflates to many GiB is refused before it is read."""
+    total = 0
+    for info in zf.infolist():
+        if info.compress_type == zipfile.ZIP_STORED and info.file_size >= (1 << 20):
+            continue  # memory-mapped (or, if not mappable, read below by numpy: counted there)
+        with zf.open(info) as member:
+            header = _npy_header(member)
+        if header is not None:
+            shape, _, dtype = header
+            n = 1
+            for d in shape:
+                n *= int(d)
+            total += n * dtype.itemsize
+    return total
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz; uncompressed members are memory-mapped (no copy into fresh
+    memory), the others read by numpy once their headers say they fit in memory."""
+    from idaudit.core.io import check_memory
+
+    out: dict[str, np.ndarray] = {}
+    with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
+        check_memory(_npz_bytes_to_read(path, zf), str(path), bound="", purpose=" to read")
+        for name in f.files:
+            arr = None
+            try:
+                arr = _stored_npy(path, zf.getinfo(name + ".npy"))
+            except (KeyError, ValueError, OSError):
+                arr = None
+            out[name] = f[name] if arr is None else arr
+    return out
+
+
+def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    """:func:`_read_npz`, a damaged file a one-line error."""
+    try:
+        return _read_npz(path)
+    except IdauditError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise IdauditError(f"cannot read {path} as .npz ({_first_line(exc)})") from None
+
+
+def load_array_file(path: Path, kind: str | None = None) -> Arrays:
+    if (kind or sniff(path)) == "npz":
+        return arrays_from_mapping(_npz_arrays(path), str(path))
+    return arrays_from_mapping(_read_safetensors_arrays(path), str(path))
+
+
+def _read_safetensors_arrays(path: Path) -> dict[str, Any]:
+    """The tensors of a safetensors file, read with the torch backend (numpy's has no
+    bfloat16); :func:`numeric_array` makes half precision float32."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as exc:
+        raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") from None
+
+
+def _load_options(options: LoadOptions | None) -> LoadOptions:
+    """``options`` (None: the defaults); any :class:`LoadOptions`, requests included."""
+    if options is None:
+        return LoadOptions()
+    if not isinstance(options, LoadOptions):
+        raise IdauditError(f"options must be a LoadOptions, got {type(options).__name__}")
+    return options
+
+
+@dataclass
+class LoadedEncoder:
+    """An encoder from a file, with the world and training config an idaudit checkpoint
+    carries (None / {} for other formats). ``module`` carries its embedding choice (a
+    :class:`~idaudit.models.embedding_choice.ChosenEmbedding` when pool/output/embed were given)."""
+
+    module: Any
+    world: WorldSpec | None
+    train: dict[str, Any]
+    path: Path
+
+
+def _encoder(module: Any, opts: LoadOptions, path: Path, world: Any = None,
+             train: dict[str, Any] | None = None) -> LoadedEncoder:
+    """The loaded module with the embedding choice of ``opts``."""
+    if opts.chooses_embedding():
+        from idaudit.loading.architectures import import_factory
+        from idaudit.models.embedding_choice import ChosenEmbedding
+
+        fn = import_factory(opts.embed, "--embed", "function") if opts.embed else None
+        module = ChosenEmbedding(module, pool=opts.pool, output=opts.output, embed_fn=fn)
+    return LoadedEncoder(module, world, train or {}, path)
+
+
+def _checkpoint_encoder(ck: Any, opts: LoadOptions, path: Path) -> LoadedEncoder:
+    """An idaudit checkpoint's encoder; ``--output backbone|projector`` chooses what a
+    checkpoint trained with a projector gives (the backbone's h by default)."""
+    from idaudit.models.encoders import Projected
+
+    if opts.output is not None:
+        if not isinstance(ck.encoder, Projected):
+            raise IdauditError(f"--output does not apply to {path}: an idaudit checkpoint "
+                               "without a projector has one output")
+        ck.encoder.output = str(opts.output)
+        opts = dataclasses.replace(opts, output=None)
+    return _encoder(ck.encoder, opts, path, ck.world, ck.train)
+
+
+_WEIGHTS_ONLY = ("arch", "arch_kwargs", "key", "prefix")
+
+
+def _weights_into(model: Any, obj: Any, opts: LoadOptions, arch: str, source: str) -> None:
+    from idaudit.loading.state_dicts import choose_state_dict, load_weights, prepare_state
+
+    state = prepare_state(choose_state_dict(obj, source), opts.prefix, source)
+    load_weights(model, state, arch, source)
+
+
+def _torch_save_file(path: Path, opts: LoadOptions) -> dict[str, Any] | LoadedEncoder:
+    """A torch.save file: its arrays (a dict with h), or its weights in ``opts.arch``, or —
+    trusted — the module pickled in it."""
+    import torch
+
+    from idaudit.loading.state_dicts import (
+        find_entry,
+        holds_arrays,
+        is_state_dict,
+        read_torch_file,
+        state_dict_candidates,
+    )
+
+    obj = read_torch_file(path, opts.trust_pickle)
+    source = str(path)
+    if opts.key is not None:
+        obj = find_entry(obj, opts.key, source)
+        source = f"{path} entry {opts.key!r}"
+    if isinstance(obj, torch.nn.Module):
+        opts.refuse(("arch", "arch_kwargs", "prefix"), f"a pickled module ({path})")
+        return _encoder(obj, opts, path)
+    if opts.arch is None:
+        if holds_arrays(obj):
+            opts.refuse_for_arrays(path)
+            return dict(obj)
+        found = ["the file itself"] if is_state_dict(obj) else state_dict_candidates(obj)
+        if found:
+            several = f" and choose one with --key ({', '.join(found)})" if len(found) > 1 else ""
+            raise IdauditError(f"{source} holds weights (a state dict); pass --arch "
+                               f"module.path:factory or timm:NAME for the network they belong "
+                               f"to{several}")
+        what = f"a dict with entries {', '.join(map(str, list(obj)[:10]))}" \
+            if isinstance(obj, dict) else type(obj).__name__
+        raise IdauditError(f"{source} holds {what}: no module, state dict or arrays h; choose "
+                           "an entry with --key")
+    model = build_arch(opts.arch, opts.arch_kwargs)
+    _weights_into(model, obj, opts, opts.arch, source)
+    return _encoder(model, opts, path)
+
+
+def _safetensors_weights(path: Path, opts: LoadOptions) -> LoadedEncoder:
+    from safetensors.torch import load_file
+
+    opts.refuse(("key",), f"safetensors weights ({path} is one state dict)")
+    model = build_arch(opts.arch, opts.arch_kwargs)
+    try:
+        state = load_file(str(path))
+    except Exception as exc:
+        raise IdauditError(f"cannot read the weights in {path} ({_first_line(exc)})") from None
+    _weights_into(model, state, opts, opts.arch, str(path))
+    return _encoder(model, opts, path)
+
+
+def _open_hf_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    """A Hugging Face model directory (:func:`idaudit.loading.architectures.load_hf_dir`)."""
+    from idaudit.loading.architectures import load_hf_dir
+
+    opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
+    return _encoder(load_hf_dir(path, opts.trust_pickle), opts, path)
+
+
+def _open_lewm_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    """A stable-worldmodel (LeWM) directory: the network its config.json names, its weights."""
+    from idaudit.loading.architectures import build_lewm_dir, lewm_weights
+    from idaudit.loading.state_dicts import find_entry, read_torch_file
+
+    opts.refuse(("arch", "arch_kwargs"), f"a stable-worldmodel directory ({path}: its "
+                "config.json names the network)")
+    model = build_lewm_dir(path, opts.trust_pickle)
+    weights = lewm_weights(path)
+    obj = read_torch_file(weights, opts.trust_pickle)
+    source = str(weights)
+    if opts.key is not None:
+        obj = find_entry(obj, opts.key, source)
+        source = f"{weights} entry {opts.key!r}"
+    _weights_into(model, obj, opts, f"the network of {path / 'config.json'}", source)
+    return _encoder(model, opts, path)
+
+
+class FileKind(StrEnum):
+    """What a target is, from its bytes (never its name; :func:`sniff`), or a model
+    directory: the one enumeration :func:`open_target` dispatches on."""
+
+    NPY = "npy"
+    NPZ = "npz"
+    SAFETENSORS = "safetensors"
+    TORCH_SAVE = "pickle"
+    TORCHSCRIPT = "torchscript"
+    EXPORT = "export"
+    HF_DIR = "hf_dir"
+    LEWM_DIR = "lewm_dir"
+    UNKNOWN = "unknown"
+
+
+def _file_kind(target: str | Path) -> tuple[Path, FileKind]:
+    """The path and what it holds: :func:`sniff` for a regular file (falling back on the name
+    when the content is unreadable, so the named format's reader says what is wrong), or
+    ``hf_dir`` / ``lewm_dir`` for a model directory."""
+    path = Path(target)
+    if not path.exists():
+        raise IdauditError(f"not found: {path}")
+    if path.is_dir():
+        from idaudit.loading.architectures import model_dir_kind
+
+        kind = model_dir_kind(path)
+        if kind is None:
+            raise IdauditError(f"{path} is a directory, not an encoder or array file (nor a model "
+                               "directory: config.json with model.safetensors or "
+                               "pytorch_model.bin, or with weights.pt and a _target_)")
+        return path, FileKind(f"{kind}_dir")
+    if not path.is_file():
+        raise IdauditError(f"{path} is not a regular file")
+    kind = FileKind(sniff(path))
+    if kind is FileKind.UNKNOWN:
+        kind = {".safetensors": FileKind.SAFETENSORS, ".npz": FileKind.NPZ}.get(
+            path.suffix.lower(), kind)
+    return path, kind
+
+
+def _embedding(arrays: dict[str, Any], path: Path) -> np.ndarray:
+    if "h" not in arrays:
+        raise IdauditError(f"{path} has no array h (found: {', '.join(sorted(arrays)) or 'none'})")
+    return numeric_array(arrays["h"], f"{path}: array 'h'")
+
+
+def _open_npy(path: Path, opts: LoadOptions, embedding: bool) -> np.ndarray:
+    if not embedding:
+        raise IdauditError(f"{path} is a single .npy array; audit needs z and h together: "
+                           "numpy.savez(PATH.npz, z=z, h=h)")
+    opts.refuse_for_arrays(path)
+    try:
+        arr = np.load(path, allow_pickle=False, mmap_mode="r")
+    except (ValueError, OSError) as exc:
+        raise IdauditError(f"cannot read {path} as .npy ({_first_line(exc)})") from None
+    return numeric_array(arr, str(path))
+
+
+def _open_npz(path: Path, opts: LoadOptions, embedding: bool) -> Arrays | np.ndarray:
+    opts.refuse_for_arrays(path)
+    if not embedding:
+        return load_array_file(path, FileKind.NPZ)
+    return _embedding(_npz_arrays(path), path)
+
+
+def _open_safetensors(path: Path, opts: LoadOptions, embedding: bool
+                      ) -> Arrays | np.ndarray | LoadedEncoder:
+    """An idaudit checkpoint, arrays with h, or — with ``--arch`` — plain weights."""
+    meta = read_metadata(path)
+    if meta.get("format") == PAIRS_FORMAT:
+        raise IdauditError(f"{path} is a world dataset, not an embedding or an encoder"
+                           if embedding else f"{path} is a world dataset; evaluate an encoder "
+                           f"on it with --data {path}")
+    if meta.get("format") == CHECKPOINT:
+        from idaudit.models.checkpoint import load_checkpoint
+
+        opts.refuse(("key", "prefix"), f"an idaudit checkpoint ({path})")
+        return _checkpoint_encoder(load_checkpoint(path), opts, path)
+    if opts.arch is not None:
+        return _safetensors_weights(path, opts)
+    keys = _safetensors_keys(path)
+    if "h" not in keys:
+        raise IdauditError(f"{path} is neither an idaudit checkpoint nor an array file with h "
+                           f"(found: {', '.join(sorted(keys)) or 'no tensors'}); plain weights "
+                           "need --arch module.path:factory")
+    opts.refuse_for_arrays(path)
+    if embedding:
+        return numeric_array(_read_safetensors_arrays(path)["h"], f"{path}: array 'h'")
+    return load_array_file(path, FileKind.SAFETENSORS)
+
+
+def _open_torch_save(path: Path, opts: LoadOptions, embedding: bool
+                     ) -> Arrays | np.ndarray | LoadedEncoder:
+    got = _torch_save_file(path, opts)
+    if isinstance(got, LoadedEncoder):
+        return got
+    return numeric_array(got["h"], f"{path}: array 'h'") if embedding else \
+        arrays_from_mapping(got, str(path))
+
+
+def _program_options(opts: LoadOptions) -> None:
+    """TorchScript and torch.export files hold a whole program: no weight options apply."""
+    if opts.arch is not None:
+        raise IdauditError("--arch goes with plain weights (.safetensors or a torch.save state "
+                           "dict)")
+    opts.refuse(("key", "prefix"), "TorchScript or torch.export files (they hold no state dict "
+                "to choose from)")
+
+
+def _open_export(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    from idaudit.loading.export_archive import load_export_program
+
+    _program_options(opts)
+    return _encoder(load_export_program(path, opts.trust_pickle), opts, path)
+
+
+def _open_torchscript(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    from idaudit.loading.export_archive import load_torchscript
+
+    _program_options(opts)
+    return _encoder(load_torchscript(path, opts.trust_pickle), opts, path)
+
+
+def _open_unknown(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
+    _program_options(opts)
+    raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, safetensors "
+                       "weights or arrays, .npz arrays, a torch.save file, TorchScript, "
+                       "torch.export, a Hugging Face or stable-worldmodel model directory)")
+
+
+_OPENERS = {FileKind.NPY: _open_npy, FileKind.NPZ: _open_npz,
+            FileKind.SAFETENSORS: _open_safetensors, FileKind.TORCH_SAVE: _open_torch_save,
+            FileKind.TORCHSCRIPT: _open_torchscript, FileKind.EXPORT: _open_export,
+            FileKind.UNKNOWN: _open_unknown, FileKind.HF_DIR: _open_hf_dir,
+            FileKind.LEWM_DIR: _open_lewm_dir}
+
+
+def _is_array(obj: Any) -> bool:
+    return isinstance(obj, np.ndarray) or (hasattr(obj, "__array__") and not callable(obj))
+
+
+def open_target(target: Any, options: LoadOptions | None = None, embedding: bool = False
+                ) -> Arrays | LoadedEncoder | np.ndarray:
+    """What a target holds, opened as ``options`` say (a :class:`LoadOptions`, or any request
+    that is one): a path (by :class:`FileKind`, read from its bytes) gives :class:`Arrays` or
+    a :class:`LoadedEncoder`; an ``nn.Module`` or callable gives a :class:`LoadedEncoder`.
+    ``embedding`` (consistency): an array file or array gives its embedding ``h`` instead."""
+    opts = _load_options(options)
+    if not isinstance(target, (str, Path)):
+        if embedding and _is_array(target):
+            return target
+        return LoadedEncoder(target, None, {}, Path("encoder"))
+    path, kind = _file_kind(target)
+    return _OPENERS[kind](path, opts, embedding)
+
+
+def load_target(target: str | Path, options: LoadOptions | None = None
+                ) -> Arrays | LoadedEncoder:
+    """:func:`open_target` of a path: arrays (z, h, …) or an encoder."""
+    return open_target(target, options)
+
+
+def load_embedding_target(target: str | Path, options: LoadOptions | None = None
+                          ) -> np.ndarray | LoadedEncoder:
+    """:func:`open_target` for ``idaudit consistency``: an embedding array ``h`` (a ``.npy``,
+    or ``h`` in an ``.npz``/``.safetensors``/torch.save dict) or an encoder."""
+    return open_target(target, options, embedding=True)
+
+
+def _safetensors_keys(path: Path) -> set[str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return set(f.keys())
+    except Exception as exc:
+        raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") from None
+
+
+def where_to_embed(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
+                   options: dict[str, Any] | None = None) -> tuple[World | WorldSpec, Path | None]:
+    """Where to evaluate an encoder, not yet built: (a World or a validated WorldSpec, the
+    directory its relative dataset paths are found from). ``data`` (a pairs file or a Reacher
+    dataset), ``world`` (a World, a WorldSpec or a name, with ``options``), else the world an
+    idaudit checkpoint was trained on (its dataset found relative to the checkpoint)."""
+    from idaudit.worlds import World, WorldSpec, make_spec
+
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    if data is not None or (world is not None and not isinstance(world, (World, WorldSpec))):
+        return make_spec(world, data=data, **options), None
+    if options:
+        raise IdauditError(f"{', '.join('--' + k.replace('_', '-') for k in sorted(options))} "
+                           "need --world")
+    if world is not None:
+        return world, None
+    if loaded.world is not None:
+        return loaded.world, loaded.path.parent
+    raise IdauditError("no world to evaluate the encoder on: pass --world … (as in train) "
+                       "or --data DATASET (from idaudit world)")
+
+
+def world_for_encoder(loaded: LoadedEncoder, world: Any = None, data: str | Path | None = None,
+                      options: dict[str, Any] | None = None) -> World:
+    """The world :func:`where_to_embed` names, built."""
+    from idaudit.worlds import as_world
+
+    where, base_dir = where_to_embed(loaded, world, data, options)
+    return as_world(where, base_dir)

@@ -1,0 +1,109 @@
+"""The one rule every loader of other projects' files reads.
+
+**Nothing in a file may choose code to run, files to write or memory to take, unless
+``--trust-pickle`` says the file is trusted.** What that means for each kind of file is
+:data:`POLICY` (docs/checkpoints.md prints the same table; tests/test_untrusted_sizes.py checks
+that they agree). Every refusal ends with :func:`untrusted`'s hint, and every loader asks
+:func:`check_file_memory` before it allocates what a file declares.
+
+A module of the working directory counts as the user's own project (``--arch``, ``--embed``,
+a LeWM ``_target_``): running idaudit inside a downloaded directory makes that directory's
+``.py`` files "the project", so run it from your own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from idaudit.core.io import memory_left
+
+FLAG = "--trust-pickle"
+
+#: file kind → (untrusted: what idaudit does, trusted: what ``--trust-pickle`` adds)
+POLICY: dict[str, tuple[str, str]] = {
+    "idaudit checkpoint, safetensors, .npz": (
+        "tensors and JSON only; sizes from the headers, checked against free memory",
+        "nothing: there is no code to trust"),
+    "torch.save (.pt, .pth, .pth.tar, .ckpt, pytorch_model.bin)": (
+        "torch.load(weights_only=True), numpy arrays of numbers allowed; compressed zip "
+        "members (torch.save writes none) refused; first the bytes it would allocate (zip "
+        "members, declared storages, array shapes, pickle objects) from a dry run that "
+        "imports nothing, refused beyond free memory",
+        "full unpickling (runs the file's code), without the memory check"),
+    "TorchScript": (
+        "its source vetted before torch.jit.load and its graphs after: aten and prim "
+        "operators only, none that reaches files (from_file, save …), no __setstate__",
+        "loaded as it is: its forward may read and write files"),
+    "torch.export (.pt2)": (
+        "loaded only if it is what torch.export.save writes for a plain program (no pickles, "
+        "opaque objects, AOTInductor libraries or code strings), nodes held to TorchScript's "
+        "operator list; on the torch versions reviewed only",
+        "torch.export.load as it is"),
+    "Hugging Face directory": (
+        "local files only, no remote code, weights_only; weight files named by an index must "
+        "lie in the directory; the network sized on the meta device and refused beyond free "
+        "memory",
+        "no memory check"),
+    "stable-worldmodel / LeWM directory": (
+        "every _target_ an nn.Module class of torch, timm, transformers, stable_worldmodel, "
+        "stable_pretraining, lejepa or the working directory's project, no interpolation "
+        "(${…}); the network sized on the meta device before it is built; weights as "
+        "torch.save",
+        "any _target_ and interpolation (runs the code they name), no memory check"),
+    "timm:NAME (--arch)": (
+        "a model name only: hf-hub:/local-dir: sources (a download, a config from anywhere) "
+        "and weight-fetching kwargs refused",
+        "the same: the weights always come from the file audited"),
+}
+
+
+def untrusted(reason: str, thing: str = "file") -> str:
+    """``reason`` with the rule's hint: what idaudit does only for a file the user trusts."""
+    return f"{reason}; idaudit does that only with {FLAG} (for a {thing} you trust)"
+
+
+def memory_budget() -> float:
+    """Bytes this process may still allocate (the machine's memory when that is unknown;
+    unbounded when neither is known)."""
+    have = memory_left()
+    return float("inf") if have is None else float(have)
+
+
+def check_file_memory(nbytes: float, source: str | Path, what: str,
+                      thing: str = "file") -> None:
+    """Refuse (exit 2) a file that would make idaudit allocate more than it can get: one
+    line naming what (``what``, e.g. "its storages and pickle") needs how much."""
+    from idaudit.core.errors import IdauditError
+
+    have = memory_budget()
+    if nbytes > have:
+        raise IdauditError(untrusted(
+            f"{source}: loading it would take up to {size_text(nbytes)} of memory ({what}), but "
+            f"only {size_text(have)} is available; allocating what a file declares beyond that",
+            thing))
+
+
+def size_text(nbytes: float) -> str:
+    """``nbytes`` in GiB (one decimal), or in MiB below one GiB."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+
+
+def check_torch_file(path: Path, trusted: bool) -> None:
+    """Before ``torch.load``: refuse an untrusted file with compressed zip members (torch.save
+    writes none), or whose zip members, declared storages, arrays and pickle objects
+    (:func:`idaudit.loading.torch_file_sizes.torch_file_bytes`) would not fit in memory."""
+    if trusted:
+        return
+    from idaudit.core.errors import IdauditError
+    from idaudit.loading.torch_file_sizes import compressed_members, torch_file_bytes
+
+    packed = compressed_members(path)
+    if packed:
+        m = packed[0]
+        raise IdauditError(untrusted(
+            f"{path}: its member {m.filename} is compressed ({m.compress_size} bytes that "
+            f"inflate to {m.file_size}); torch.save stores every member as it is, and "
+            "inflating what another writer packed takes memory the file chooses"))
+    budget = memory_budget()
+    check_file_memory(torch_file_bytes(path, budget), path,
+                      "its inflated members, declared storages and pickled objects")

@@ -1,0 +1,293 @@
+"""The audit's metrics, composed: pure functions of arrays (z, h, h′, x, ρ).
+
+NumPy and SciPy only (torch tensors are accepted and converted), so an arrays-only audit never
+imports torch. :func:`audit_metrics` makes one pass of moments over the rows (``moments``),
+then each entry of :data:`METRIC_GROUPS` reads that one :class:`Fit`: the linear fits
+(``linear``: R², Q̂, orthogonality, Procrustes, MCC), the Theorem 3 bound (``bounds``:
+ε = ‖Cov(h) − I‖_F, δ = max(E‖h(z′) − h(z)‖² − 2(1 − ρ) tr Cov(h), 0), D = δ / (2ρ(1 − ρ)),
+bound = D + (ε + D)²), the Gaussianity test (``gaussianity``), subspaces, circular latents,
+the raw mixing and bootstrap intervals. Every reported number is float64.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from idaudit.maths.bounds import (
+    bound_terms,
+    pair_rows,
+    whitening_terms,
+)
+from idaudit.maths.gaussianity import sliced_gaussianity
+from idaudit.maths.linalg import solve_psd
+from idaudit.maths.linear import (
+    ArrayLike,
+    effective_rank_from_eigs,
+    mcc_from_cov,
+    orthogonality_error,
+    principal_angles_deg,
+    procrustes_from_cov,
+    r2_from_cov,
+    to_numpy,
+)
+from idaudit.maths.moments import CHUNK_ROWS, Moments, heldout_r2_from_moments, split_rows
+
+
+def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
+                            rho: float | None = None, x: ArrayLike | None = None,
+                            **kwargs: Any) -> dict[str, Any]:
+    """The in-sample core of :func:`audit_metrics` (R², orthogonality, Procrustes, ε, δ, D,
+    bound, held-out R²), from the same code: what the training curve logs."""
+    return audit_metrics(z, h, h_prime, rho, x, core=True, **kwargs)
+
+
+# ---- the full audit: held-out fits, MCC, floors, subspaces, circular latents, Gaussianity ----
+
+def _r2_block(s: np.ndarray, a: slice, b: slice) -> np.ndarray:
+    return r2_from_cov(s[a, a], s[a, b], s[b, b])
+
+
+@dataclass
+class Fit:
+    """What every metric group reads: the audit's arrays as moment blocks
+    [z | sin/cos z_circ | h | x] (their slices ``iz``, ``ic``, ``ih``, ``ix``), the split's
+    moments, the pooled covariance ``s`` and the linear map Q̂ (``q``) fitted from z to h."""
+
+    blocks: list[np.ndarray]
+    shift: np.ndarray
+    iz: slice
+    ic: slice
+    ih: slice
+    ix: slice
+    circ: list[int]
+    train_rows: np.ndarray
+    test_rows: np.ndarray
+    m_tr: Moments
+    m_te: Moments
+    m_pool: Moments
+    s: np.ndarray
+    q: np.ndarray
+    w_zh: np.ndarray
+    white: dict[str, Any]
+    h: np.ndarray
+    h_prime: np.ndarray | None
+    rho: float | None
+    has_x: bool
+    options: dict[str, Any]  # confidence, seed, bootstrap, gauss_sims, gauss_slices, core
+
+    @property
+    def rows(self) -> int:
+        return int(self.blocks[0].shape[0])
+
+    @property
+    def pop(self) -> float:
+        """(n − 1)/n: the covariance's population scale."""
+        return (self.rows - 1) / self.rows
+
+    @functools.cached_property
+    def procrustes_mse(self) -> float:
+        """min over orthogonal R of E‖z − R h‖² (after centring), from the covariance."""
+        s_zz, s_zh, s_hh = self.s[self.iz, self.iz], self.s[self.iz, self.ih], \
+            self.s[self.ih, self.ih]
+        return self.pop * procrustes_from_cov(s_zz, s_zh, s_hh)  # linear in Σ
+
+
+def _fit(zt: np.ndarray, ht: np.ndarray, h_prime: Any, rho: float | None, x: Any,
+         circular: Any, test_fraction: float, seed: int, test_rows: Any,
+         options: dict[str, Any]) -> Fit:
+    """One pass of moments over [z | sin/cos z_circ | h | x] on the split's rows."""
+    dtype = np.float32 if (zt.dtype == np.float32 and ht.dtype == np.float32) else np.float64
+    rows, n, m = zt.shape[0], zt.shape[1], ht.shape[1]
+    blocks = [zt.astype(dtype, copy=False)]
+    circ = [int(i) for i in circular]
+    if circ:  # (sin z_i, cos z_i) side by side for each circular latent i
+        ang = zt[:, circ].astype(dtype)
+        blocks.append(np.stack([np.sin(ang), np.cos(ang)], axis=2).reshape(rows, 2 * len(circ)))
+    blocks.append(ht.astype(dtype, copy=False))
+    if x is not None:
+        blocks.append(to_numpy(x).reshape(rows, -1).astype(dtype, copy=False))
+    # any point near the mean keeps the moments' sums small: the mean of the first rows will do
+    shift = np.concatenate([blk[:CHUNK_ROWS].mean(0, dtype=np.float64) for blk in blocks])
+    ic = slice(n, n + 2 * len(circ))
+    ih = slice(ic.stop, ic.stop + m)
+    if test_rows is None:
+        test_rows, train_rows = split_rows(rows, test_fraction, seed)
+    else:
+        mask = np.zeros(rows, dtype=bool)
+        mask[to_numpy(test_rows).astype(np.int64)] = True
+        test_rows, train_rows = np.flatnonzero(mask), np.flatnonzero(~mask)
+    m_tr, m_te = Moments.of_row_sets(blocks, [train_rows, test_rows], shift)
+    m_pool = Moments.pooled(m_tr, m_te)
+    s = m_pool.scatter
+    s /= max(rows - 1, 1)  # the covariance, in place
+    iz = slice(0, n)
+    w_zh = solve_psd(s[iz, iz], s[iz, ih])  # one solve serves Q̂ and R²(z → h)
+    hp = None if h_prime is None else to_numpy(h_prime).reshape(rows, -1)
+    return Fit(blocks, shift, iz, ic, ih, slice(ih.stop, shift.size), circ, train_rows,
+               test_rows, m_tr, m_te, m_pool, s, w_zh.T, w_zh, whitening_terms(s[ih, ih], rows),
+               ht, hp, rho, x is not None, options)
+
+
+def _linear(f: Fit) -> dict[str, Any]:
+    s, iz, ih = f.s, f.iz, f.ih
+    s_zz, s_zh, s_hh = s[iz, iz], s[iz, ih], s[ih, ih]
+    r2_hz = _r2_block(s, ih, iz)
+    r2_hz_ho = heldout_r2_from_moments(f.m_tr, f.m_te, ih, iz)
+    r2_zh_ho = heldout_r2_from_moments(f.m_tr, f.m_te, iz, ih)
+    n = iz.stop
+    return {
+        "r2_h_to_z": float(r2_hz.mean()),
+        "r2_z_to_h": float(r2_from_cov(s_zz, s_zh, s_hh, f.w_zh).mean()),
+        "r2_h_to_z_per_dim": [float(v) for v in r2_hz],
+        "r2_h_to_z_heldout": float(r2_hz_ho.mean()),
+        "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
+        "r2_h_to_z_heldout_per_dim": [float(v) for v in r2_hz_ho],
+        "per_dim_targets": [f"z{i}" for i in range(n)],  # what each *_per_dim entry is
+        "orthogonality_error": orthogonality_error(f.q),
+        "procrustes_mse": f.procrustes_mse,
+        **f.white,
+        "n_samples": f.rows,
+        "n_train": int(f.train_rows.size),
+        "n_test": int(f.test_rows.size),
+        "latent_dim": n,
+        "embed_dim": ih.stop - ih.start,
+    }
+
+
+def _identification(f: Fit) -> dict[str, Any]:
+    s_zz, s_zh, s_hh = f.s[f.iz, f.iz], f.s[f.iz, f.ih], f.s[f.ih, f.ih]
+    return {"mcc": mcc_from_cov(s_zz, s_zh, s_hh),
+            "effective_rank": effective_rank_from_eigs(np.linalg.eigvalsh(s_hh))}
+
+
+def _subspace(f: Fit) -> dict[str, Any]:
+    k = min(f.ih.stop - f.ih.start, f.iz.stop)
+    top = np.linalg.eigh(f.s[f.ih, f.ih])[1][:, -k:]  # top-k subspace of h
+    angles = principal_angles_deg(f.q, top)
+    return {"principal_angles_deg": angles, "principal_angle_max_deg": max(angles)}
+
+
+def _circular(f: Fit) -> dict[str, Any]:
+    r2c = _r2_block(f.s, f.ih, f.ic)
+    return {"circular_latents": f.circ, "r2_h_to_sincos": float(r2c.mean()),
+            "r2_h_to_sincos_per_target": [float(v) for v in r2c],
+            "sincos_targets": [f"{c} z{i}" for i in f.circ for c in ("sin", "cos")]}
+
+
+def _mixing(f: Fit) -> dict[str, Any]:
+    return {"mixing_r2_x_to_z": float(_r2_block(f.s, f.ix, f.iz).mean())}
+
+
+def _bound(f: Fit) -> dict[str, Any]:
+    core = f.options["core"]
+    m = f.ih.stop - f.ih.start
+    pairs = pair_rows(f.h, f.h_prime, f.m_pool.mean[f.ih])
+    out = bound_terms(f.white, m, pairs, float(f.rho), None if core else f.options["confidence"])
+    bound = out["bound"]
+    floor = f.white["whitening_floor"]
+    trivial = float(np.trace(f.pop * f.s[f.iz, f.iz]))  # E‖z − z̄‖²: a constant h's
+    out.update(bound_holds=bool(f.procrustes_mse <= bound), bound_trivial=trivial,
+               bound_vacuous=bool(bound >= trivial), bound_floor=floor**2,
+               bound_floor_dominated=bool(floor**2 >= 0.5 * bound))
+    if not core:
+        out["bound_upper_vacuous"] = bool(out["bound_upper"] >= trivial)
+    return out
+
+
+def _gaussianity(f: Fit) -> dict[str, Any]:
+    return sliced_gaussianity(f.h, n_slices=f.options["gauss_slices"],
+                              sims=f.options["gauss_sims"], seed=f.options["seed"])
+
+
+def _bootstrap(f: Fit) -> dict[str, Any]:
+    h_block = f.blocks[2 if f.circ else 1]  # [z, sin/cos z_circ?, h, x?]
+    rng = np.random.default_rng(f.options["seed"])
+    return _bootstrap_r2([h_block, f.blocks[0]], np.concatenate([f.shift[f.ih], f.shift[f.iz]]),
+                         f.m_tr.restricted(np.r_[f.ih, f.iz]), f.test_rows,
+                         f.options["bootstrap"], f.options["confidence"], rng)
+
+
+@dataclass(frozen=True)
+class MetricGroup:
+    """Metrics computed together: their ``name``, when they apply (``applies``, given the fit)
+    and the function that computes them. ``core``: kept by a training curve's audit."""
+
+    name: str
+    applies: Callable[[Fit], bool]
+    compute: Callable[[Fit], dict[str, Any]]
+    core: bool = False
+
+
+#: every group of :func:`audit_metrics`, in the order of its keys; adding a metric is an entry
+#: here (or a key in one group's function), its catalogue entry and its docs line
+METRIC_GROUPS: tuple[MetricGroup, ...] = (
+    MetricGroup("linear", lambda f: True, _linear, core=True),
+    MetricGroup("identification", lambda f: True, _identification),
+    MetricGroup("subspace", lambda f: f.ih.stop - f.ih.start != f.iz.stop, _subspace),
+    MetricGroup("circular", lambda f: bool(f.circ), _circular, core=True),
+    MetricGroup("mixing", lambda f: f.has_x, _mixing, core=True),
+    MetricGroup("bound", lambda f: f.h_prime is not None and f.rho is not None, _bound,
+                core=True),
+    MetricGroup("gaussianity", lambda f: f.options["gauss_slices"] > 0, _gaussianity),
+    MetricGroup("bootstrap", lambda f: f.options["bootstrap"] > 0, _bootstrap),
+)
+
+
+def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
+                  rho: float | None = None, x: ArrayLike | None = None, *,
+                  circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
+                  seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
+                  gauss_sims: int = 0, gauss_slices: int = 64,
+                  test_rows: ArrayLike | None = None, core: bool = False) -> dict[str, Any]:
+    """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x]
+    (:func:`_fit`), then each :data:`METRIC_GROUPS` entry that applies.
+
+    This is the one metrics function: ``train`` logs its values on the world's evaluation
+    set and ``audit`` reports them. ``*_heldout`` keys fit on a random ``1 − test_fraction``
+    of the rows and score on the rest (or, with ``test_rows``, fit on the other rows and
+    score on those). With ``bootstrap`` B > 0 the held-out R² gets a percentile interval over
+    B resamples of the test rows. ``core`` keeps the groups the training curve needs (linear
+    fits, circular latents, mixing, bound); the keys it keeps have the same values.
+    """
+    zt, ht = to_numpy(z), to_numpy(h)
+    zt = zt.reshape(zt.shape[0], -1)
+    ht = ht.reshape(ht.shape[0], -1)
+    options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
+               "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core}
+    fit = _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
+    out: dict[str, Any] = {}
+    for group in METRIC_GROUPS:
+        if (group.core or not core) and group.applies(fit):
+            out.update(group.compute(fit))
+    return out
+
+
+def _bootstrap_r2(blocks: list[np.ndarray], shift: np.ndarray, train: Moments,
+                  test_rows: np.ndarray, reps: int, confidence: float,
+                  rng: np.random.Generator) -> dict[str, Any]:
+    """Percentile interval of the held-out R²(b → c) over resamples of the test rows, for
+    blocks [b, c] whose fit on the train rows has the moments ``train``."""
+    vals, per_dim = [], []
+    na = blocks[0].shape[1]
+    aa, bb = slice(0, na), slice(na, shift.size)
+    for _ in range(reps):
+        idx = test_rows[rng.integers(0, test_rows.size, test_rows.size)]
+        r2 = heldout_r2_from_moments(train, Moments(blocks, idx, shift), aa, bb)
+        vals.append(float(r2.mean()))
+        per_dim.append(r2)
+    lo_q, hi_q = (1 - confidence) / 2, 1 - (1 - confidence) / 2
+    v = np.asarray(vals)
+    pd = np.stack(per_dim)
+    return {
+        "bootstrap": reps,
+        "r2_h_to_z_heldout_ci": [float(np.quantile(v, lo_q)), float(np.quantile(v, hi_q))],
+        "r2_h_to_z_heldout_ci_low": float(np.quantile(v, lo_q)),  # gateable: --min KEY=V
+        "r2_h_to_z_heldout_per_dim_ci": [[float(np.quantile(pd[:, i], lo_q)),
+                                          float(np.quantile(pd[:, i], hi_q))]
+                                         for i in range(pd.shape[1])],
+    }
