@@ -3,7 +3,7 @@
 Checks:
 
 * every module is in exactly one layer of :data:`LAYERS` (bottom up; docs/architecture.md's
-  "Layers, bottom up" table lists the same, which tests/test_structure.py checks), and
+  "The folders: layers, bottom up" table lists the same, which tests/test_structure.py checks), and
   imports only from its own layer or those below, save the edges in :data:`EXCEPTIONS`
   (each with its reason, and only as an import inside a function);
 * no import cycles between idaudit modules;
@@ -153,7 +153,7 @@ def layer_map(mods: dict[str, Path], layers: dict[str, tuple[str, ...]] = LAYERS
         rel = f"src/idaudit/{mods[m].relative_to(pkg).as_posix()}"
         if not found:
             problems.append(f"{m} ({rel}) is in no layer: add it to LAYERS in "
-                            "scripts/check_imports.py and to the 'Layers, bottom up' table in "
+                            "scripts/check_imports.py and to the 'The folders: layers, bottom up' table in "
                             f"docs/architecture.md (layers: {', '.join(layers)})")
         elif len(set(found)) > 1:
             problems.append(f"{m} ({rel}) is in several layers: {', '.join(sorted(set(found)))}")

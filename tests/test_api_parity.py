@@ -226,7 +226,7 @@ def test_sweep(tmp_path):
 def test_embed(tmp_path):
     """`idaudit embed` and `run_embed` of the same request write the same arrays."""
     from idaudit.core.requests import EmbedRequest
-    from idaudit.evaluations.audit import run_embed
+    from idaudit.evaluations.pipeline import run_embed
 
     enc = tmp_path / "enc.pt"
     torch.jit.trace(torch.nn.Identity(), torch.zeros(1, 4)).save(str(enc))
@@ -234,7 +234,7 @@ def test_embed(tmp_path):
                               "0.8", "--n-eval", "300", "--seed", "2", "--out",
                               str(tmp_path / "cli.npz")])
     assert res.exit_code == 0, res.output
-    run_embed(EmbedRequest(target=enc, world="coupling", dim=4, rho=0.8, n_eval=300, seed=2,
+    run_embed(EmbedRequest.from_options(target=enc, world="coupling", dim=4, rho=0.8, n_eval=300, seed=2,
                            out=tmp_path / "lib.npz"))
     a, b = np.load(tmp_path / "cli.npz"), np.load(tmp_path / "lib.npz")
     assert sorted(a.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z"]

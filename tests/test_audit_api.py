@@ -81,7 +81,7 @@ def test_orthogonal_embedding_passes_the_gate(npz_files):
     assert 0.0 < m["gaussianity_p_value"] <= 1.0
     # the same arrays in memory, through the request the CLI builds, give the same numbers
     data = np.load(npz_files["good"])
-    mem = run_audit(AuditRequest(z=data["z"], h=data["h"], gauss_sims=5, **GATE))
+    mem = run_audit(AuditRequest.from_options(z=data["z"], h=data["h"], gauss_sims=5, **GATE))
     assert mem.verdict == "pass" and mem.metrics == m
 
 
@@ -496,7 +496,8 @@ def test_option_range_errors(npz_files):
 def test_test_fraction_is_refused_where_it_does_not_apply(npz_files):
     """Fixed evaluation rows (the Reacher world's images) and label-free audits fit no split:
     test_fraction there is refused, not silently ignored."""
-    from idaudit.evaluations.audit import AuditInputs, audit_inputs
+    from idaudit.evaluations.audit import audit_inputs
+    from idaudit.evaluations.inputs import AuditInputs
 
     rng = np.random.default_rng(0)
     z = rng.standard_normal((400, 2))

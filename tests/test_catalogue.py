@@ -13,15 +13,10 @@ from typer.testing import CliRunner
 
 from idaudit.cli import app
 from idaudit.core.errors import IdauditError
-from idaudit.evaluations.audit import (
-    KNOWN_METRICS,
-    AuditInputs,
-    audit_inputs,
-    combine_reports,
-    gated_report,
-    make_threshold,
-)
+from idaudit.evaluations.audit import audit_inputs, combine_reports, gated_report
 from idaudit.evaluations.consistency import CONSISTENCY_METRICS, check_consistency
+from idaudit.evaluations.gate import KNOWN_METRICS, make_threshold
+from idaudit.evaluations.inputs import AuditInputs
 from idaudit.experiments.aggregate import REPORT_METRICS, _scalars, aggregate
 from idaudit.maths.catalogue import (
     BY_KEY,

@@ -85,7 +85,8 @@ def test_label_free_flag_ignores_z(tmp_path):
 def test_a_worlds_own_angles_do_not_block_a_label_free_audit(tmp_path):
     """A world that marks its latents as angles (Reacher's joints) is still audited label-free;
     only the user's --circular, which needs z, is refused."""
-    from idaudit.evaluations.audit import AuditInputs, audit_inputs
+    from idaudit.evaluations.audit import audit_inputs
+    from idaudit.evaluations.inputs import AuditInputs
 
     z, zp = ou_pairs()
     inp = AuditInputs(z=z, h=z, h_prime=zp, rho=0.9, circular=(0, 1))

@@ -10,9 +10,9 @@ from scipy.stats import ortho_group
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
-from idaudit.maths.bounds import alignment_gap, whitening_error
+from idaudit.maths.bounds import alignment_gap, approximate_bound, whitening_error
 from idaudit.maths.linear import fit_linear_map, linear_r2, orthogonality_error, per_dim_r2, procrustes_mse
-from idaudit.maths.metrics import approximate_bound, identifiability_metrics
+from idaudit.maths.metrics import identifiability_metrics
 
 
 @pytest.fixture

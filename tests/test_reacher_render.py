@@ -13,7 +13,7 @@ pytest.importorskip("dm_control")
 
 from idaudit import doctor  # noqa: E402
 from idaudit.core.errors import IdauditError  # noqa: E402
-from idaudit.worlds import reacher  # noqa: E402
+from idaudit.worlds.reacher import render as reacher  # noqa: E402
 from idaudit.worlds.reacher.render import (  # noqa: E402
     IMAGE_SIZE,
     TARGET_POS,

@@ -12,14 +12,20 @@ from conftest import run
 
 from idaudit import cli
 from idaudit.core.defaults import TEST_FRACTION, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
+from idaudit.core.errors import IdauditError
 from idaudit.core.requests import (
     AuditRequest,
     ConsistencyRequest,
     EmbedRequest,
+    GateOptions,
+    LoadOptions,
     PlanRequest,
     SweepRequest,
     TrainRequest,
+    WorldChoice,
     WorldRequest,
+    default,
+    option_paths,
 )
 from idaudit.training.config import TrainConfig
 from idaudit.training.runs import RUN_OPTIONS, resolve
@@ -47,19 +53,40 @@ def _params(command: str):
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_flag_is_a_request_field_with_the_same_default(command):
     request = COMMANDS[command]
-    fields = {f.name: f for f in dataclasses.fields(request)}
+    options = option_paths(request)
     for name, info in _params(command):
         if name is None:  # rendering and output flags of the CLI itself
             continue
-        assert name in fields, f"{command} --{name} has no field in {request.__name__}"
-        f = fields[name]
-        want = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        assert name in options, f"{command} --{name} has no field in {request.__name__}"
+        want = default(request, name)
         got = info.default
         if got is ...:  # a required argument
             continue
         if want in ([], (), None) and got in ([], (), None):
             continue
         assert str(got) == str(want), (command, name, got, want)
+
+
+def test_requests_are_composed_of_their_parts():
+    """A request has its load options, world choice and gate (no dataclass diamond); flat
+    options — the CLI's flags, the keyword functions' names — go to the part that holds them,
+    and ``rho`` is the arrays' with arrays, a world's with an encoder."""
+    req = AuditRequest.from_options(targets=["a.pt"], arch="m:f", world="spiral", rho=0.8,
+                                    min_r2=0.9, n_eval=500, bootstrap=10)
+    assert req.encoder.load.arch == "m:f" and req.encoder.world.world == "spiral"
+    assert req.encoder.world.rho == 0.8 and req.rho is None
+    assert req.gate.min_r2 == 0.9 and req.n_eval == 500 and req.bootstrap == 10
+    arrays = AuditRequest.from_options(z=[[0.0]], h=[[1.0]], rho=0.7)
+    assert arrays.rho == 0.7 and arrays.encoder.world.rho is None
+    assert option_paths(AuditRequest)["rho"] == [("rho",), ("encoder", "world", "rho")]
+    assert option_paths(AuditRequest)["arch"] == [("encoder", "load", "arch")]
+    assert "n_eval" not in option_paths(PlanRequest)  # plan sizes its gallery, not an eval set
+    assert not any(issubclass(r, (LoadOptions, WorldChoice, GateOptions))
+                   for r in (AuditRequest, ConsistencyRequest, PlanRequest, EmbedRequest))
+    with pytest.raises(IdauditError, match="AuditRequest has no option nope"):
+        AuditRequest.from_options(nope=1)
+    with pytest.raises(IdauditError, match="--pool must be one of"):  # the part checks itself
+        ConsistencyRequest.from_options(pool="max")
 
 
 def test_the_train_request_holds_exactly_the_run_options():

@@ -82,10 +82,10 @@ def test_world_is_only_the_data_process():
 
 
 def docs_layers():
-    """layer → the file entries in docs/architecture.md's "Layers, bottom up" table (a file
+    """layer → the file entries in docs/architecture.md's "The folders: layers, bottom up" table (a file
     listed in parentheses after ``pkg/`` lies in that package)."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    section = text.split("## Layers, bottom up", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## The folders: layers, bottom up", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # no header
     out = {}
     for row in rows:
@@ -166,16 +166,18 @@ def test_api_surface():
     assert issubclass(IdauditError, ValueError)
     import importlib
 
-    home = {"audit": "auditing", "AuditReport": "auditing", "run_audit": "auditing",
-            "consistency": "agreement", "run_consistency": "agreement",
-            "plan": "planning", "run_plan": "planning", "PlanReport": "planning",
-            "run": "runs", "run_train": "runs", "RunRecord": "runs", "train": "runs:train_encoder",
-            "world": "datasets", "write_world": "datasets",
-            "AuditRequest": "requests", "ConsistencyRequest": "requests",
-            "PlanRequest": "requests", "TrainRequest": "requests", "WorldRequest": "requests",
-            "SweepRequest": "requests", "World": "worlds.base",
-            "WorldSpec": "worlds.spec", "build_world": "worlds", "make_spec": "worlds",
-            "IdauditError": "errors", "__version__": "_version"}
+    home = {"audit": "evaluations.audit", "AuditReport": "evaluations.audit",
+            "run_audit": "evaluations.audit", "consistency": "evaluations.consistency",
+            "run_consistency": "evaluations.consistency", "plan": "evaluations.plan",
+            "run_plan": "evaluations.plan", "PlanReport": "evaluations.plan",
+            "run": "training.runs", "run_train": "training.runs", "RunRecord": "training.runs",
+            "train": "training.runs:train_encoder", "world": "worlds.write",
+            "write_world": "worlds.write", "AuditRequest": "core.requests",
+            "ConsistencyRequest": "core.requests", "PlanRequest": "core.requests",
+            "TrainRequest": "core.requests", "WorldRequest": "core.requests",
+            "SweepRequest": "core.requests", "World": "worlds.base", "WorldSpec": "worlds.spec",
+            "build_world": "worlds", "make_spec": "worlds", "IdauditError": "core.errors",
+            "__version__": "core.version"}
     assert sorted(idaudit.__all__) == sorted(home)
     for name, where in home.items():  # each public name is the real object where it is defined
         module, _, attr = where.partition(":")

@@ -66,7 +66,7 @@ def audit(
 
     check_seed(seed)
     check_reports(report, [*((t, "the input") for t in targets), *encoder_inputs(encoder)])
-    result = run_audit(AuditRequest(
+    result = run_audit(AuditRequest.from_options(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
         gauss_sims=gauss_sims, min_r2=min_r2, max_orthogonality_error=max_orth,

@@ -54,7 +54,7 @@ def consistency(
 
     check_runs(len(targets))
     check_reports(report, [*((t, "the run") for t in targets), *encoder_inputs(encoder)])
-    result = run_consistency(ConsistencyRequest(
+    result = run_consistency(ConsistencyRequest.from_options(
         targets=list(targets), **encoder, n_eval=n_eval, seed=seed, test_fraction=test_fraction,
         min_r2=min_r2, max_orthogonality_error=max_orth, min=report["min"], max=report["max"],
         gate=report["gate"]))

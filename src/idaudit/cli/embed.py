@@ -33,13 +33,13 @@ def embed(
     as an .npz: what audit would measure, to look at, store, compare (`idaudit consistency`)
     or audit later (`idaudit audit OUT.npz` gives the same numbers). Options as audit's."""
     from idaudit.core.requests import EmbedRequest
-    from idaudit.evaluations.audit import check_embed_out, run_embed
+    from idaudit.evaluations.pipeline import check_embed_out, run_embed
 
     check_seed(seed)
     check_embed_out(out_path)  # before check_outputs removes a stale file there
     check_outputs([(out_path, "--out")], [(target, "the target"), *encoder_inputs(encoder)],
                   remove_stale=True)
-    inp = run_embed(EmbedRequest(target=target, out=out_path, n_eval=n_eval, seed=seed,
+    inp = run_embed(EmbedRequest.from_options(target=target, out=out_path, n_eval=n_eval, seed=seed,
                                  **encoder))
     pairs = "" if inp.h_prime is None else f", h_prime (ρ = {inp.rho:g})"
     out.print(f"wrote {out_path}: z {tuple(inp.z.shape)}, h {tuple(inp.h.shape)}{pairs}",

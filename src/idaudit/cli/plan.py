@@ -45,7 +45,7 @@ def plan(
 
     check_outputs(report_outputs([(json_path, "--json")]) + [(plot, "--plot")],
                   [(target, "the target"), *encoder_inputs(encoder)], remove_stale=True)
-    report = run_plan(PlanRequest(
+    report = run_plan(PlanRequest.from_options(
         target=target, **encoder, seed=seed,
         pairs=pairs, waypoints=waypoints, gallery=gallery))
     say = err if to_stdout(json_path) else out  # stdout carries the JSON alone

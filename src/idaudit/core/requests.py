@@ -14,7 +14,7 @@ came from. This module imports nothing heavy: the CLI reads it before any comman
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -130,29 +130,38 @@ class WorldChoice:
 
 
 @dataclass
-class EncoderOptions(LoadOptions, WorldChoice):
-    """How encoder files are opened (:class:`LoadOptions`) and where encoders are embedded
-    (audit, consistency, plan, embed): the world (:class:`WorldChoice`, or ``data``), the
-    evaluation set's size ``n_eval`` and ``seed``. Images reach an idaudit checkpoint as it
-    recorded; any other encoder gets float N×3×S×S in [0, 1], then ``normalize``
-    (``imagenet``, ``none``, ``MEAN,STD``: :func:`idaudit.loading.image_input.parse_normalize`).
-    Evaluation images rendered for an encoder (``--world reacher`` without ``--data``) are
-    cached under ``cache_dir`` (None: ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``);
-    ``progress`` shows a bar while they render."""
+class EncoderOptions:
+    """Where and how encoders are embedded (audit, consistency, plan, embed): how a file opens
+    and which output is the embedding (``load``), the world and its options (``world``), or
+    stored ``data``. Images reach an idaudit checkpoint as it recorded; any other encoder gets
+    float N×3×S×S in [0, 1], then ``normalize`` (``imagenet``, ``none``, ``MEAN,STD``:
+    :func:`idaudit.loading.image_input.parse_normalize`). Evaluation images rendered for an
+    encoder (``--world reacher`` without ``--data``) are cached under ``cache_dir`` (None:
+    ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``); ``progress`` shows a bar while they
+    render."""
 
+    load: LoadOptions = field(default_factory=LoadOptions)
+    world: WorldChoice = field(default_factory=WorldChoice)
     data: str | Path | None = None
-    n_eval: int | None = None
-    seed: int | None = None
     normalize: str | None = None
     cache_dir: str | Path | None = None
     progress: bool = False
+
+    def placement_flags(self, n_eval: int | None = None, with_rho: bool = True) -> list[str]:
+        """The flags given that say where an encoder is embedded (``--rho`` only
+        ``with_rho``): none of them applies to arrays, which are evaluated as they are."""
+        given = [f for f, v in (("--world", self.world.world), ("--data", self.data),
+                                ("--n-eval", n_eval), ("--normalize", self.normalize),
+                                ("--cache-dir", self.cache_dir)) if v is not None]
+        return given + [f"--{k.replace('_', '-')}" for k in self.world.world_options()
+                        if with_rho or k != "rho"]
 
 
 @dataclass
 class GateOptions:
     """A gate, every way the CLI takes one: ``min_r2``, ``max_orthogonality_error``,
     ``min``/``max`` (``{metric: value}`` or ``["METRIC=VALUE", …]``) and ``gate`` (a
-    ``{"min": …, "max": …}`` dict or a TOML file); :func:`idaudit.evaluations.audit.collect_thresholds`
+    ``{"min": …, "max": …}`` dict or a TOML file); :func:`idaudit.evaluations.gate.collect_thresholds`
     reads it."""
 
     min_r2: float | None = None
@@ -162,34 +171,119 @@ class GateOptions:
     gate: dict[str, dict[str, float]] | str | Path | None = None
 
 
+#: the parts a request is composed of, by field name: each option of a part is also an
+#: option of the request (the CLI's flag, a keyword of the Python function), under its own name
+_PARTS = (LoadOptions, WorldChoice, EncoderOptions, GateOptions)
+
+
+def option_paths(request: type) -> dict[str, list[tuple[str, ...]]]:
+    """Every option of a request class → where it lies: its own fields, and each field of a
+    part (a field holding one of :data:`_PARTS`) under the part's name (``("encoder",
+    "load", "arch")``). An option two places hold (``rho``: the arrays' ρ and a world's) has
+    two paths."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+
+    def walk(cls: type, prefix: tuple[str, ...]) -> None:
+        for f in fields(cls):
+            part = f.type if isinstance(f.type, type) else _PART_NAMES.get(str(f.type))
+            if part in _PARTS:
+                walk(part, (*prefix, f.name))
+            elif not f.name.startswith("_"):
+                out.setdefault(f.name, []).append((*prefix, f.name))
+
+    walk(request, ())
+    return out
+
+
+_PART_NAMES = {cls.__name__: cls for cls in _PARTS}
+
+
+def _field_default(cls: type, name: str) -> Any:
+    f = next(f for f in fields(cls) if f.name == name)
+    if f.default_factory is not MISSING:  # type: ignore[misc]
+        return f.default_factory()
+    return f.default
+
+
+def _part_class(cls: type, name: str) -> type:
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.type if isinstance(f.type, type) else _PART_NAMES[str(f.type)]
+
+
 @dataclass
-class AuditRequest(EncoderOptions, GateOptions):
+class Composed:
+    """A request made of parts (:data:`_PARTS`), built from flat options too."""
+
+    @classmethod
+    def from_options(cls, **options: Any) -> Any:
+        """The request whose options (flat, as the CLI's flags name them: ``arch``,
+        ``world``, ``min_r2`` …) are ``options``: each goes to the part that holds it; an
+        option two places hold goes to the first (see :meth:`AuditRequest.from_options`)."""
+        paths = option_paths(cls)
+        unknown = sorted(set(options) - set(paths))
+        if unknown:
+            raise IdauditError(f"{cls.__name__} has no option {', '.join(unknown)}")
+        parts: dict[tuple[str, ...], dict[str, Any]] = {(): {}}
+        for name, value in options.items():
+            path = paths[name][0]
+            parts.setdefault(path[:-1], {})[path[-1]] = value
+        return _build(cls, (), parts)
+
+
+def _build(cls: type, prefix: tuple[str, ...], parts: dict[tuple[str, ...], dict[str, Any]]
+           ) -> Any:
+    given = dict(parts.get(prefix, {}))
+    for f in fields(cls):
+        part = f.type if isinstance(f.type, type) else _PART_NAMES.get(str(f.type))
+        if part in _PARTS and any(k[:len(prefix) + 1] == (*prefix, f.name) for k in parts):
+            given[f.name] = _build(part, (*prefix, f.name), parts)
+    return cls(**given)
+
+
+@dataclass
+class AuditRequest(Composed):
     """Every option of an audit (:func:`idaudit.evaluations.audit.run_audit`).
 
     Inputs: ``targets`` (files the CLI takes: checkpoints, TorchScript, .pt2, weights with
     ``arch``, array files; or ``nn.Module``/callable encoders), or the arrays ``z``, ``h``
-    (``h_prime``, ``x``). ``rho`` is the OU correlation of the pairs: stored with arrays, a
-    world option with an encoder. World options (``world``, ``data``, ``dim``, ``source``,
-    ``alpha``, ``rho``, ``layers``, ``n_eval``) choose where an encoder is embedded. The gate:
-    ``min_r2``, ``max_orthogonality_error``, ``min``/``max`` and ``gate``. Several targets are
-    gated together on the worst run's value (``reduce="worst"``) or the median. ``bootstrap``
-    resamples for confidence intervals, ``test_fraction`` the held-out share (None: 0.5, or
-    the rows a world fixes), ``circular`` the latent indices that are angles, ``gauss_sims``
-    simulated data sets for the Gaussianity p-value (0: its asymptotic law), ``label_free``
-    ignores z.
+    (``h_prime`` with their ``rho``, ``x``). Where an encoder is embedded: ``encoder`` (its
+    load options, the world and its options — a world's ``rho`` among them — or ``data``),
+    on ``n_eval`` inputs from ``seed``. The gate: ``gate`` (``min_r2``,
+    ``max_orthogonality_error``, ``min``/``max``, a gate table or file). Several targets are
+    gated together on the worst run's value (``reduce="worst"``) or the median.
+    ``bootstrap`` resamples for confidence intervals, ``test_fraction`` the held-out share
+    (None: 0.5, or the rows a world fixes), ``circular`` the latent indices that are angles,
+    ``gauss_sims`` simulated data sets for the Gaussianity p-value (0: its asymptotic law),
+    ``label_free`` ignores z. :meth:`from_options` builds one from flat options.
     """
 
     targets: list[Any] = field(default_factory=list)
     z: Any = None
     h: Any = None
     h_prime: Any = None
+    rho: float | None = None  # the arrays' ρ; a world's is encoder.world.rho
     x: Any = None
+    encoder: EncoderOptions = field(default_factory=EncoderOptions)
+    gate: GateOptions = field(default_factory=GateOptions)
+    n_eval: int | None = None
+    seed: int | None = None
     reduce: str = "worst"
     bootstrap: int = 0
     test_fraction: float | None = None
     circular: str | tuple[int, ...] | list[int] = ()
     gauss_sims: int = 0
     label_free: bool = False
+
+    @classmethod
+    def from_options(cls, **options: Any) -> AuditRequest:
+        """As :meth:`Composed.from_options`; ``rho`` is the arrays' with arrays (``z``,
+        ``h``), else the world's."""
+        if "rho" in options and options.get("z") is None and options.get("h") is None:
+            world = options.pop("rho")
+            req = super().from_options(**options)
+            req.encoder.world.rho = world
+            return req
+        return super().from_options(**options)
 
     def circular_indices(self) -> tuple[int, ...]:
         if isinstance(self.circular, str):
@@ -202,33 +296,38 @@ class AuditRequest(EncoderOptions, GateOptions):
 
 
 @dataclass
-class ConsistencyRequest(EncoderOptions, GateOptions):
+class ConsistencyRequest(Composed):
     """Every option of ``idaudit consistency`` (:func:`idaudit.evaluations.consistency.run_consistency`):
     ``targets`` (two or more runs: files the CLI takes — arrays with h, ``.npy``, or any
     encoder form audit takes — arrays, or ``nn.Module``/callable encoders), where encoders are
-    embedded (``world``, ``data``, world options, ``n_eval``, ``seed``), the held-out share,
-    and the gate (``min_r2`` on ``consistency_r2``, ``max_orthogonality_error`` on
+    embedded (``encoder``, on ``n_eval`` inputs from ``seed``), the held-out share, and the
+    gate (``min_r2`` on ``consistency_r2``, ``max_orthogonality_error`` on
     ``consistency_orthogonality_error``, ``min``/``max``, ``gate``)."""
 
     targets: list[Any] = field(default_factory=list)
+    encoder: EncoderOptions = field(default_factory=EncoderOptions)
+    gate: GateOptions = field(default_factory=GateOptions)
+    n_eval: int | None = None
+    seed: int | None = None
     test_fraction: float = TEST_FRACTION
 
 
 @dataclass
-class PlanRequest(EncoderOptions):
+class PlanRequest(Composed):
     """Every option of ``idaudit plan`` (:func:`idaudit.evaluations.plan.run_plan`).
 
     ``target``: an encoder (``nn.Module``/callable, or a path to anything ``audit`` reads) or
     an array file with a gallery of ``z`` and ``h``; or the arrays ``z``, ``h`` themselves,
     whose rows are then the starts and goals. ``pairs`` start/goal pairs, ``waypoints``
     segments per plan, a k-NN decoder of ``k`` neighbours on a ``gallery`` of latents (None:
-    the world's default), ``seed`` of the starts and goals. Where encoders are embedded: as for audit
-    (``n_eval`` does not apply).
+    the world's default), ``seed`` of the starts and goals (and the gallery). Where encoders
+    are embedded: ``encoder``, as for audit (the gallery's size is ``gallery``).
     """
 
     target: Any = None
     z: Any = None
     h: Any = None
+    encoder: EncoderOptions = field(default_factory=EncoderOptions)
     seed: int | None = 0
     pairs: int = 100
     waypoints: int = 20
@@ -237,14 +336,18 @@ class PlanRequest(EncoderOptions):
 
 
 @dataclass
-class EmbedRequest(EncoderOptions):
-    """Every option of ``idaudit embed`` (:func:`idaudit.evaluations.audit.run_embed`): ``target`` an
-    encoder in any form audit takes (a path, or an ``nn.Module``/callable), embedded where
-    :class:`EncoderOptions` say, and ``out`` the ``.npz`` to write (``z``, ``h``, ``h_prime``
-    and ``rho`` where the world has pairs, ``circular``, ``test_rows`` where it fixes them)."""
+class EmbedRequest(Composed):
+    """Every option of ``idaudit embed`` (:func:`idaudit.evaluations.pipeline.run_embed`):
+    ``target`` an encoder in any form audit takes (a path, or an ``nn.Module``/callable),
+    embedded where ``encoder`` says on ``n_eval`` inputs from ``seed``, and ``out`` the
+    ``.npz`` to write (``z``, ``h``, ``h_prime`` and ``rho`` where the world has pairs,
+    ``circular``, ``test_rows`` where it fixes them)."""
 
     target: Any = None
     out: str | Path | None = None
+    encoder: EncoderOptions = field(default_factory=EncoderOptions)
+    n_eval: int | None = None
+    seed: int | None = None
 
 
 @dataclass
@@ -350,18 +453,23 @@ class SweepRequest:
 
 
 def default(request: type, name: str) -> Any:
-    """The default of option ``name`` in ``request`` (what the CLI shows and uses)."""
-    for f in fields(request):
-        if f.name == name:
-            return f.default
-    raise KeyError(f"{request.__name__} has no option {name!r}")
+    """The default of option ``name`` in ``request`` (what the CLI shows and uses), wherever
+    in its parts the option lies."""
+    paths = option_paths(request)
+    if name not in paths:
+        raise KeyError(f"{request.__name__} has no option {name!r}")
+    cls = request
+    path = paths[name][0]
+    for part in path[:-1]:
+        cls = _part_class(cls, part)
+    return _field_default(cls, path[-1])
 
 
 def unknown_options(request: type, given: dict[str, Any], what: str,
                     positional: tuple[str, ...] = ()) -> None:
     """Refuse keyword options that ``request`` does not have (``positional``: fields the
     keyword function takes under another name), naming them."""
-    names = {f.name for f in fields(request)} - set(positional)
+    names = set(option_paths(request)) - set(positional)
     unknown = sorted(set(given) - names)
     if unknown:
         raise IdauditError(f"{what}() got unknown options: {', '.join(unknown)}")

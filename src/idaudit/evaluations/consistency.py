@@ -18,16 +18,9 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.requests import ConsistencyRequest, EncoderOptions, unknown_options
-from idaudit.evaluations.audit import (
-    AuditReport,
-    Threshold,
-    as_matrix,
-    check_embedding_options,
-    collect_thresholds,
-    gated_report,
-    split_reason_rows,
-    values_reason,
-)
+from idaudit.evaluations.audit import AuditReport, gated_report
+from idaudit.evaluations.gate import Threshold, collect_thresholds
+from idaudit.evaluations.inputs import as_matrix, check_embedding_options, split_reason_rows, values_reason
 from idaudit.maths.catalogue import gate_keys
 from idaudit.maths.linear import to_numpy
 from idaudit.maths.metrics import audit_metrics
@@ -73,26 +66,24 @@ def consistency_metrics(embeddings: list[np.ndarray], names: list[str],
     }
 
 
-def embed_runs(targets: list[Any], opts: EncoderOptions
-               ) -> tuple[list[np.ndarray], dict[str, Any] | None, int]:
+def embed_runs(targets: list[Any], opts: EncoderOptions, n_eval: int | None = None,
+               seed: int | None = None) -> tuple[list[np.ndarray], dict[str, Any] | None, int]:
     """Each target's embedding of the same inputs: arrays as they are; every encoder on one
-    evaluation set — of ``opts.world``/``opts.data`` when given, else of the first encoder's
-    own world (a checkpoint's eval-set size and seed). Returns (embeddings, that world, its
-    seed)."""
+    evaluation set — of ``opts.world``/``opts.data`` when given (``n_eval`` inputs from
+    ``seed``), else of the first encoder's own world (a checkpoint's eval-set size and
+    seed). Returns (embeddings, that world, its seed)."""
     from idaudit.core.errors import IdauditError
-    from idaudit.evaluations.audit import eval_set_for, input_adapter
+    from idaudit.evaluations.pipeline import eval_set_for, input_adapter
     from idaudit.loading.loaders import LoadedEncoder
     from idaudit.models.encoders import embed
 
     encoders = [t for t in targets if isinstance(t, LoadedEncoder)]
     if not encoders:
-        given = [opts.world, opts.data, opts.n_eval, opts.normalize, opts.cache_dir,
-                 *opts.world_options().values()]
-        if any(v is not None for v in given):
+        if opts.placement_flags(n_eval):
             raise IdauditError("arrays are compared as they are: --world, --data, --n-eval and "
                                "world options apply only to encoders")
-        return [to_numpy(t) for t in targets], None, opts.seed or 0
-    spec, ev, seed = eval_set_for(encoders[0], opts)
+        return [to_numpy(t) for t in targets], None, seed or 0
+    spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
     out = []
     for t in targets:
         if isinstance(t, LoadedEncoder):  # a misfit is a one-line error
@@ -135,12 +126,12 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
     from idaudit.core.limits import check, check_runs
 
     check_runs(len(req.targets))
-    thresholds = collect_thresholds(req, CONSISTENCY_METRICS, "consistency_r2",
+    thresholds = collect_thresholds(req.gate, CONSISTENCY_METRICS, "consistency_r2",
                                     "consistency_orthogonality_error")
-    check_embedding_options(req.n_eval, req.normalize)
+    check_embedding_options(req.n_eval, req.encoder.normalize)
     check("test_fraction", req.test_fraction)
-    loaded = [open_target(t, req, embedding=True) for t in req.targets]
-    embeddings, world, seed = embed_runs(loaded, req)
+    loaded = [open_target(t, req.encoder.load, embedding=True) for t in req.targets]
+    embeddings, world, seed = embed_runs(loaded, req.encoder, req.n_eval, req.seed)
     names = [Path(t).name if isinstance(t, (str, Path)) else f"run{i}"
              for i, t in enumerate(req.targets)]
     if len(set(names)) < len(names):
@@ -156,5 +147,5 @@ def consistency(*targets: Any, **options: Any) -> AuditReport:
     """Do two or more runs agree up to a rotation? Everything ``idaudit consistency`` takes,
     under its option names (:class:`ConsistencyRequest`); returns the gated report."""
     unknown_options(ConsistencyRequest, options, "consistency", positional=("targets",))
-    return run_consistency(ConsistencyRequest(targets=list(targets), **options))
+    return run_consistency(ConsistencyRequest.from_options(targets=list(targets), **options))
 

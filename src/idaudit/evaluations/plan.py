@@ -184,23 +184,22 @@ def run_plan(req: PlanRequest) -> PlanReport:
         check(name, getattr(req, name))
     if req.gallery is not None:
         check("gallery", req.gallery)
-    if req.n_eval is not None:
-        raise IdauditError("--n-eval does not apply to plan (--gallery sizes its gallery)")
-    from idaudit.evaluations.audit import check_embedding_options
+    from idaudit.evaluations.inputs import check_embedding_options
 
-    check_embedding_options(None, req.normalize)  # before any encoder is loaded
-    options = req.world_options()
+    check_embedding_options(None, req.encoder.normalize)  # before any encoder is loaded
+    place = req.encoder
+    options = place.world.world_options()
     encoder = req.target
     if encoder is not None:
         if not isinstance(encoder, (str, Path)) and (req.z is not None or req.h is not None):
             raise IdauditError("give either a gallery of arrays (z, h) or an encoder, not both")
-        loaded: Arrays | LoadedEncoder = open_target(encoder, req)
+        loaded: Arrays | LoadedEncoder = open_target(encoder, place.load)
     elif req.z is not None and req.h is not None:
         loaded = Arrays(z=torch.as_tensor(np.asarray(req.z)), h=torch.as_tensor(np.asarray(req.h)))
     else:
         raise IdauditError("plan needs an encoder (with a world) or a gallery of z and h arrays")
     if isinstance(loaded, Arrays):
-        if req.world is not None or req.data is not None or options:
+        if place.world.world is not None or place.data is not None or options:
             raise IdauditError("a gallery of arrays is planned on as it is: --world, --data and "
                                "world options do not apply")
         if loaded.z is None:
@@ -208,12 +207,12 @@ def run_plan(req: PlanRequest) -> PlanReport:
                                "the true latents of the gallery")
         return plan_gallery(loaded.z, loaded.h, req.pairs, req.waypoints, seed, req.k,
                             loaded.source)
-    w = world_for_encoder(loaded, req.world, req.data, options)
+    w = world_for_encoder(loaded, place.world.world, place.data, options)
     check_plan_memory(req.pairs, req.waypoints, w.latent_dim, w.latent_dim)
     ps = w.plan_set(req.pairs, req.gallery, seed)
-    from idaudit.evaluations.audit import input_adapter
+    from idaudit.evaluations.pipeline import input_adapter
 
-    module = input_adapter(loaded, ps.gallery_x, req.normalize)
+    module = input_adapter(loaded, ps.gallery_x, place.normalize)
     hg = embed(module, ps.gallery_x).numpy()
     res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(module, ps.start_x).numpy(),
                                embed(module, ps.goal_x).numpy(), ps.start_z.numpy(),
@@ -233,8 +232,10 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, **options: Any) -
     ``.npz``/``.safetensors`` with them works as ``encoder`` too), whose rows are then the
     starts and goals.
     """
+    if "n_eval" in options:
+        raise IdauditError("--n-eval does not apply to plan (--gallery sizes its gallery)")
     unknown_options(PlanRequest, options, "plan", positional=("target", "z", "h"))
-    return run_plan(PlanRequest(target=encoder, z=z, h=h, **options))
+    return run_plan(PlanRequest.from_options(target=encoder, z=z, h=h, **options))
 
 
 def check_plan_memory(pairs: int, waypoints: int, latent_dim: int, embed_dim: int) -> None:
@@ -251,7 +252,7 @@ def plan_gallery(z: Any, h: Any, pairs: int = 100, waypoints: int = 20, seed: in
                  k: int = 5, source: str = "arrays") -> PlanReport:
     """Plans between rows of a gallery of latents z and their embeddings h (each samples ×
     dims; values whose squared distances overflow float64 are refused, as NaN and Inf are)."""
-    from idaudit.evaluations.audit import as_matrix, value_problem
+    from idaudit.evaluations.inputs import as_matrix, value_problem
     from idaudit.loading.loaders import numeric_array
 
     z = as_matrix(numeric_array(z, "z").astype(np.float64, copy=False), "z")

@@ -1,0 +1,135 @@
+"""From a target to arrays, the way every evaluation embeds: the evaluation set an encoder is
+embedded on (``eval_set_for``: the data, the world, or a checkpoint's own), the input it is fed
+(``input_adapter``), its embeddings (``inputs_for_encoder``) and ``idaudit embed``
+(``run_embed``). Audit, consistency and plan are thin over it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from idaudit.core.errors import (
+    IdauditError,
+    check_seed,
+)
+from idaudit.core.requests import EmbedRequest, EncoderOptions
+from idaudit.evaluations.inputs import AuditInputs, check_embedding_options
+from idaudit.loading.loaders import (
+    Arrays,
+    LoadedEncoder,
+    open_target,
+    where_to_embed,
+)
+from idaudit.maths.linear import to_numpy
+
+# ---- encoders and arrays → audit inputs -------------------------------------------------
+
+
+def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
+    return AuditInputs(**vars(arrays))
+
+
+def eval_set_for(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
+                 seed: int | None = None) -> tuple[Any, Any, int]:
+    """(world spec, evaluation set, its seed) to embed an encoder on: ``opts.data`` or
+    ``opts.world`` when given, ``n_eval`` inputs from ``seed`` — a kind that can evaluate
+    without building the world (Reacher without a dataset renders evaluation pairs) does so —
+    else a checkpoint's own world with its training's eval-set size and seed."""
+    from idaudit.worlds import KINDS, WorldSpec, as_world
+
+    if opts.world.world is None and opts.data is None and loaded.world is not None:
+        n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
+        seed = seed if seed is not None else int(loaded.train.get("seed", 0))
+    seed = seed or 0
+    where, base_dir = where_to_embed(loaded, opts.world.world, opts.data,
+                                     opts.world.world_options())
+    if isinstance(where, WorldSpec):
+        ev = KINDS.get(where.name).evaluation_set(where, n_eval, seed, opts.cache_dir,
+                                                  opts.progress)
+        if ev is not None:
+            return where, ev, seed
+    w = as_world(where, base_dir)
+    return w.spec, w.eval_set(n_eval, seed), seed
+
+
+def input_adapter(loaded: LoadedEncoder, x: Any, normalize: str | None) -> Any:
+    """What embeds a world's inputs ``x`` with ``loaded``: vectors and an idaudit
+    checkpoint's images (it records its own input format) go as they are; images (uint8
+    N×H×W×3) reach any other encoder as float N×3×H×W in [0, 1], then ``normalize``
+    (:func:`~idaudit.loading.image_input.parse_normalize`)."""
+    images = getattr(x, "dtype", None) == np.uint8 and getattr(x, "ndim", 0) == 4
+    if normalize is not None and not images:
+        raise IdauditError("--normalize applies to image worlds (reacher); this world's inputs "
+                           "are vectors")
+    if not images:
+        return loaded.module
+    if loaded.world is not None:
+        if normalize is not None:
+            raise IdauditError("--normalize does not apply to an idaudit checkpoint: it records "
+                               "its own input format")
+        return loaded.module
+    from idaudit.loading.image_input import ImageAdapter, parse_normalize
+    from idaudit.models.embedding_choice import ChosenEmbedding
+
+    module = loaded.module  # its way of being called (forward, or LeWM's encode) kept inside
+    module = module if isinstance(module, ChosenEmbedding) else ChosenEmbedding(module)
+    return ImageAdapter(module, parse_normalize(normalize or "none"))
+
+
+def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
+                       seed: int | None = None) -> AuditInputs:
+    """Embed the world's evaluation set (for a checkpoint on its own world: the set its
+    training used, same size and seed) and its positive partners where it has them."""
+    from idaudit.models.encoders import embed
+
+    spec, ev, seed = eval_set_for(loaded, opts, n_eval, seed)
+    module = input_adapter(loaded, ev.x, opts.normalize)
+    h = embed(module, ev.x)
+    hp = embed(module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None
+    arrays = {k: None if v is None else to_numpy(v) for k, v in
+              (("z", ev.z), ("h", h), ("h_prime", hp), ("x", ev.baseline),
+               ("test_rows", ev.test_rows))}
+    return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, source=str(loaded.path),
+                       world=spec.to_dict(), seed=seed)
+
+
+def check_embed_out(out: str | Path | None) -> Path | None:
+    """``embed --out`` must name an .npz file; checked before anything at that path is
+    touched (a stale output is removed only after this)."""
+    if out is None:
+        return None
+    if Path(out).suffix.lower() != ".npz":
+        raise IdauditError(f"--out must name an .npz file, got {out}")
+    return Path(out)
+
+
+def run_embed(req: EmbedRequest) -> AuditInputs:
+    """The embeddings of :class:`~idaudit.core.requests.EmbedRequest` ``req``: its encoder on its
+    evaluation set (as an audit would embed it), written to ``req.out`` as ``.npz`` when given
+    (z, h, and h_prime with rho where there are pairs; x, the raw-mixing baseline, on vector
+    worlds; circular; test_rows where the world fixes the held-out rows; the seed of the
+    split), atomically, so that auditing the file gives the audit's numbers. Returns the
+    arrays."""
+    from idaudit.core.io import atomic_write
+
+    check_seed(req.seed)
+    if req.target is None:
+        raise IdauditError("embed needs an encoder")
+    check_embedding_options(req.n_eval, req.encoder.normalize)
+    out = check_embed_out(req.out)
+    loaded = open_target(req.target, req.encoder.load)
+    if isinstance(loaded, Arrays):
+        raise IdauditError(f"{req.target} holds arrays already: audit it as it is")
+    inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed)
+    if out is not None:
+        arrays = {k: v for k, v in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime),
+                                    ("x", inp.x), ("test_rows", inp.test_rows)) if v is not None}
+        if inp.rho is not None and inp.h_prime is not None:
+            arrays["rho"] = np.float64(inp.rho)
+        arrays["circular"] = np.asarray(inp.circular or (), dtype=np.int64)
+        arrays["seed"] = np.int64(inp.seed or 0)  # the audit's split and seed, reproduced
+        atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
+    return inp
