@@ -15,8 +15,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from idaudit.cli import app  # noqa: E402
 from idaudit.core.errors import IdauditError  # noqa: E402
-from idaudit.worlds.reacher import render as reacher  # noqa: E402
 from idaudit.worlds.reacher import data as rd  # noqa: E402
+from idaudit.worlds.reacher import render as reacher  # noqa: E402
 from idaudit.worlds.reacher.render import RenderPool  # noqa: E402
 
 runner = CliRunner()

@@ -13,6 +13,7 @@ from idaudit.core.defaults import (
     WORLD_DEFAULTS,
     default_text,
 )
+from idaudit.core.requests import ENCODER_FORMS
 
 # ---- shared options --------------------------------------------------------------------
 # World options default to None ("not given"): each world fills its own defaults and refuses
@@ -59,10 +60,6 @@ WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (de
                           "per core)")
 
 
-ENCODER_FORMS = ("an idaudit checkpoint; weights (.safetensors, or a torch.save .pt/.pth/"
-                 ".pth.tar/.ckpt read with weights_only) with --arch; a Hugging Face or LeWM "
-                 "model directory; TorchScript; torch.export .pt2; or arrays holding z, h "
-                 "[, h_prime, rho] (.npz, .safetensors, a torch.save dict)")
 EncoderArg = typer.Argument(..., help=ENCODER_FORMS)
 ArchOpt = typer.Option(None, "--arch", help="the network plain weights belong to: "
                        "module.path:factory (searched in installed packages, then the working "

@@ -21,6 +21,13 @@ from typing import Any
 from idaudit.core.defaults import TEST_FRACTION
 from idaudit.core.errors import IdauditError
 
+#: every form a target may take (what ``audit``, ``embed``, ``plan`` and ``consistency`` read;
+#: their help and the error for a file that is none of them say it in these words)
+ENCODER_FORMS = ("an idaudit checkpoint; weights (.safetensors, or a torch.save .pt/.pth/"
+                 ".pth.tar/.ckpt read with weights_only) with --arch; a Hugging Face or LeWM "
+                 "model directory; TorchScript; torch.export .pt2; or arrays holding z, h "
+                 "[, h_prime, rho] (.npz, .safetensors, a torch.save dict)")
+
 #: how token outputs (batch, tokens, dim) become one embedding per input: the first (CLS)
 #: token, the mean over tokens, or all of them flattened
 POOLS = ("cls", "mean", "none")

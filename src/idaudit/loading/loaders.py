@@ -34,7 +34,7 @@ from idaudit.core.io import CHECKPOINT_FORMAT as CHECKPOINT
 from idaudit.core.io import PAIRS_FORMAT, read_metadata
 from idaudit.core.io import first_line as _first_line
 from idaudit.core.jsontext import parse_json_object  # noqa: F401 - the CLI imports it from here
-from idaudit.core.requests import LoadOptions
+from idaudit.core.requests import ENCODER_FORMS, LoadOptions
 from idaudit.loading.architectures import build_arch, import_factory  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
@@ -521,9 +521,7 @@ def _open_torchscript(path: Path, opts: LoadOptions, embedding: bool) -> LoadedE
 
 def _open_unknown(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
     _program_options(opts)
-    raise IdauditError(f"{path} is not a file idaudit reads (an idaudit checkpoint, safetensors "
-                       "weights or arrays, .npz arrays, a torch.save file, TorchScript, "
-                       "torch.export, a Hugging Face or stable-worldmodel model directory)")
+    raise IdauditError(f"{path} is not a file idaudit reads ({ENCODER_FORMS})")
 
 
 _OPENERS = {FileKind.NPY: _open_npy, FileKind.NPZ: _open_npz,
