@@ -9,13 +9,8 @@ import typer
 from idaudit.cli.application import app, cli_errors
 from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
 from idaudit.cli.output import check_reports, encoder_inputs, finish
-from idaudit.core.errors import (
-    check_seed,
-)
-from idaudit.core.requests import (
-    ConsistencyRequest,
-    default,
-)
+from idaudit.core.errors import check_seed
+from idaudit.core.requests import ConsistencyRequest, default
 
 
 @app.command()

@@ -9,9 +9,7 @@ import typer
 from idaudit.cli.application import app, cli_errors, out
 from idaudit.cli.options import EncoderArg, encoder_flags, n_eval_option
 from idaudit.cli.output import encoder_inputs
-from idaudit.core.errors import (
-    check_seed,
-)
+from idaudit.core.errors import check_seed
 from idaudit.core.io import check_outputs
 
 

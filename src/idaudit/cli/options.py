@@ -8,11 +8,7 @@ from typing import Any
 
 import typer
 
-from idaudit.core.defaults import (
-    WORLD,
-    WORLD_DEFAULTS,
-    default_text,
-)
+from idaudit.core.defaults import WORLD, WORLD_DEFAULTS, default_text
 from idaudit.core.requests import ENCODER_FORMS
 
 # ---- shared options --------------------------------------------------------------------

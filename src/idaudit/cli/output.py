@@ -10,9 +10,7 @@ import typer
 from rich.markup import escape
 
 from idaudit.cli.application import err, out
-from idaudit.core.errors import (
-    IdauditError,
-)
+from idaudit.core.errors import IdauditError
 from idaudit.core.io import check_outputs, json_text
 
 

@@ -10,10 +10,7 @@ from idaudit.cli.application import app, cli_errors, err, out
 from idaudit.cli.options import EncoderArg, encoder_flags, world_default
 from idaudit.cli.output import emit, encoder_inputs, report_outputs, to_stdout
 from idaudit.core.io import check_outputs, json_text
-from idaudit.core.requests import (
-    PlanRequest,
-    default,
-)
+from idaudit.core.requests import PlanRequest, default
 
 
 @app.command()

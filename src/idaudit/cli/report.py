@@ -7,9 +7,7 @@ from pathlib import Path
 import typer
 
 from idaudit.cli.application import app, cli_errors, err, out
-from idaudit.core.errors import (
-    IdauditError,
-)
+from idaudit.core.errors import IdauditError
 
 
 @app.command()

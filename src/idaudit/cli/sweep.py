@@ -7,13 +7,8 @@ from pathlib import Path
 import typer
 
 from idaudit.cli.application import app, cli_errors, out
-from idaudit.core.errors import (
-    EXIT_RUNS_FAILED,
-)
-from idaudit.core.requests import (
-    SweepRequest,
-    default,
-)
+from idaudit.core.errors import EXIT_RUNS_FAILED
+from idaudit.core.requests import SweepRequest, default
 
 
 @app.command()

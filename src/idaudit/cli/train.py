@@ -20,11 +20,7 @@ from idaudit.cli.options import (
     WorkersOpt,
     WorldOpt,
 )
-from idaudit.core.defaults import (
-    OFFICIAL_LAMB,
-    TRAIN_DEFAULTS,
-    default_text,
-)
+from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS, default_text
 
 
 @app.command()

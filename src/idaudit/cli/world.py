@@ -20,12 +20,7 @@ from idaudit.cli.options import (
     WorldOpt,
     world_default,
 )
-from idaudit.core.requests import (
-    WorldRequest,
-    default,
-)
-
-# ---- commands --------------------------------------------------------------------------
+from idaudit.core.requests import WorldRequest, default
 
 
 @app.command()

@@ -38,11 +38,7 @@ from idaudit.evaluations.inputs import (
     values_reason,
 )
 from idaudit.evaluations.pipeline import inputs_for_encoder, inputs_from_arrays
-from idaudit.loading.loaders import (
-    Arrays,
-    numeric_array,
-    open_target,
-)
+from idaudit.loading.loaders import Arrays, numeric_array, open_target
 from idaudit.maths.metrics import audit_metrics
 
 # "ungated": no threshold was given, so nothing was checked (a report only, exit 0); never

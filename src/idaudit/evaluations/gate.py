@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from idaudit.core.errors import (
-    IdauditError,
-)
+from idaudit.core.errors import IdauditError
 from idaudit.core.requests import GateOptions
 from idaudit.maths.catalogue import gate_keys, missing_need
 

@@ -12,12 +12,8 @@ from typing import Any
 import numpy as np
 
 from idaudit.core import limits
-from idaudit.core.errors import (
-    IdauditError,
-)
-from idaudit.loading.loaders import (
-    Arrays,
-)
+from idaudit.core.errors import IdauditError
+from idaudit.loading.loaders import Arrays
 
 
 @dataclass

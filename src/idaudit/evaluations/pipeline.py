@@ -11,21 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from idaudit.core.errors import (
-    IdauditError,
-    check_seed,
-)
+from idaudit.core.errors import IdauditError, check_seed
 from idaudit.core.requests import EmbedRequest, EncoderOptions
 from idaudit.evaluations.inputs import AuditInputs, check_embedding_options
-from idaudit.loading.loaders import (
-    Arrays,
-    LoadedEncoder,
-    open_target,
-    where_to_embed,
-)
+from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, where_to_embed
 from idaudit.maths.linear import to_numpy
-
-# ---- encoders and arrays → audit inputs -------------------------------------------------
 
 
 def inputs_from_arrays(arrays: Arrays) -> AuditInputs:

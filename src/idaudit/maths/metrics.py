@@ -18,11 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from idaudit.maths.bounds import (
-    bound_terms,
-    pair_rows,
-    whitening_terms,
-)
+from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
 from idaudit.maths.gaussianity import sliced_gaussianity
 from idaudit.maths.linalg import solve_psd
 from idaudit.maths.linear import (
@@ -47,6 +43,7 @@ def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | Non
 
 
 # ---- the full audit: held-out fits, MCC, floors, subspaces, circular latents, Gaussianity ----
+
 
 def _r2_block(s: np.ndarray, a: slice, b: slice) -> np.ndarray:
     return r2_from_cov(s[a, a], s[a, b], s[b, b])

@@ -19,12 +19,7 @@ from idaudit.core.errors import IdauditError, require
 from idaudit.core.io import check_memory
 from idaudit.worlds.base import EpochPairs, EvalSet, PlanSet, World, two_views
 from idaudit.worlds.dataset import relative_path
-from idaudit.worlds.reacher.data import (
-    EVAL_SEED,
-    ReacherData,
-    ReacherSpec,
-    load_dataset,
-)
+from idaudit.worlds.reacher.data import EVAL_SEED, ReacherData, ReacherSpec, load_dataset
 from idaudit.worlds.spec import WorldSpec
 
 NAME = "reacher"
