@@ -192,8 +192,8 @@ def option_paths(request: type) -> dict[str, list[tuple[str, ...]]]:
 
     def walk(cls: type, prefix: tuple[str, ...]) -> None:
         for f in fields(cls):
-            part = f.type if isinstance(f.type, type) else _PART_NAMES.get(str(f.type))
-            if part in _PARTS:
+            part = _part(f)
+            if part is not None:
                 walk(part, (*prefix, f.name))
             elif not f.name.startswith("_"):
                 out.setdefault(f.name, []).append((*prefix, f.name))
@@ -205,16 +205,22 @@ def option_paths(request: type) -> dict[str, list[tuple[str, ...]]]:
 _PART_NAMES = {cls.__name__: cls for cls in _PARTS}
 
 
+def _part(f: Any) -> type | None:
+    """The part a dataclass field holds, or None (annotations are text in this module)."""
+    return _PART_NAMES.get(f.type if isinstance(f.type, str) else getattr(f.type, "__name__", ""))
+
+
 def _field_default(cls: type, name: str) -> Any:
     f = next(f for f in fields(cls) if f.name == name)
-    if f.default_factory is not MISSING:  # type: ignore[misc]
+    if f.default_factory is not MISSING:
         return f.default_factory()
     return f.default
 
 
 def _part_class(cls: type, name: str) -> type:
-    f = next(f for f in fields(cls) if f.name == name)
-    return f.type if isinstance(f.type, type) else _PART_NAMES[str(f.type)]
+    part = _part(next(f for f in fields(cls) if f.name == name))
+    assert part is not None, name
+    return part
 
 
 @dataclass
@@ -241,8 +247,8 @@ def _build(cls: type, prefix: tuple[str, ...], parts: dict[tuple[str, ...], dict
            ) -> Any:
     given = dict(parts.get(prefix, {}))
     for f in fields(cls):
-        part = f.type if isinstance(f.type, type) else _PART_NAMES.get(str(f.type))
-        if part in _PARTS and any(k[:len(prefix) + 1] == (*prefix, f.name) for k in parts):
+        part = _part(f)
+        if part is not None and any(k[:len(prefix) + 1] == (*prefix, f.name) for k in parts):
             given[f.name] = _build(part, (*prefix, f.name), parts)
     return cls(**given)
 
