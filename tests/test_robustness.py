@@ -427,3 +427,20 @@ def test_sigterm_during_train_leaves_nothing_partial(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) in (-signal.SIGTERM, 128 + signal.SIGTERM)
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["audit", "--nope", "x.npz"], "No such option: --nope"),
+    (["audit"], "Missing argument 'targets'"),
+    (["audit", "x.npz", "--n-eval", "abc"], "'abc' is not a valid int"),
+    (["nope"], "No such command 'nope'"),
+])
+def test_usage_errors_are_one_line_and_exit_2(args, fragment):
+    """A flag or argument a command does not take reads as every other bad input: one line
+    on stderr naming it and where the help is, exit 2 (not click's usage box)."""
+    res = subprocess.run([sys.executable, "-m", "idaudit.cli", *args], capture_output=True,
+                         text=True, timeout=120)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and res.stdout == "", (res.returncode, res.stdout, res.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], lines
+    assert lines[0].endswith("--help)"), lines

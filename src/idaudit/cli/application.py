@@ -121,9 +121,26 @@ def plain_help_texts(app: typer.Typer) -> None:
                     info.help = escape(info.help)
 
 
+def _click_class(name: str) -> type:
+    """click's exception class ``name``, from typer's own copy of click or click itself."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
 def main() -> None:
+    """Run the CLI. A flag or argument a command does not take is one line on stderr and
+    exit 2, as every other bad input is (not click's usage box)."""
     try:
-        app()
+        code = app(standalone_mode=False)
+    except _click_class("ClickException") as exc:  # usage errors: an unknown flag, a missing
+        where = getattr(getattr(exc, "ctx", None), "command_path", None) or "idaudit"  # argument
+        message = exc.format_message().strip()
+        if message:  # none when a bare command printed its help (no_args_is_help)
+            err.print(f"error: {escape(printable(message))} (see {escape(where)} --help)",
+                      highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        err.print("interrupted")
+        raise SystemExit(130) from None
     except IdauditError as exc:  # raised outside a command (should not happen)
         err.print(f"error: {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise SystemExit(exc.exit_code) from None
@@ -139,3 +156,4 @@ def main() -> None:
         err.print(escape(internal_error_line(exc, "outside a command")), highlight=False,
                   soft_wrap=True)
         raise SystemExit(EXIT_INTERNAL) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
