@@ -57,7 +57,7 @@ def _audits(label_free):
     together."""
     kw = dict(gauss_sims=0, label_free=label_free)
     if not label_free:
-        kw.update(circular=(0,), bootstrap=5)
+        kw.update(circular=(0,), bootstrap=5, angle_sigma=1.0)
     reps = [audit_inputs(_inputs(seed), **kw) for seed in (0, 1)]
     assert all(r.verdict == "ungated" for r in reps), [r.reason for r in reps]
     return [reps[0].metrics, combine_reports(reps).metrics]

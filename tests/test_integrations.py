@@ -279,7 +279,8 @@ def test_embed_npz_audits_as_the_direct_audit(project):
     assert "wrote e.npz: z (100, 2), h (100, 32), h_prime (ρ = 0.95)" in res.output
     with np.load(project / "e.npz") as f:
         arrays = {k: f[k] for k in f.files}
-    assert set(arrays) == {"z", "h", "h_prime", "rho", "circular", "seed"}
+    assert set(arrays) == {"z", "h", "h_prime", "rho", "circular", "angle_sigma", "seed"}
+    assert float(arrays["angle_sigma"]) == 1.0  # the evaluation angles' law, for the ceiling
     assert arrays["z"].shape == (N_EVAL, 2) and arrays["h"].shape == (N_EVAL, 32)
     assert arrays["h_prime"].shape == (N_EVAL, 32) and float(arrays["rho"]) == RHO
     assert arrays["circular"].tolist() == [0, 1] and int(arrays["seed"]) == 0

@@ -192,7 +192,9 @@ def test_no_function_of_the_wrapped_angle_beats_the_gaussian_conditional_mean():
     """A simulation of the claim in docs/reacher.md: for z ~ N(0, 1) seen only mod 2π, the
     held-out R² of E[z | wrap z] is ≈ 0.9485 and that of the wrapped angle ≈ 0.935; a
     degree-9 polynomial of the wrapped angle fitted freely does not beat the former."""
-    from idaudit.worlds.reacher.data import gaussian_angle_mean, r2_ceilings, wrap_angle
+    from idaudit.maths.ceilings import angle_posterior_mean as gaussian_angle_mean
+    from idaudit.maths.ceilings import wrap_angle
+    from idaudit.worlds.reacher.data import r2_ceilings
 
     rng = np.random.default_rng(5)
     z_fit, z_test = rng.standard_normal((400_000, 1)), rng.standard_normal((400_000, 1))

@@ -38,6 +38,11 @@ def audit(
                                                "does)"),
     circular: str | None = typer.Option(None, "--circular", help="comma-separated latent "
                                         "indices that are angles"),
+    angle_sigma: float | None = typer.Option(None, "--angle-sigma", help="with --circular on "
+                                             "arrays: the angles are drawn N(0, σ²) and seen "
+                                             "mod 2π, so the audit reports the ceiling of "
+                                             "R²(h → z) (a world that knows its law, as "
+                                             "reacher, says it itself)"),
     gauss_sims: int = typer.Option(default(AuditRequest, "gauss_sims"), "--gauss-sims",
                                    help="Gaussianity p-value: 0 from the asymptotic null "
                                    "law; N > 0 from N simulated Gaussian data sets of the "
@@ -62,6 +67,7 @@ def audit(
     result = run_audit(AuditRequest.from_options(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
+        angle_sigma=angle_sigma,
         gauss_sims=gauss_sims, min_r2=min_r2, max_orthogonality_error=max_orth,
         min=report["min"], max=report["max"], gate=report["gate"], label_free=label_free))
     finish(result, audit_table(result, report["keys"]), report)

@@ -20,7 +20,8 @@ def embed(
     target: Path = EncoderArg,
     out_path: Path = typer.Option(..., "--out", "-o", help="the .npz to write: z, h; h_prime "
                                   "and rho where the world has pairs; x on vector worlds (the "
-                                  "raw-mixing baseline); circular; the split's seed, and "
+                                  "raw-mixing baseline); circular (with angle_sigma, the "
+                                  "angles' law, where the world knows it); the split's seed, and "
                                   "test_rows where the world fixes its held-out rows"),
     encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
     n_eval: int | None = n_eval_option("inputs to embed"),

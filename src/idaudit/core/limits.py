@@ -46,7 +46,8 @@ class Limit:
         and 1"."""
         unit = f" {self.unit}" if self.unit else ""
         if self.high is None:
-            return f"{'an integer' if self.integer else 'a number'} ≥ {self.low:g}{unit}"
+            return (f"{'an integer' if self.integer else 'a number'} {'>' if self.open else '≥'} "
+                    f"{self.low:g}{unit}")
         if self.open:
             return f"lie strictly between {self.low:g} and {self.high:g}{unit}"
         return f"lie in [{self.low:g}, {self.high:g}]{unit}"
@@ -67,6 +68,7 @@ LIMITS: dict[str, Limit] = {
     "n_views": Limit(True, 2, 64),
     "image_size": Limit(True, 16, 512, unit="pixels"),
     "runs": Limit(True, 2),  # consistency: how many runs are compared
+    "angle_sigma": Limit(False, 0, None, open=True),  # σ of the angles' law N(0, σ²)
 }
 
 

@@ -265,7 +265,8 @@ class AuditRequest(Composed):
     ``max_orthogonality_error``, ``min``/``max``, a gate table or file). Several targets are
     gated together on the worst run's value (``reduce="worst"``) or the median.
     ``bootstrap`` resamples for confidence intervals, ``test_fraction`` the held-out share
-    (None: 0.5, or the rows a world fixes), ``circular`` the latent indices that are angles,
+    (None: 0.5, or the rows a world fixes), ``circular`` the latent indices that are angles
+    (``angle_sigma``: their law N(0, σ²) where no world says it, for R²'s ceiling),
     ``gauss_sims`` simulated data sets for the Gaussianity p-value (0: its asymptotic law),
     ``label_free`` ignores z. :meth:`from_options` builds one from flat options.
     """
@@ -284,6 +285,7 @@ class AuditRequest(Composed):
     bootstrap: int = 0
     test_fraction: float | None = None
     circular: str | tuple[int, ...] | list[int] = ()
+    angle_sigma: float | None = None
     gauss_sims: int = 0
     label_free: bool = False
 

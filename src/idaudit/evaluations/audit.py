@@ -24,6 +24,7 @@ from idaudit.core.errors import (
     check_seed,
     latent_indices,
 )
+from idaudit.core.limits import check
 from idaudit.core.requests import AuditRequest, unknown_options
 from idaudit.evaluations.gate import KNOWN_METRICS, Threshold, collect_thresholds, evaluate_gate
 from idaudit.evaluations.inputs import (
@@ -133,7 +134,7 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                  circular: tuple[int, ...] | list[int] = (), bootstrap: int = 0,
                  test_fraction: float | None = None, seed: int = 0, gauss_sims: int = 0,
-                 label_free: bool = False) -> AuditReport:
+                 label_free: bool = False, angle_sigma: float | None = None) -> AuditReport:
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ); without z (or with
     ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`), where the user's
     ``circular``, ``bootstrap`` and ``test_fraction`` are refused, and so are ``circular`` or
@@ -162,6 +163,14 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     test_fraction = TEST_FRACTION if test_fraction is None else test_fraction
     if circular:
         inp.circular = latent_indices(circular, "--circular")
+    if angle_sigma is not None:
+        if inp.angle_sigma is not None:
+            raise IdauditError("--angle-sigma does not apply: these inputs bring their angles' "
+                               f"law (σ = {inp.angle_sigma:g})")
+        if not inp.circular:
+            raise IdauditError("--angle-sigma goes with --circular (the angles it is the law of)")
+        check("angle_sigma", angle_sigma)
+        inp.angle_sigma = float(angle_sigma)
     inp = check_shapes(inp)
     thresholds = list(thresholds or [])
     reason = inconclusive_reason(inp) or split_reason(inp, test_fraction)
@@ -174,7 +183,8 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
 
     metrics = audit_metrics(inp.z, inp.h, inp.h_prime, inp.rho, inp.x, circular=inp.circular,
                             test_fraction=test_fraction, seed=seed, bootstrap=bootstrap,
-                            gauss_sims=gauss_sims, test_rows=inp.test_rows)
+                            gauss_sims=gauss_sims, test_rows=inp.test_rows,
+                            angle_sigma=inp.angle_sigma if inp.circular else None)
     return gated_report(metrics, thresholds, inp.source, inp.world)
 
 
@@ -270,6 +280,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
             inputs.append((inp, inp.seed))
     several = len(inputs) > 1
     reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
+                            angle_sigma=req.angle_sigma,
                             bootstrap=req.bootstrap, test_fraction=req.test_fraction,
                             seed=seed or 0, gauss_sims=req.gauss_sims, label_free=req.label_free)
                for inp, seed in inputs]

@@ -82,7 +82,8 @@ def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int 
     arrays = {k: None if v is None else to_numpy(v) for k, v in
               (("z", ev.z), ("h", h), ("h_prime", hp), ("x", ev.baseline),
                ("test_rows", ev.test_rows))}
-    return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, source=str(loaded.path),
+    return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, angle_sigma=ev.angle_sigma,
+                       source=str(loaded.path),
                        world=spec.to_dict(), seed=seed)
 
 
@@ -120,6 +121,8 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
         if inp.rho is not None and inp.h_prime is not None:
             arrays["rho"] = np.float64(inp.rho)
         arrays["circular"] = np.asarray(inp.circular or (), dtype=np.int64)
+        if inp.angle_sigma is not None:  # the angles' law, for the ceiling
+            arrays["angle_sigma"] = np.float64(inp.angle_sigma)
         arrays["seed"] = np.int64(inp.seed or 0)  # the audit's split and seed, reproduced
         atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
     return inp

@@ -122,8 +122,29 @@ def audit_table(report, keys: bool = False) -> Table:
         cells = [label, *([key] if keys else []), fmt(report.metrics[key]),
                  _threshold_text(t) if t else "", mark]
         table.add_row(*cells, style=style)
-    table.caption = bound_note(report.metrics)
+    table.caption = "\n".join(notes(report.metrics)) or None
     return table
+
+
+def notes(metrics: dict[str, Any]) -> list[str]:
+    """The sentences a report adds under its table: what the world allows, what the bound
+    says."""
+    return [n for n in (ceiling_note(metrics), bound_note(metrics)) if n]
+
+
+def ceiling_note(metrics: dict[str, Any]) -> str | None:
+    """The held-out R²(h → z) in words beside its ceiling, where the world hides part of a
+    latent (angles seen mod 2π)."""
+    if metrics.get("r2_h_to_z_ceiling") is None or metrics.get("r2_h_to_z_heldout") is None:
+        return None
+    share = metrics.get("r2_h_to_z_of_ceiling")
+    text = (f"held-out R²(h → z) {metrics['r2_h_to_z_heldout']:.3f} of a possible "
+            f"{metrics['r2_h_to_z_ceiling']:.3f} ({100 * share:.1f} % of the ceiling: the best "
+            "guess from angles seen mod 2π)")
+    if metrics.get("r2_h_to_z_heldout_unwrapped") is not None:
+        text += (f"; {metrics['r2_h_to_z_heldout_unwrapped']:.3f} on the "
+                 f"{metrics['unwrapped_test_rows']} test rows whose angles need no wrapping")
+    return text
 
 
 def bound_note(metrics: dict[str, Any]) -> str | None:
@@ -179,8 +200,7 @@ def audit_markdown(report, table: str = "audit") -> str:
         res = "" if t is None or t.passed is None else ("pass" if t.passed else "**FAIL**")
         lines.append(f"| `{key}` | {fmt(report.metrics[key])} | "
                      f"{_threshold_text(t) if t else ''} | {res} |")
-    note = bound_note(report.metrics)
-    if note:
+    for note in notes(report.metrics):
         lines += ["", f"Note: {note}."]
     return "\n".join(lines) + "\n"
 

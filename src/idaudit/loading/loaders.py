@@ -40,12 +40,13 @@ from idaudit.loading.architectures import build_arch, import_factory  # noqa: F4
 if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
     from idaudit.worlds import World, WorldSpec
 
-ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed")
+ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed", "angle_sigma")
 
 
 @dataclass
 class Arrays:
-    """Embeddings brought as arrays: z, h and optionally h′, ρ, x, circular latent indices."""
+    """Embeddings brought as arrays: z, h and optionally h′, ρ, x, circular latent indices
+    (and their law's σ, ``angle_sigma``)."""
 
     z: np.ndarray | None  # None: no true latents (a label-free audit)
     h: np.ndarray
@@ -53,6 +54,7 @@ class Arrays:
     rho: float | None = None
     x: np.ndarray | None = None
     circular: tuple[int, ...] = ()
+    angle_sigma: float | None = None  # the circular latents' law N(0, σ²), where it is known
     source: str = "arrays"
     test_rows: np.ndarray | None = None  # a fixed held-out split (as `idaudit embed` writes)
     seed: int | None = None  # the split's and the audit's seed, stored with the arrays
@@ -100,8 +102,15 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
             raise IdauditError(f"{source}: seed must be a single integer")
         seed = int(value[0])
         check_seed(seed, f"{source}: seed")
+    sigma_t = t("angle_sigma")
+    angle_sigma = None
+    if sigma_t is not None:
+        if sigma_t.size != 1 or not float(sigma_t.reshape(-1)[0]) > 0 or not circular:
+            raise IdauditError(f"{source}: angle_sigma must be one number > 0, with circular")
+        angle_sigma = float(sigma_t.reshape(-1)[0])
     return Arrays(z=t("z"), h=h, h_prime=t("h_prime"), rho=rho, x=t("x"),
-                  circular=circular, source=source, test_rows=rows, seed=seed)
+                  circular=circular, angle_sigma=angle_sigma, source=source, test_rows=rows,
+                  seed=seed)
 
 
 def sniff(path: Path) -> str:

@@ -22,11 +22,13 @@ from typing import Any, Literal
 
 Direction = Literal["higher", "lower"] | None
 
-NEEDS = ("z", "h_prime", "rho", "bootstrap")
+NEEDS = ("z", "h_prime", "rho", "bootstrap", "angle_law")
 REPORTS = ("audit", "label_free", "consistency", "train", "sweep")
 DIRECTIONS = ("higher", "lower", None)
 # how an error message names each need
-NEED_TEXT = {"z": "the true latents z", "h_prime": "h′", "rho": "ρ", "bootstrap": "--bootstrap B"}
+NEED_TEXT = {"z": "the true latents z", "h_prime": "h′", "rho": "ρ", "bootstrap": "--bootstrap B",
+             "angle_law": "angles seen mod 2π with their law (a world that knows it, or "
+                          "--circular with --angle-sigma)"}
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,19 @@ CATALOGUE: tuple[Metric, ...] = (
        "largest angle between the fitted map's range and h's top subspace (m ≠ n only)"),
     _m("r2_h_to_sincos", "R²(h → sin/cos of angles)", "higher", "z", "audit",
        "R²(h → (sin z_i, cos z_i)) of the circular latents (--circular only)"),
+    _m("r2_h_to_z_ceiling", "ceiling of R²(h → z), held-out", None, "z angle_law", "audit",
+       "held-out R² of the best guess of z from angles seen mod 2π (their posterior mean), "
+       "fitted and scored as the audit scores: what the world allows on this evaluation set"),
+    _m("r2_h_to_z_of_ceiling", "R²(h → z) / its ceiling", "higher", "z angle_law", "audit",
+       "held-out R²(h → z) over its ceiling: 1 for an encoder as good as the images allow "
+       "(a little above 1 by chance on a finite set)", short="of ceiling"),
+    _m("r2_h_to_z_heldout_unwrapped", "R²(h → z), held-out, unwrapped rows", "higher",
+       "z angle_law", "audit",
+       "held-out R²(h → z) on the test rows whose angles lie in [−π, π) (need no wrapping)"),
+    _m("unwrapped_test_rows", "test rows needing no wrapping", None, "z angle_law", "audit",
+       "how many test rows r2_h_to_z_heldout_unwrapped is scored on", row=False),
+    _m("angle_sigma", "σ of the angles' law N(0, σ²)", None, "z angle_law", "audit",
+       "the law the ceiling assumes for the unwrapped angles", row=False),
     _m("gaussianity_statistic", "sliced Epps–Pulley statistic", "lower", "", _ALL,
        "distance of h's projections from a Gaussian law"),
     _m("gaussianity_p_value", "Gaussianity p-value", "higher", "", _ALL,

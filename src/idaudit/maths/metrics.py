@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
+from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
 from idaudit.maths.gaussianity import sliced_gaussianity
 from idaudit.maths.linalg import solve_psd
 from idaudit.maths.linear import (
@@ -176,6 +177,33 @@ def _circular(f: Fit) -> dict[str, Any]:
             "sincos_targets": [f"{c} z{i}" for i in f.circ for c in ("sin", "cos")]}
 
 
+def _ceiling(f: Fit) -> dict[str, Any]:
+    """Where the observations show an angle only mod 2π: the held-out R²(→ z) of the best guess
+    from them (:func:`~idaudit.maths.ceilings.ceiling_predictor`, under the angles' law
+    N(0, σ²)) on the audit's own split, the share of it the encoder reaches, and the encoder's
+    held-out R²(h → z) on the test rows whose angles need no wrapping."""
+    z = np.asarray(f.blocks[0], dtype=np.float64)
+    n = z.shape[1]
+    best = ceiling_predictor(z, f.circ, f.options["angle_sigma"])
+    pair = [best, z]
+    shift = np.concatenate([f.shift[f.iz], f.shift[f.iz]])
+    m_tr, m_te = Moments.of_row_sets(pair, [f.train_rows, f.test_rows], shift)
+    ceiling = heldout_r2_from_moments(m_tr, m_te, slice(0, n), slice(n, 2 * n))
+    ours = float(heldout_r2_from_moments(f.m_tr, f.m_te, f.ih, f.iz).mean())
+    keep = f.test_rows[unwrapped_rows(z[f.test_rows], f.circ)]
+    out: dict[str, Any] = {
+        "r2_h_to_z_ceiling": float(ceiling.mean()),
+        "r2_h_to_z_ceiling_per_dim": [float(v) for v in ceiling],
+        "r2_h_to_z_of_ceiling": ours / float(ceiling.mean()) if ceiling.mean() > 0 else 0.0,
+        "unwrapped_test_rows": int(keep.size),
+        "angle_sigma": float(f.options["angle_sigma"]),
+    }
+    if keep.size > n + 1:  # enough rows to score an R² on
+        nowrap = heldout_r2_from_moments(f.m_tr, Moments(f.blocks, keep, f.shift), f.ih, f.iz)
+        out["r2_h_to_z_heldout_unwrapped"] = float(nowrap.mean())
+    return out
+
+
 def _mixing(f: Fit) -> dict[str, Any]:
     return {"mixing_r2_x_to_z": float(_r2_block(f.s, f.ix, f.iz).mean())}
 
@@ -227,6 +255,8 @@ METRIC_GROUPS: tuple[MetricGroup, ...] = (
     MetricGroup("identification", lambda f: True, _identification),
     MetricGroup("subspace", lambda f: f.ih.stop - f.ih.start != f.iz.stop, _subspace),
     MetricGroup("circular", lambda f: bool(f.circ), _circular, core=True),
+    MetricGroup("ceiling", lambda f: bool(f.circ) and f.options["angle_sigma"] is not None,
+                _ceiling),
     MetricGroup("mixing", lambda f: f.has_x, _mixing, core=True),
     MetricGroup("bound", lambda f: f.h_prime is not None and f.rho is not None, _bound,
                 core=True),
@@ -240,7 +270,8 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
                   seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
                   gauss_sims: int = 0, gauss_slices: int = 64,
-                  test_rows: ArrayLike | None = None, core: bool = False) -> dict[str, Any]:
+                  test_rows: ArrayLike | None = None, core: bool = False,
+                  angle_sigma: float | None = None) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x]
     (:func:`_fit`), then each :data:`METRIC_GROUPS` entry that applies.
 
@@ -249,13 +280,16 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     of the rows and score on the rest (or, with ``test_rows``, fit on the other rows and
     score on those). With ``bootstrap`` B > 0 the held-out R² gets a percentile interval over
     B resamples of the test rows. ``core`` keeps the groups the training curve needs (linear
-    fits, circular latents, mixing, bound); the keys it keeps have the same values.
+    fits, circular latents, mixing, bound); the keys it keeps have the same values. With
+    ``angle_sigma`` σ, the circular latents are angles drawn N(0, σ²) that the observations
+    show mod 2π: the ceiling group reports what the best encoder could reach.
     """
     zt, ht = to_numpy(z), to_numpy(h)
     zt = zt.reshape(zt.shape[0], -1)
     ht = ht.reshape(ht.shape[0], -1)
     options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
-               "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core}
+               "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core,
+               "angle_sigma": angle_sigma}
     fit = _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
     out: dict[str, Any] = {}
     for group in METRIC_GROUPS:

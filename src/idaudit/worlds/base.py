@@ -28,7 +28,8 @@ class EvalSet:
     or a uint8 image array); ``rho`` is the channel's correlation when the pairs follow one
     known ρ (else None); ``test_rows`` fixes the held-out rows (None: a seeded random split);
     ``baseline`` is x as a flat float tensor for the raw-mixing R²(x → z) (None where x is not
-    a small vector).
+    a small vector). ``angle_sigma``: the evaluation angles (``circular``) are drawn
+    N(0, σ²) and observed mod 2π, so the audit can say what R² the world allows.
     """
 
     z: torch.Tensor
@@ -38,6 +39,7 @@ class EvalSet:
     test_rows: torch.Tensor | None = None
     circular: tuple[int, ...] = ()
     baseline: torch.Tensor | None = None
+    angle_sigma: float | None = None  # the circular latents' law N(0, σ²) where it is known
 
 
 @dataclass

@@ -29,6 +29,7 @@ from idaudit.core.errors import IdauditError, check_seed
 from idaudit.core.io import MAX_TEXT_INPUT, atomic_write, check_memory, first_line, write_json
 from idaudit.core.limits import LIMITS, check
 from idaudit.core.progress import ProgressBar
+from idaudit.maths.ceilings import angle_posterior_mean, wrap_angle
 from idaudit.worlds.spec import check_fields, check_numbers, check_type
 
 FORMAT = "idaudit-reacher"
@@ -115,33 +116,18 @@ def eval_partners(z: np.ndarray, rho: float, seed: int = EVAL_SEED) -> np.ndarra
     return rho * np.asarray(z) + math.sqrt(1 - rho**2) * eta
 
 
-def wrap_angle(z: np.ndarray) -> np.ndarray:
-    """z mod 2π in [−π, π): all an image shows of a joint angle."""
-    return (np.asarray(z) + math.pi) % (2 * math.pi) - math.pi
-
-
-def gaussian_angle_mean(z: np.ndarray, turns: int = 4) -> np.ndarray:
-    """E[z | z mod 2π] for z ~ N(0, 1): with c_k = wrap(z) + 2πk (|k| ≤ ``turns``),
-    Σ_k c_k φ(c_k) / Σ_k φ(c_k) — the best mean-square guess of an unwrapped N(0, 1) angle
-    from anything that sees it only mod 2π (an image)."""
-    k = np.arange(-turns, turns + 1)[:, None]
-    c = wrap_angle(np.ravel(z))[None] + 2 * math.pi * k
-    w = np.exp(-0.5 * (c * c - c.min(0) ** 2))
-    return ((w * c).sum(0) / w.sum(0)).reshape(np.shape(z))
-
-
 def r2_ceilings(z_fit: np.ndarray, z_test: np.ndarray) -> dict[str, list[float]]:
     """Held-out R²(→ z), per joint, of two predictors of N(0, I) angles that see them only
     mod 2π, fitted on ``z_fit`` and scored on ``z_test`` by the audit itself
-    (:func:`~idaudit.maths.metrics.audit_metrics`): ``wrapped`` (an embedding linear in the wrapped
-    angles) and ``bayes`` (:func:`gaussian_angle_mean`, the most any encoder of the images
-    can reach in expectation)."""
+    (:func:`~idaudit.maths.metrics.audit_metrics`): ``wrapped`` (an embedding linear in the
+    wrapped angles) and ``bayes`` (:func:`~idaudit.maths.ceilings.angle_posterior_mean`, the
+    most any encoder of the images can reach in expectation)."""
     from idaudit.maths.metrics import audit_metrics
 
     z = np.concatenate([np.asarray(z_fit), np.asarray(z_test)])
     rows = np.arange(len(z_fit), len(z))
     return {name: audit_metrics(z, f(z), test_rows=rows, core=True)["r2_h_to_z_heldout_per_dim"]
-            for name, f in (("wrapped", wrap_angle), ("bayes", gaussian_angle_mean))}
+            for name, f in (("wrapped", wrap_angle), ("bayes", angle_posterior_mean))}
 
 
 def controller_episodes(n_episodes: int, steps: int, seed: int) -> np.ndarray:

@@ -87,7 +87,8 @@ class ReacherWorld(World):
         x = np.concatenate([d.x[:k], d.x_eval])
         x_prime = np.concatenate([d.x_prime[:k], d.x_prime_eval]) if pairs else None
         return EvalSet(z=z, x=x, x_prime=x_prime, rho=self.rho if pairs else None,
-                       test_rows=torch.arange(k, k + len(d.z_eval)), circular=self.circular)
+                       test_rows=torch.arange(k, k + len(d.z_eval)), circular=self.circular,
+                       angle_sigma=1.0)  # eval_angles: N(0, I₂)
 
     def eval_set_at(self, image_size: int, n: int, seed: int = EVAL_SEED,
                     cache_dir: str | Path | None = None, workers: int | None = None,
