@@ -56,3 +56,22 @@ def test_distances_to_the_identity():
     q = np.random.default_rng(6).standard_normal((9, 4))
     want = np.linalg.norm(q.T @ q - np.eye(4)) / 2.0
     assert orthogonality_error(q) == pytest.approx(want, rel=1e-12)
+
+
+def test_solve_psd_leaves_a_fortran_ordered_right_hand_side_alone():
+    """LAPACK overwrites its right-hand side: the solver must hand it a copy, also when the
+    caller's array is already Fortran-ordered float64 (a transposed view), which a solve
+    once overwrote with the solution."""
+    from idaudit.maths.linalg import psd_solver, solve_psd
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(50, 6))
+    s = a.T @ a
+    b = np.asfortranarray(rng.normal(size=(6, 9)))
+    kept = b.copy()
+    x = solve_psd(s, b)
+    np.testing.assert_array_equal(b, kept)
+    np.testing.assert_allclose(s @ x, b, atol=1e-10)
+    x2 = psd_solver(s)(b)
+    np.testing.assert_array_equal(b, kept)
+    np.testing.assert_array_equal(x, x2)

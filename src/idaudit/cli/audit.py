@@ -9,7 +9,7 @@ import typer
 from idaudit.cli.application import app, cli_errors
 from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
 from idaudit.cli.output import check_reports, encoder_inputs, finish
-from idaudit.core.defaults import TEST_FRACTION
+from idaudit.core.defaults import FLOOR_DRAWS, TEST_FRACTION
 from idaudit.core.errors import check_seed
 from idaudit.core.requests import ENCODER_FORMS, AuditRequest, default
 
@@ -47,6 +47,10 @@ def audit(
                                    help="Gaussianity p-value: 0 from the asymptotic null "
                                    "law; N > 0 from N simulated Gaussian data sets of the "
                                    "same size (exact, p ≥ 1/(N+1))"),
+    floor_draws: int | None = typer.Option(None, "--floor-draws", help="shuffles of z against "
+                                           "h behind the band an uninformative encoder of this "
+                                           f"width reaches on these rows (default {FLOOR_DRAWS}; "
+                                           "0: none)"),
     min_r2: float | None = typer.Option(None, "--min-r2", help="gate: held-out R²(h → z) ≥"),
     max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
                                           help="gate: orthogonality error ≤"),
@@ -68,6 +72,6 @@ def audit(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
         angle_sigma=angle_sigma,
-        gauss_sims=gauss_sims, min_r2=min_r2, max_orthogonality_error=max_orth,
+        gauss_sims=gauss_sims, floor_draws=floor_draws, min_r2=min_r2, max_orthogonality_error=max_orth,
         min=report["min"], max=report["max"], gate=report["gate"], label_free=label_free))
     finish(result, audit_table(result, report["keys"]), report)

@@ -58,6 +58,7 @@ LIMITS: dict[str, Limit] = {
     "n_eval": Limit(True, 10),
     "bootstrap": Limit(True, 0),
     "gauss_sims": Limit(True, 0),
+    "floor_draws": Limit(True, 0, 100_000),
     "test_fraction": Limit(False, 0, 1, open=True),
     "rho": Limit(False, 0, 1, open=True),
     "lamb": Limit(False, 0, 1),

@@ -268,7 +268,9 @@ class AuditRequest(Composed):
     (None: 0.5, or the rows a world fixes), ``circular`` the latent indices that are angles
     (``angle_sigma``: their law N(0, σ²) where no world says it, for R²'s ceiling),
     ``gauss_sims`` simulated data sets for the Gaussianity p-value (0: its asymptotic law),
-    ``label_free`` ignores z. :meth:`from_options` builds one from flat options.
+    ``floor_draws`` shuffles of z against h for the uninformative floor (None:
+    :data:`~idaudit.core.defaults.FLOOR_DRAWS`, 0: none), ``label_free`` ignores z.
+    :meth:`from_options` builds one from flat options.
     """
 
     targets: list[Any] = field(default_factory=list)
@@ -287,6 +289,7 @@ class AuditRequest(Composed):
     circular: str | tuple[int, ...] | list[int] = ()
     angle_sigma: float | None = None
     gauss_sims: int = 0
+    floor_draws: int | None = None
     label_free: bool = False
 
     @classmethod

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from idaudit.core.defaults import TEST_FRACTION
+from idaudit.core.defaults import FLOOR_DRAWS, TEST_FRACTION
 from idaudit.core.errors import (
     EXIT_GATE_FAILED,
     EXIT_INCONCLUSIVE,
@@ -86,9 +86,12 @@ class AuditReport:
         return self.markdown()
 
     def to_dict(self) -> dict[str, Any]:
+        from idaudit.evaluations.report import notes
+
         out = {"verdict": self.verdict, "reason": self.reason, "source": self.source,
                "world": self.world, "metrics": self.metrics,
-               "gate": [t.to_dict() for t in self.thresholds]}
+               "gate": [t.to_dict() for t in self.thresholds],
+               "notes": notes(self.metrics, self.thresholds)}
         if self.runs is not None:
             out["runs"] = self.runs
         return out
@@ -134,17 +137,20 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
 def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                  circular: tuple[int, ...] | list[int] = (), bootstrap: int = 0,
                  test_fraction: float | None = None, seed: int = 0, gauss_sims: int = 0,
-                 label_free: bool = False, angle_sigma: float | None = None) -> AuditReport:
+                 label_free: bool = False, angle_sigma: float | None = None,
+                 floor_draws: int | None = None) -> AuditReport:
     """Metrics and verdict for arrays already reduced to (z, h, h′, ρ); without z (or with
     ``label_free``) from h, h′ and ρ alone (:func:`audit_label_free`), where the user's
     ``circular``, ``bootstrap`` and ``test_fraction`` are refused, and so are ``circular`` or
     ``x`` stored in an array file that has no z (a world's own angle indices, and a file's own
     with its z set aside by ``label_free``, simply do not apply). ``test_fraction`` (default
-    0.5) is also refused where the world fixes the held-out rows."""
-    check_counts(bootstrap, gauss_sims, test_fraction)
+    0.5) is also refused where the world fixes the held-out rows. ``floor_draws``: the
+    shuffles behind the uninformative floor (None: the default; 0: none)."""
+    check_counts(bootstrap, gauss_sims, test_fraction, floor_draws)
     if inp.z is None or label_free:
         given = [flag for flag, v in (("--circular", circular), ("--bootstrap", bootstrap),
-                                      ("--test-fraction", test_fraction is not None)) if v]
+                                      ("--test-fraction", test_fraction is not None),
+                                      ("--floor-draws", floor_draws is not None)) if v]
         if given:
             raise IdauditError(f"{given[0]} needs the true latents z; a label-free audit has "
                                "none")
@@ -184,7 +190,8 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
     metrics = audit_metrics(inp.z, inp.h, inp.h_prime, inp.rho, inp.x, circular=inp.circular,
                             test_fraction=test_fraction, seed=seed, bootstrap=bootstrap,
                             gauss_sims=gauss_sims, test_rows=inp.test_rows,
-                            angle_sigma=inp.angle_sigma if inp.circular else None)
+                            angle_sigma=inp.angle_sigma if inp.circular else None,
+                            floor_draws=FLOOR_DRAWS if floor_draws is None else floor_draws)
     return gated_report(metrics, thresholds, inp.source, inp.world)
 
 
@@ -245,7 +252,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
     the gate (several targets: :func:`combine_reports`). Bad input raises
     :class:`~idaudit.core.errors.IdauditError` (exit 2 in the CLI) before any work is done."""
     check_seed(req.seed)
-    check_counts(req.bootstrap, req.gauss_sims, req.test_fraction)
+    check_counts(req.bootstrap, req.gauss_sims, req.test_fraction, req.floor_draws)
     thresholds = collect_thresholds(req.gate, KNOWN_METRICS, "r2_h_to_z_heldout",
                                     "orthogonality_error")
     check_embedding_options(req.n_eval, req.encoder.normalize)
@@ -282,7 +289,8 @@ def run_audit(req: AuditRequest) -> AuditReport:
     reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
                             angle_sigma=req.angle_sigma,
                             bootstrap=req.bootstrap, test_fraction=req.test_fraction,
-                            seed=seed or 0, gauss_sims=req.gauss_sims, label_free=req.label_free)
+                            seed=seed or 0, gauss_sims=req.gauss_sims, label_free=req.label_free,
+                            floor_draws=req.floor_draws)
                for inp, seed in inputs]
     return combine_reports(reports, thresholds, req.reduce) if several else reports[0]
 

@@ -186,9 +186,12 @@ def check_embedding_options(n_eval: Any, normalize: str | None = None) -> None:
         parse_normalize(normalize)
 
 
-def check_counts(bootstrap: Any, gauss_sims: Any, test_fraction: Any) -> None:
+def check_counts(bootstrap: Any, gauss_sims: Any, test_fraction: Any,
+                 floor_draws: Any = None) -> None:
     """The audit's counts and split share, checked before any work."""
     limits.check("bootstrap", bootstrap)
     limits.check("gauss_sims", gauss_sims)
+    if floor_draws is not None:
+        limits.check("floor_draws", floor_draws)
     if test_fraction is not None:
         limits.check("test_fraction", test_fraction)

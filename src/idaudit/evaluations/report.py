@@ -122,14 +122,45 @@ def audit_table(report, keys: bool = False) -> Table:
         cells = [label, *([key] if keys else []), fmt(report.metrics[key]),
                  _threshold_text(t) if t else "", mark]
         table.add_row(*cells, style=style)
-    table.caption = "\n".join(notes(report.metrics)) or None
+    table.caption = "\n".join(notes(report.metrics, report.thresholds)) or None
     return table
 
 
-def notes(metrics: dict[str, Any]) -> list[str]:
-    """The sentences a report adds under its table: what the world allows, what the bound
-    says."""
-    return [n for n in (ceiling_note(metrics), bound_note(metrics)) if n]
+def notes(metrics: dict[str, Any], thresholds: Any = ()) -> list[str]:
+    """The sentences a report adds under its table: what the world allows, what an
+    uninformative encoder reaches (and each R² gate it could pass), what the bound says."""
+    return [n for n in (ceiling_note(metrics), floor_note(metrics), *floor_warnings(
+        metrics, thresholds), bound_note(metrics)) if n]
+
+
+#: the R² keys a gate may name, with the key of the band top an uninformative encoder reaches
+FLOOR_OF = {"r2_h_to_z_heldout": "r2_h_to_z_heldout_floor_high",
+            "r2_h_to_z_heldout_ci_low": "r2_h_to_z_heldout_floor_high",
+            "r2_h_to_z": "r2_h_to_z_floor_high"}
+
+
+def floor_note(metrics: dict[str, Any]) -> str | None:
+    """What an encoder of this width that knows nothing of z scores on these rows, in words."""
+    held, ins = metrics.get("r2_h_to_z_heldout_floor_band"), metrics.get("r2_h_to_z_floor_band")
+    if not held or not ins:
+        return None
+    return (f"an uninformative encoder of width {metrics['embed_dim']} scores held-out "
+            f"R²(h → z) {held[0]:.3f} to {held[1]:.3f} and in-sample {ins[0]:.3f} to "
+            f"{ins[1]:.3f} on these {metrics['n_samples']} rows (the band of "
+            f"{metrics['floor_draws']} shuffles of h against z)")
+
+
+def floor_warnings(metrics: dict[str, Any], thresholds: Any) -> list[str]:
+    """A warning for each ``--min`` gate on an R² that an uninformative encoder of this width
+    could pass: its threshold at or below the top of that encoder's band."""
+    out = []
+    for t in thresholds:
+        top = metrics.get(FLOOR_OF.get(t.metric, ""))
+        if t.op == "min" and top is not None and t.value <= top:
+            out.append(f"warning: the gate {t.metric} ≥ {t.value:g} lies within reach of an "
+                       f"uninformative encoder of this width (its band reaches {top:.3f}): "
+                       "passing it says little; use more rows or a narrower embedding")
+    return out
 
 
 def ceiling_note(metrics: dict[str, Any]) -> str | None:
@@ -200,7 +231,7 @@ def audit_markdown(report, table: str = "audit") -> str:
         res = "" if t is None or t.passed is None else ("pass" if t.passed else "**FAIL**")
         lines.append(f"| `{key}` | {fmt(report.metrics[key])} | "
                      f"{_threshold_text(t) if t else ''} | {res} |")
-    for note in notes(report.metrics):
+    for note in notes(report.metrics, report.thresholds):
         lines += ["", f"Note: {note}."]
     return "\n".join(lines) + "\n"
 

@@ -7,7 +7,9 @@ training tables, the sweep tables' columns, ``idaudit metrics`` — is a view of
 :data:`CATALOGUE`. Adding a metric is one entry here plus its computation.
 
 ``needs`` (what the audit must be given): ``z`` the true latents, ``h_prime`` and ``rho`` the
-positive pairs and their OU correlation, ``bootstrap`` ``--bootstrap B`` resamples.
+positive pairs and their OU correlation, ``bootstrap`` ``--bootstrap B`` resamples,
+``angle_law`` angles seen mod 2π with their law, ``floor`` the shuffles of the uninformative
+floor (``--floor-draws``, on by default).
 
 ``reports``: ``audit`` an audit with z reports it (``audit_metrics``, or several runs gated
 together), ``label_free`` a label-free audit does (h, h′, ρ alone), ``consistency`` the
@@ -22,13 +24,14 @@ from typing import Any, Literal
 
 Direction = Literal["higher", "lower"] | None
 
-NEEDS = ("z", "h_prime", "rho", "bootstrap", "angle_law")
+NEEDS = ("z", "h_prime", "rho", "bootstrap", "angle_law", "floor")
 REPORTS = ("audit", "label_free", "consistency", "train", "sweep")
 DIRECTIONS = ("higher", "lower", None)
 # how an error message names each need
 NEED_TEXT = {"z": "the true latents z", "h_prime": "h′", "rho": "ρ", "bootstrap": "--bootstrap B",
              "angle_law": "angles seen mod 2π with their law (a world that knows it, or "
-                          "--circular with --angle-sigma)"}
+                          "--circular with --angle-sigma)",
+             "floor": "--floor-draws K > 0"}
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,30 @@ CATALOGUE: tuple[Metric, ...] = (
        "how many test rows r2_h_to_z_heldout_unwrapped is scored on", row=False),
     _m("angle_sigma", "σ of the angles' law N(0, σ²)", None, "z angle_law", "audit",
        "the law the ceiling assumes for the unwrapped angles", row=False),
+    _m("r2_h_to_z_heldout_floor_high", "R²(h → z), held-out, uninformative (band top)", None,
+       "z floor", "audit",
+       "upper end of the central band of held-out R²(h → z) that h scores with its rows shuffled "
+       "against z: what an encoder of this width that knows nothing of z reaches on these rows",
+       short="floor"),
+    _m("r2_h_to_z_heldout_above_floor", "R²(h → z), held-out, above that band", "higher",
+       "z floor", "audit",
+       "held-out R²(h → z) minus r2_h_to_z_heldout_floor_high: > 0 where the encoder beats "
+       "the uninformative ones of its width"),
+    _m("r2_h_to_z_heldout_floor_mean", "R²(h → z), held-out, uninformative (mean)", None,
+       "z floor", "audit", "mean held-out R²(h → z) over the shuffles", row=False),
+    _m("r2_h_to_z_heldout_floor_band", "R²(h → z), held-out, uninformative band", None,
+       "z floor", "audit", "central band (the audit's confidence) of the shuffles' held-out R²",
+       row=False, gate=False),
+    _m("r2_h_to_z_floor_high", "R²(h → z), in-sample, uninformative (band top)", None,
+       "z floor", "audit",
+       "upper end of the band of in-sample R²(h → z) that h scores with its rows shuffled "
+       "against z (about m/(n − 1) in the mean)"),
+    _m("r2_h_to_z_floor_mean", "R²(h → z), in-sample, uninformative (mean)", None, "z floor",
+       "audit", "mean in-sample R²(h → z) over the shuffles", row=False),
+    _m("r2_h_to_z_floor_band", "R²(h → z), in-sample, uninformative band", None, "z floor",
+       "audit", "central band of the shuffles' in-sample R²", row=False, gate=False),
+    _m("floor_draws", "shuffles for the uninformative band", None, "z floor", "audit",
+       "K, the seeded shuffles of z's rows against h's", row=False),
     _m("gaussianity_statistic", "sliced Epps–Pulley statistic", "lower", "", _ALL,
        "distance of h's projections from a Gaussian law"),
     _m("gaussianity_p_value", "Gaussianity p-value", "higher", "", _ALL,

@@ -13,6 +13,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -92,18 +93,28 @@ def solve_psd(s_aa: np.ndarray, s_ab: np.ndarray, rtol: float = 1e-10) -> np.nda
     :func:`cholesky_lower`), else by the pseudo-inverse."""
     if s_aa.size == 0:
         return np.zeros_like(s_ab)
+    return psd_solver(s_aa, rtol)(s_ab)
+
+
+def psd_solver(s_aa: np.ndarray, rtol: float = 1e-10) -> Callable[[np.ndarray], np.ndarray]:
+    """b ↦ Σ_aa⁺ b for many right-hand sides, Σ_aa factored once (as :func:`solve_psd`)."""
     chol = cholesky_lower(s_aa, rtol)
     if chol is None:
-        return pinv_psd(s_aa, rtol) @ s_ab
+        pinv = pinv_psd(s_aa, rtol)
+        return lambda b: pinv @ b
     lapack = _lapack()
-    if lapack is None:
-        y = np.linalg.solve(chol, s_ab)
-        return np.linalg.solve(chol.T, y)
-    x, info = lapack.dpotrs(chol, np.asfortranarray(s_ab, dtype=np.float64), lower=1,
-                            overwrite_b=1)
-    if info != 0:  # pragma: no cover - dpotrs fails only on bad arguments
-        raise np.linalg.LinAlgError(f"dpotrs returned {info}")
-    return x
+
+    def solve(b: np.ndarray) -> np.ndarray:
+        if lapack is None:
+            return np.linalg.solve(chol.T, np.linalg.solve(chol, b))
+        # a copy in Fortran order that LAPACK may overwrite (never the caller's b)
+        x, info = lapack.dpotrs(chol, np.array(b, dtype=np.float64, order="F"), lower=1,
+                                overwrite_b=1)
+        if info != 0:  # pragma: no cover - dpotrs fails only on bad arguments
+            raise np.linalg.LinAlgError(f"dpotrs returned {info}")
+        return x
+
+    return solve
 
 
 def explained_psd(s_aa: np.ndarray, s_ab: np.ndarray, rtol: float = 1e-10) -> np.ndarray:

@@ -20,6 +20,7 @@ import numpy as np
 
 from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
 from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
+from idaudit.maths.floors import band, shuffled_r2
 from idaudit.maths.gaussianity import sliced_gaussianity
 from idaudit.maths.linalg import solve_psd
 from idaudit.maths.linear import (
@@ -76,7 +77,7 @@ class Fit:
     h_prime: np.ndarray | None
     rho: float | None
     has_x: bool
-    options: dict[str, Any]  # confidence, seed, bootstrap, gauss_sims, gauss_slices, core
+    options: dict[str, Any]  # confidence, seed, bootstrap, gauss_sims, gauss_slices, core, …
 
     @property
     def rows(self) -> int:
@@ -209,6 +210,26 @@ def _ceiling(f: Fit) -> dict[str, Any]:
     return out
 
 
+def _floor(f: Fit) -> dict[str, Any]:
+    """What an uninformative encoder of h's width scores on these rows and this split: R²(h → z)
+    in-sample and held-out for ``floor_draws`` shuffles of z's rows against h's (within the
+    train and within the test rows; :func:`~idaudit.maths.floors.shuffled_r2`), their mean and
+    central ``confidence`` band, and how far the held-out R² lies above that band."""
+    draws, conf = f.options["floor_draws"], f.options["confidence"]
+    ih = f.ih
+    ins, held = shuffled_r2(f.blocks[2 if f.circ else 1], f.blocks[0], f.train_rows,
+                            f.test_rows, f.m_tr.scatter[ih, ih], f.m_te.scatter[ih, ih], draws,
+                            f.options["seed"])
+    in_band, held_band = band(ins, conf), band(held, conf)
+    return {"r2_h_to_z_floor_mean": float(ins.mean()), "r2_h_to_z_floor_band": list(in_band),
+            "r2_h_to_z_floor_high": in_band[1],
+            "r2_h_to_z_heldout_floor_mean": float(held.mean()),
+            "r2_h_to_z_heldout_floor_band": list(held_band),
+            "r2_h_to_z_heldout_floor_high": held_band[1],
+            "r2_h_to_z_heldout_above_floor": float(f.r2_h_to_z_heldout.mean()) - held_band[1],
+            "floor_draws": int(draws)}
+
+
 def _mixing(f: Fit) -> dict[str, Any]:
     return {"mixing_r2_x_to_z": float(_r2_block(f.s, f.ix, f.iz).mean())}
 
@@ -262,6 +283,7 @@ METRIC_GROUPS: tuple[MetricGroup, ...] = (
     MetricGroup("circular", lambda f: bool(f.circ), _circular, core=True),
     MetricGroup("ceiling", lambda f: bool(f.circ) and f.options["angle_sigma"] is not None,
                 _ceiling),
+    MetricGroup("floor", lambda f: f.options["floor_draws"] > 0, _floor),
     MetricGroup("mixing", lambda f: f.has_x, _mixing, core=True),
     MetricGroup("bound", lambda f: f.h_prime is not None and f.rho is not None, _bound,
                 core=True),
@@ -276,7 +298,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
                   gauss_sims: int = 0, gauss_slices: int = 64,
                   test_rows: ArrayLike | None = None, core: bool = False,
-                  angle_sigma: float | None = None) -> dict[str, Any]:
+                  angle_sigma: float | None = None, floor_draws: int = 0) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x]
     (:func:`_fit`), then each :data:`METRIC_GROUPS` entry that applies.
 
@@ -287,14 +309,16 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     B resamples of the test rows. ``core`` keeps the groups the training curve needs (linear
     fits, circular latents, mixing, bound); the keys it keeps have the same values. With
     ``angle_sigma`` σ, the circular latents are angles drawn N(0, σ²) that the observations
-    show mod 2π: the ceiling group reports what the best encoder could reach.
+    show mod 2π: the ceiling group reports what the best encoder could reach. With
+    ``floor_draws`` K > 0, the floor group reports what an uninformative encoder of h's width
+    reaches on the same rows (K seeded shuffles of z against h), with a ``confidence`` band.
     """
     zt, ht = to_numpy(z), to_numpy(h)
     zt = zt.reshape(zt.shape[0], -1)
     ht = ht.reshape(ht.shape[0], -1)
     options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
                "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core,
-               "angle_sigma": angle_sigma}
+               "angle_sigma": angle_sigma, "floor_draws": floor_draws}
     fit = _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
     out: dict[str, Any] = {}
     for group in METRIC_GROUPS:
