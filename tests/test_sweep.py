@@ -259,7 +259,20 @@ def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r" / "summary.md").read_text()
     assert "| λ | OU ρ |" in md and "| λ | stride δ | ρ₀ | ρ₁ |" in md
-    assert md.count("| 0.005 |") == 2 and md.count("| 0.01 |") == 2
+    per_lamb = md.split("Beside the paper")[0]
+    assert per_lamb.count("| 0.005 |") == 2 and per_lamb.count("| 0.01 |") == 2
+    # beside the paper's Table 2: per condition the λ of the higher held-out R², the ceiling
+    rows = {(r["run"]["mode"], r["run"]["lamb"]): r["metrics"] for r in ok}
+    # (a trajectory dataset's fit angles follow its controller, not N(0, I₂): no ceiling)
+    for mode, cond, paper in (("ou", "| 0.9 |", "0.95 ± 7e-04"), ("trajectory", "| 8 |",
+                                                                   "0.80 ± 2e-03")):
+        best = max((5e-3, 1e-2), key=lambda lam: rows[(mode, lam)]["r2_h_to_z_heldout"])
+        metrics = rows[(mode, best)]
+        line = next(li for li in md.splitlines() if li.startswith(f"{cond} {best} |"))
+        ceiling = metrics.get("r2_h_to_z_ceiling")
+        assert (ceiling is None) == (mode == "trajectory")
+        assert paper in line and line.endswith(f"| {'—' if ceiling is None else f'{ceiling:.3f}'} |")
+        assert metrics["floor_draws"] == 100
 
 
 def test_checkpoints_are_kept_for_audit_and_failed_runs_exit_4(tmp_path, monkeypatch):

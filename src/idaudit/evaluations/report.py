@@ -145,8 +145,8 @@ def floor_note(metrics: dict[str, Any]) -> str | None:
     if not held or not ins:
         return None
     return (f"an uninformative encoder of width {metrics['embed_dim']} scores held-out "
-            f"R²(h → z) {held[0]:.3f} to {held[1]:.3f} and in-sample {ins[0]:.3f} to "
-            f"{ins[1]:.3f} on these {metrics['n_samples']} rows (the band of "
+            f"R²(h → z) {held[0]:.3g} to {held[1]:.3g} and in-sample {ins[0]:.3g} to "
+            f"{ins[1]:.3g} on these {metrics['n_samples']} rows (the band of "
             f"{metrics['floor_draws']} shuffles of h against z)")
 
 
@@ -158,7 +158,7 @@ def floor_warnings(metrics: dict[str, Any], thresholds: Any) -> list[str]:
         top = metrics.get(FLOOR_OF.get(t.metric, ""))
         if t.op == "min" and top is not None and t.value <= top:
             out.append(f"warning: the gate {t.metric} ≥ {t.value:g} lies within reach of an "
-                       f"uninformative encoder of this width (its band reaches {top:.3f}): "
+                       f"uninformative encoder of this width (its band reaches {top:.3g}): "
                        "passing it says little; use more rows or a narrower embedding")
     return out
 

@@ -76,7 +76,7 @@ _PAIRS = "h_prime rho"
 _ALL = "audit label_free"
 
 CATALOGUE: tuple[Metric, ...] = (
-    _m("r2_h_to_z_heldout", "R²(h → z), held-out", "higher", "z", "audit",
+    _m("r2_h_to_z_heldout", "R²(h → z), held-out", "higher", "z", "audit sweep",
        "R² of z ≈ Wh + c fitted on the train rows, scored on the held-out rows"),
     _m("r2_h_to_z_heldout_ci", "  bootstrap interval", None, "z bootstrap", "audit",
        "percentile interval of the held-out R²(h → z) over B resamples of the test rows",
@@ -151,7 +151,8 @@ CATALOGUE: tuple[Metric, ...] = (
        "largest angle between the fitted map's range and h's top subspace (m ≠ n only)"),
     _m("r2_h_to_sincos", "R²(h → sin/cos of angles)", "higher", "z", "audit",
        "R²(h → (sin z_i, cos z_i)) of the circular latents (--circular only)"),
-    _m("r2_h_to_z_ceiling", "ceiling of R²(h → z), held-out", None, "z angle_law", "audit",
+    _m("r2_h_to_z_ceiling", "ceiling of R²(h → z), held-out", None, "z angle_law",
+       "audit sweep",
        "held-out R² of the best guess of z from angles seen mod 2π (their posterior mean), "
        "fitted and scored as the audit scores: what the world allows on this evaluation set"),
     _m("r2_h_to_z_of_ceiling", "R²(h → z) / its ceiling", "higher", "z angle_law", "audit",

@@ -19,7 +19,7 @@ import numpy as np
 
 from idaudit.maths.linalg import psd_solver
 
-GATHER_ROWS = 2048  # rows of h gathered per product
+GATHER_ROWS = 8192  # rows of h gathered per product
 MAX_CELLS = 4_000_000  # shuffled z values held at once (rows × draws × latents)
 
 
@@ -27,15 +27,18 @@ def _cross(h: np.ndarray, rows: np.ndarray, mean_h: np.ndarray, z: np.ndarray,
            perms: np.ndarray) -> np.ndarray:
     """Σ_i (h_i − h̄) z_{π(i)}ᵀ over ``rows`` of h for each shuffle π (a row of ``perms``) of
     ``z`` (one row per entry of ``rows``): the centred cross-products as an m × (k·d) matrix,
-    draw-major (draw i's latents at columns [i·d, (i + 1)·d)), h a block of rows at a time."""
+    draw-major (draw i's latents at columns [i·d, (i + 1)·d)); one product per block of
+    ``GATHER_ROWS`` rows of h. A float32 h is multiplied in float32 (a band needs no more)."""
     k, d = perms.shape[0], z.shape[1]
-    shuffled = [np.take(z[:, j], perms) for j in range(d)]  # k × rows each, contiguous
-    out = np.zeros((d, k, h.shape[1]))
+    work = np.float32 if h.dtype == np.float32 else np.float64
+    # (d·k) × rows, latent-major: row j·k + i is latent j under shuffle i
+    shuffled = np.take(np.ascontiguousarray(z.T, dtype=work), perms, axis=1).reshape(d * k, -1)
+    mean_w = mean_h.astype(work)
+    out = np.zeros((d * k, h.shape[1]))
     for i in range(0, rows.size, GATHER_ROWS):
-        block = h[rows[i:i + GATHER_ROWS]].astype(np.float64) - mean_h
-        for j in range(d):
-            out[j] += shuffled[j][:, i:i + GATHER_ROWS] @ block
-    return out.transpose(2, 1, 0).reshape(h.shape[1], k * d)
+        block = h[rows[i:i + GATHER_ROWS]].astype(work, copy=False) - mean_w
+        out += shuffled[:, i:i + GATHER_ROWS] @ block
+    return out.reshape(d, k, -1).transpose(2, 1, 0).reshape(h.shape[1], k * d)
 
 
 def shuffled_r2(h: np.ndarray, z: np.ndarray, train_rows: np.ndarray, test_rows: np.ndarray,

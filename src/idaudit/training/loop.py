@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from idaudit.core.defaults import FLOOR_DRAWS
 from idaudit.core.errors import IdauditError
 from idaudit.core.progress import ProgressBar
 from idaudit.maths.losses import objective_for, objective_needs_directions, random_directions, sigma_for
@@ -32,14 +33,17 @@ from idaudit.worlds.base import PairSource
 def eval_metrics(encoder: nn.Module, ev: EvalSet, seed: int, full: bool = True
                  ) -> dict[str, Any]:
     """Metrics of ``encoder`` on an evaluation set: the audit's (``full``, Gaussianity without
-    simulations) or its in-sample core (the training curve)."""
+    simulations; the ceiling where the set knows its angles' law, the uninformative floor) or
+    its in-sample core (the training curve)."""
     h = embed(encoder, ev.x)
     hp = embed(encoder, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None
     if not full:
         return identifiability_metrics(ev.z, h, hp, ev.rho, circular=ev.circular,
                                        test_rows=ev.test_rows, seed=seed)
     return audit_metrics(ev.z, h, hp, ev.rho, ev.baseline, circular=ev.circular,
-                         test_rows=ev.test_rows, seed=seed, gauss_sims=0)
+                         test_rows=ev.test_rows, seed=seed, gauss_sims=0,
+                         angle_sigma=ev.angle_sigma if ev.circular else None,
+                         floor_draws=FLOOR_DRAWS)
 
 
 def make_optimizer(params, lr: float, weight_decay: float):

@@ -86,9 +86,11 @@ class ReacherWorld(World):
         z = torch.from_numpy(np.concatenate([d.z[:k], d.z_eval]))
         x = np.concatenate([d.x[:k], d.x_eval])
         x_prime = np.concatenate([d.x_prime[:k], d.x_prime_eval]) if pairs else None
+        # the angles' law, for R²'s ceiling: N(0, I₂) for the fit rows of OU pairs and for the
+        # evaluation angles; a trajectory dataset's fit rows follow its controller (no law)
         return EvalSet(z=z, x=x, x_prime=x_prime, rho=self.rho if pairs else None,
                        test_rows=torch.arange(k, k + len(d.z_eval)), circular=self.circular,
-                       angle_sigma=1.0)  # eval_angles: N(0, I₂)
+                       angle_sigma=1.0 if self.rho is not None else None)
 
     def eval_set_at(self, image_size: int, n: int, seed: int = EVAL_SEED,
                     cache_dir: str | Path | None = None, workers: int | None = None,
