@@ -84,7 +84,8 @@ def test_train_audit_contract_on_every_shared_key(tmp_path, objective):
     shared = assert_contract(rec.metrics, report.metrics)
     assert len(shared) >= 25  # in-sample, held-out, bound, spectrum, Gaussianity, baseline
     for key in ("r2_h_to_z", "r2_h_to_z_heldout", "mcc", "procrustes_mse", "alignment_gap",
-                "bound", "bound_holds", "mixing_r2_x_to_z", "gaussianity_statistic"):
+                "bound", "bound_holds", "mixing_r2_x_to_z", "gaussianity_statistic",
+                "r2_h_to_z_heldout_floor_high", "r2_h_to_z_floor_mean"):
         assert key in shared, key
     # audit's default gauss_sims=0, as train's: the asymptotic p-value, no simulations; the
     # same number in both (it is a shared key)

@@ -278,9 +278,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
     methods = sorted({r["method"] for r in rows},
                      key=lambda m: ({"SIGReg": 0, "VICReg": 1}.get(m, 2), m))
     if all(("mode" in r or "trajectory" in r) for r in rows):  # OU vs trajectory pairs
-        lines += _ou_trajectory_table(rows, pm)
-        if any(r.get("world") == "reacher" for r in rows):
-            lines += _paper_side_by_side(rows)
+        lines += _ou_trajectory_table(rows, pm) + _paper_side_by_side(rows)
     elif len({r.get("dim", 2) for r in rows}) > 1:
         lines += ["| N | mixing R²(x→z) | " + " | ".join(f"{m} R²(h→z)" for m in methods) + " |",
                   "|---:|---:|" + "---:|" * len(methods)]
