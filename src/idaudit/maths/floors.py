@@ -2,7 +2,7 @@
 
 A linear fit of z on a wide h finds something even when h knows nothing of z. With n rows and
 an m-wide h, the in-sample R² of each latent is then Beta(m/2, (n − 1 − m)/2) distributed
-when z is Gaussian (mean m/(n − 1) whatever z and h are, over shuffles of the rows), and the
+when z is Gaussian (mean m/(n − 1) whatever z and h are, over shuffles of all the rows), and the
 held-out R² falls below 0 by about (m + 1)/(n_train − m − 2). An audit's R² means something only
 above that band.
 
@@ -100,8 +100,10 @@ def band(values: np.ndarray, confidence: float) -> tuple[float, float]:
 
 
 def in_sample_floor_mean(n: int, m: int) -> float:
-    """E R²(h → z_j) in-sample for h independent of z: m/(n − 1) (exact over shuffles of the
-    rows, for any h of rank m and any z; the mean of Beta(m/2, (n − 1 − m)/2))."""
+    """E R²(h → z_j) in-sample for h independent of z: m/(n − 1) (exact over shuffles of all
+    the rows, for any h of rank m and any z; the mean of Beta(m/2, (n − 1 − m)/2). The audit
+    shuffles within each side of its split, which tests/test_floors.py finds equal within
+    Monte Carlo error)."""
     return m / (n - 1)
 
 
