@@ -106,7 +106,9 @@ def test_a_gate_takes_every_number_an_audit_reports(produced):
 
 def test_sweep_columns_are_what_runs_log():
     z, h, hp, x = _arrays(0, n=2, m=2)
-    logged = _scalars(audit_metrics(z, h, hp, RHO, x, gauss_slices=0))
+    # as a world with angles and their law logs them (Reacher's OU datasets): with the ceiling
+    logged = _scalars(audit_metrics(z, h, hp, RHO, x, gauss_slices=0, circular=(0, 1),
+                                    angle_sigma=1.0))
     # rho_0, rho_1: a trajectory Reacher world's per-joint autocorrelations, logged by train
     assert set(REPORT_METRICS) <= set(logged) | {"rho_0", "rho_1"}
     assert list(REPORT_METRICS) == [m.key for m in CATALOGUE if "sweep" in m.reports]

@@ -115,13 +115,15 @@ def test_the_law_comes_from_the_world_the_file_or_the_flag_once():
 
 def test_reacher_evaluation_sets_carry_their_angles_law():
     """Reacher's evaluation angles are eval_angles' N(0, I₂): its evaluation sets say so, so
-    an audit of any encoder on it reports the ceiling."""
+    an audit of any encoder on it reports the ceiling — on OU datasets, whose fit angles are
+    N(0, I₂) too, not on trajectory ones (tests/test_sweep.py's tiny Reacher sweep checks both
+    on rendered data)."""
     import inspect
 
     from idaudit.worlds.reacher import eval_pairs, world
 
-    for module in (world, eval_pairs):
-        assert "angle_sigma=1.0)  # eval_angles: N(0, I₂)" in inspect.getsource(module)
+    assert "angle_sigma=1.0)  # eval_angles: N(0, I₂)" in inspect.getsource(eval_pairs)
+    assert "angle_sigma=1.0 if self.rho is not None else None)" in inspect.getsource(world)
     from idaudit.worlds.reacher.data import eval_angles
 
     z = eval_angles(200000)
