@@ -272,7 +272,7 @@ def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
         ceiling = metrics.get("r2_h_to_z_ceiling")
         assert (ceiling is None) == (mode == "trajectory")
         assert paper in line and line.endswith(f"| {'—' if ceiling is None else f'{ceiling:.3f}'} |")
-        assert metrics["floor_draws"] == 100
+        assert metrics["floor_draws"] == 40
 
 
 def test_checkpoints_are_kept_for_audit_and_failed_runs_exit_4(tmp_path, monkeypatch):

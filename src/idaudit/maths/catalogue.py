@@ -167,7 +167,7 @@ CATALOGUE: tuple[Metric, ...] = (
        "the law the ceiling assumes for the unwrapped angles", row=False),
     _m("r2_h_to_z_heldout_floor_high", "R²(h → z), held-out, uninformative (band top)", None,
        "z floor", "audit",
-       "upper end of the central band of held-out R²(h → z) that h scores with its rows shuffled "
+       "upper end of the band of held-out R²(h → z) that h scores with its rows shuffled "
        "against z: what an encoder of this width that knows nothing of z reaches on these rows",
        short="floor"),
     _m("r2_h_to_z_heldout_above_floor", "R²(h → z), held-out, above that band", "higher",
@@ -177,7 +177,8 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("r2_h_to_z_heldout_floor_mean", "R²(h → z), held-out, uninformative (mean)", None,
        "z floor", "audit", "mean held-out R²(h → z) over the shuffles", row=False),
     _m("r2_h_to_z_heldout_floor_band", "R²(h → z), held-out, uninformative band", None,
-       "z floor", "audit", "central band (the audit's confidence) of the shuffles' held-out R²",
+       "z floor", "audit",
+       "band of the shuffles' held-out R² (holds one more with probability ≥ the confidence)",
        row=False, gate=False),
     _m("r2_h_to_z_floor_high", "R²(h → z), in-sample, uninformative (band top)", None,
        "z floor", "audit",
@@ -186,7 +187,7 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("r2_h_to_z_floor_mean", "R²(h → z), in-sample, uninformative (mean)", None, "z floor",
        "audit", "mean in-sample R²(h → z) over the shuffles", row=False),
     _m("r2_h_to_z_floor_band", "R²(h → z), in-sample, uninformative band", None, "z floor",
-       "audit", "central band of the shuffles' in-sample R²", row=False, gate=False),
+       "audit", "band of the shuffles' in-sample R²", row=False, gate=False),
     _m("floor_draws", "shuffles for the uninformative band", None, "z floor", "audit",
        "K, the seeded shuffles of z's rows against h's", row=False),
     _m("gaussianity_statistic", "sliced Epps–Pulley statistic", "lower", "", _ALL,

@@ -22,7 +22,7 @@ from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
 from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
 from idaudit.maths.floors import band, shuffled_r2
 from idaudit.maths.gaussianity import sliced_gaussianity
-from idaudit.maths.linalg import solve_psd
+from idaudit.maths.linalg import psd_solver, solve_psd
 from idaudit.maths.linear import (
     ArrayLike,
     effective_rank_from_eigs,
@@ -89,9 +89,21 @@ class Fit:
         return (self.rows - 1) / self.rows
 
     @functools.cached_property
+    def solve_hh(self) -> Callable[[np.ndarray], np.ndarray]:
+        """b ↦ Cov(h)⁺ b over all rows, Cov(h) factored once (the in-sample fits, the floor)."""
+        return psd_solver(self.s[self.ih, self.ih])
+
+    @functools.cached_property
+    def solve_hh_train(self) -> Callable[[np.ndarray], np.ndarray]:
+        """b ↦ S⁺ b for the scatter S of h over the train rows, factored once (the held-out
+        fits, the ceiling's rows, the floor)."""
+        return psd_solver(self.m_tr.scatter[self.ih, self.ih])
+
+    @functools.cached_property
     def r2_h_to_z_heldout(self) -> np.ndarray:
         """Held-out R²(h → z) per latent: fitted on the train rows, scored on the test rows."""
-        return heldout_r2_from_moments(self.m_tr, self.m_te, self.ih, self.iz)
+        return heldout_r2_from_moments(self.m_tr, self.m_te, self.ih, self.iz,
+                                       self.solve_hh_train)
 
     @functools.cached_property
     def procrustes_mse(self) -> float:
@@ -140,7 +152,7 @@ def _fit(zt: np.ndarray, ht: np.ndarray, h_prime: Any, rho: float | None, x: Any
 def _linear(f: Fit) -> dict[str, Any]:
     s, iz, ih = f.s, f.iz, f.ih
     s_zz, s_zh, s_hh = s[iz, iz], s[iz, ih], s[ih, ih]
-    r2_hz = _r2_block(s, ih, iz)
+    r2_hz = r2_from_cov(s_hh, s[ih, iz], s_zz, f.solve_hh(s[ih, iz]))
     r2_hz_ho = f.r2_h_to_z_heldout
     r2_zh_ho = heldout_r2_from_moments(f.m_tr, f.m_te, iz, ih)
     n = iz.stop
@@ -205,7 +217,8 @@ def _ceiling(f: Fit) -> dict[str, Any]:
         "angle_sigma": float(f.options["angle_sigma"]),
     }
     if keep.size > n + 1:  # enough rows to score an R² on
-        nowrap = heldout_r2_from_moments(f.m_tr, Moments(f.blocks, keep, f.shift), f.ih, f.iz)
+        nowrap = heldout_r2_from_moments(f.m_tr, Moments(f.blocks, keep, f.shift), f.ih, f.iz,
+                                         f.solve_hh_train)
         out["r2_h_to_z_heldout_unwrapped"] = float(nowrap.mean())
     return out
 
@@ -214,12 +227,14 @@ def _floor(f: Fit) -> dict[str, Any]:
     """What an uninformative encoder of h's width scores on these rows and this split: R²(h → z)
     in-sample and held-out for ``floor_draws`` shuffles of z's rows against h's (within the
     train and within the test rows; :func:`~idaudit.maths.floors.shuffled_r2`), their mean and
-    central ``confidence`` band, and how far the held-out R² lies above that band."""
+    ``confidence`` band (:func:`~idaudit.maths.floors.band`), and how far the held-out R² lies
+    above that band."""
     draws, conf = f.options["floor_draws"], f.options["confidence"]
-    ih = f.ih
+    ih, scale = f.ih, max(f.rows - 1, 1)  # the pooled scatter is (n − 1)·Cov(h)
     ins, held = shuffled_r2(f.blocks[2 if f.circ else 1], f.blocks[0], f.train_rows,
                             f.test_rows, f.m_tr.scatter[ih, ih], f.m_te.scatter[ih, ih], draws,
-                            f.options["seed"])
+                            f.options["seed"],
+                            solvers=(lambda b: f.solve_hh(b) / scale, f.solve_hh_train))
     in_band, held_band = band(ins, conf), band(held, conf)
     return {"r2_h_to_z_floor_mean": float(ins.mean()), "r2_h_to_z_floor_band": list(in_band),
             "r2_h_to_z_floor_high": in_band[1],

@@ -5,6 +5,8 @@ a time, and the held-out R² of a train/test split from the two sets of moments.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from idaudit.maths.linalg import solve_psd
@@ -98,12 +100,16 @@ def _rank1_update(s: np.ndarray, alpha: float, d: np.ndarray) -> None:
         s[i:i + 256] += (alpha * d[i:i + 256])[:, None] * d[None, :]
 
 
-def heldout_r2_from_moments(train: Moments, test: Moments, a: slice, b: slice) -> np.ndarray:
+def heldout_r2_from_moments(train: Moments, test: Moments, a: slice, b: slice,
+                            solve: Callable[[np.ndarray], np.ndarray] | None = None
+                            ) -> np.ndarray:
     """Per-output R² on the test rows of the least-squares fit b ≈ W a + c fitted on train.
 
-    SST is taken about the test mean (scikit-learn's r2_score on the test split).
+    SST is taken about the test mean (scikit-learn's r2_score on the test split). ``solve``:
+    x ↦ (train scatter of a)⁺ x, when the caller has it factored already.
     """
-    w = solve_psd(train.scatter[a, a], train.scatter[a, b])  # the scatter's 1/n cancels
+    rhs = train.scatter[a, b]  # the scatter's 1/n cancels
+    w = solve_psd(train.scatter[a, a], rhs) if solve is None else solve(rhs)
     c = train.mean[b] - train.mean[a] @ w
     bias = test.mean[b] - test.mean[a] @ w - c
     s, n_te = test.scatter, max(test.n, 1)  # test covariances are these scatter blocks / n_te
