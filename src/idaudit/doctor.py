@@ -135,23 +135,31 @@ VISION_FIX = ("install torch and torchvision of one build: pip install torch==2.
               "torchvision==0.29.1 (the pair CI tests; the vision extra)")
 
 
+#: the optional packages other projects' encoders need: (module, what for, idaudit's extra)
+OTHER_PROJECTS = (("torchvision", "under timm", "vision"),
+                  ("timm", "timm:NAME architectures", "vision"),
+                  ("transformers", "Hugging Face directories", "vision"),
+                  ("hydra", "LeWM / stable-worldmodel directories (hydra configs)", "hydra"))
+
+
 def _check_vision() -> list[dict[str, Any]]:
-    """The optional vision stack for other projects' encoders (timm, transformers) and the
+    """The optional stack for other projects' encoders (timm, transformers, hydra) and the
     torchvision under timm, which must be built for this very torch: a CPU torch beside a
     CUDA torchvision fails to import ("operator torchvision::nms does not exist")."""
     import importlib.util
 
     checks = []
-    for name, what in (("torchvision", "under timm"), ("timm", "timm:NAME architectures"),
-                       ("transformers", "Hugging Face directories")):
+    for name, what, extra in OTHER_PROJECTS:
         if importlib.util.find_spec(name) is None:
             checks.append(_check(name, True, f"{name} not installed (optional: {what}; "
-                                             'pip install "idaudit[vision]")'))
+                                             f'pip install "idaudit[{extra}]")'))
             continue
         mod, info = _import(name)
         if mod is None:
+            fix = VISION_FIX if extra == "vision" else \
+                f'pip install --force-reinstall "idaudit[{extra}]"'
             checks.append(_check(name, False, f"{name} installed but not importable ({info})",
-                                 VISION_FIX))
+                                 fix))
         else:
             checks.append(_check(name, True, f"{name} {info}"))
     return checks
