@@ -114,6 +114,22 @@ def test_encoders_that_know_nothing_score_inside_the_band():
     assert good["r2_h_to_z_heldout_floor_high"] < 0.05
 
 
+def test_many_latents_fit_a_seeded_subset():
+    """64 latents of a 512-wide h would cost the shuffles 64 products over h: they fit
+    max(2, 2048/512) = 4 of them, and the band is still centred on m/(n − 1) in-sample and
+    holds an uninformative encoder."""
+    rng = np.random.default_rng(10)
+    n, d, m = 2000, 64, 512
+    z, h = rng.normal(size=(n, d)), rng.normal(size=(n, m))
+    a = audit_metrics(z, h, gauss_slices=0, floor_draws=FLOOR_DRAWS)
+    assert a["floor_latents"] == 4 and a["floor_draws"] == FLOOR_DRAWS
+    assert a["r2_h_to_z_floor_mean"] == pytest.approx(m / (n - 1), rel=0.05)
+    lo, hi = a["r2_h_to_z_floor_band"]
+    assert lo <= a["r2_h_to_z"] <= hi
+    narrow = audit_metrics(z, h[:, :32], gauss_slices=0, floor_draws=10)
+    assert narrow["floor_latents"] == 64  # 2048/32: every latent
+
+
 def test_same_seed_same_band_and_off_with_zero():
     rng = np.random.default_rng(6)
     z, h = rng.normal(size=(500, 2)), rng.normal(size=(500, 4))

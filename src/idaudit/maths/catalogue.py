@@ -190,6 +190,10 @@ CATALOGUE: tuple[Metric, ...] = (
        "audit", "band of the shuffles' in-sample R²", row=False, gate=False),
     _m("floor_draws", "shuffles for the uninformative band", None, "z floor", "audit",
        "K, the seeded shuffles of z's rows against h's", row=False),
+    _m("floor_latents", "latents the uninformative band averages", None, "z floor", "audit",
+       "all latents up to max(2, 2048 / m), else a seeded subset that size (a wider band, "
+       "centred alike)",
+       row=False),
     _m("gaussianity_statistic", "sliced Epps–Pulley statistic", "lower", "", _ALL,
        "distance of h's projections from a Gaussian law"),
     _m("gaussianity_p_value", "Gaussianity p-value", "higher", "", _ALL,

@@ -22,6 +22,11 @@ import numpy as np
 from idaudit.maths.linalg import psd_solver
 
 GATHER_ROWS = 8192  # rows of h gathered per product
+#: latents × columns of h the shuffles fit at most: each latent costs a product over every row
+#: and column of h, so with many latents and a wide h (N = m = 512) the band is that of the
+#: mean over a seeded subset of max(2, LATENT_COLUMNS // m) latents — centred where the mean
+#: over all is, and wider, so a gate it warns about is not missed
+LATENT_COLUMNS = 2048
 MAX_CELLS = 4_000_000  # shuffled z values held at once (rows × draws × latents)
 
 
@@ -99,6 +104,16 @@ def shuffled_r2(h: np.ndarray, z: np.ndarray, train_rows: np.ndarray, test_rows:
         sse = np.tile(var_te, k) + fit / n_te + bias**2
         held.append((1.0 - sse / np.tile(var_te, k)).reshape(k, d))
     return np.concatenate(ins).mean(1), np.concatenate(held).mean(1)
+
+
+def floor_latents(d: int, m: int, seed: int) -> np.ndarray:
+    """The latents the floor's shuffles fit for an m-wide h: all d of them up to
+    max(2, :data:`LATENT_COLUMNS` // m), else that many drawn without replacement from
+    ``seed`` (sorted)."""
+    cap = max(2, LATENT_COLUMNS // max(m, 1))
+    if d <= cap:
+        return np.arange(d)
+    return np.sort(np.random.default_rng([seed, 0x1A7E]).choice(d, cap, replace=False))
 
 
 def band_rank(draws: int, confidence: float) -> int:

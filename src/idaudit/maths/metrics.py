@@ -20,7 +20,7 @@ import numpy as np
 
 from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
 from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
-from idaudit.maths.floors import band, shuffled_r2
+from idaudit.maths.floors import band, floor_latents, shuffled_r2
 from idaudit.maths.gaussianity import sliced_gaussianity
 from idaudit.maths.linalg import psd_solver, solve_psd
 from idaudit.maths.linear import (
@@ -229,12 +229,12 @@ def _floor(f: Fit) -> dict[str, Any]:
     train and within the test rows; :func:`~idaudit.maths.floors.shuffled_r2`), their mean and
     ``confidence`` band (:func:`~idaudit.maths.floors.band`), and how far the held-out R² lies
     above that band."""
-    draws, conf = f.options["floor_draws"], f.options["confidence"]
+    draws, conf, seed = f.options["floor_draws"], f.options["confidence"], f.options["seed"]
     ih, scale = f.ih, max(f.rows - 1, 1)  # the pooled scatter is (n − 1)·Cov(h)
-    ins, held = shuffled_r2(f.blocks[2 if f.circ else 1], f.blocks[0], f.train_rows,
+    cols = floor_latents(f.iz.stop, ih.stop - ih.start, seed)
+    ins, held = shuffled_r2(f.blocks[2 if f.circ else 1], f.blocks[0][:, cols], f.train_rows,
                             f.test_rows, f.m_tr.scatter[ih, ih], f.m_te.scatter[ih, ih], draws,
-                            f.options["seed"],
-                            solvers=(lambda b: f.solve_hh(b) / scale, f.solve_hh_train))
+                            seed, solvers=(lambda b: f.solve_hh(b) / scale, f.solve_hh_train))
     in_band, held_band = band(ins, conf), band(held, conf)
     return {"r2_h_to_z_floor_mean": float(ins.mean()), "r2_h_to_z_floor_band": list(in_band),
             "r2_h_to_z_floor_high": in_band[1],
@@ -242,7 +242,7 @@ def _floor(f: Fit) -> dict[str, Any]:
             "r2_h_to_z_heldout_floor_band": list(held_band),
             "r2_h_to_z_heldout_floor_high": held_band[1],
             "r2_h_to_z_heldout_above_floor": float(f.r2_h_to_z_heldout.mean()) - held_band[1],
-            "floor_draws": int(draws)}
+            "floor_draws": int(draws), "floor_latents": int(cols.size)}
 
 
 def _mixing(f: Fit) -> dict[str, Any]:
