@@ -53,7 +53,8 @@ Solver = Callable[[np.ndarray], np.ndarray]
 
 def shuffled_r2(h: np.ndarray, z: np.ndarray, train_rows: np.ndarray, test_rows: np.ndarray,
                 s_tr: np.ndarray, s_te: np.ndarray, draws: int, seed: int,
-                identity: bool = False, solvers: tuple[Solver, Solver] | None = None
+                identity: bool = False, solvers: tuple[Solver, Solver] | None = None,
+                h_means: tuple[np.ndarray, np.ndarray] | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(in-sample, held-out) R²(h → z), each the mean over the latents, for ``draws`` shuffles
     of z's rows against h's within ``train_rows`` and within ``test_rows``.
@@ -63,25 +64,28 @@ def shuffled_r2(h: np.ndarray, z: np.ndarray, train_rows: np.ndarray, test_rows:
     cross-product of h and the shuffled z_j over all rows and S the pooled scatter. Held-out:
     W = S_tr⁻¹ C_tr fitted on the train rows, scored on the test rows about their mean (as the
     audit scores). ``identity``: no shuffle (the audit's own R², for checks). ``solvers``:
-    b ↦ S⁻¹b for the pooled and the train scatter, when the caller has them factored."""
+    b ↦ S⁻¹b for the pooled and the train scatter, and ``h_means`` h's means over the train and
+    test rows, when the caller has them already (no pass over h for them)."""
     z = np.asarray(z, dtype=np.float64)
     d = z.shape[1]
     tr, te = np.sort(train_rows), np.sort(test_rows)
     n_tr, n_te = tr.size, te.size
     z_tr, z_te = z[tr], z[te]
     mu_z_tr, mu_z_te = z_tr.mean(0), z_te.mean(0)
-    mu_h_tr = h[tr].mean(0, dtype=np.float64)
-    mu_h_te = h[te].mean(0, dtype=np.float64)
+    mu_h_tr, mu_h_te = h_means or (h[tr].mean(0, dtype=np.float64),
+                                   h[te].mean(0, dtype=np.float64))
     n = n_tr + n_te
     w_between = n_tr * n_te / n
-    s_pool = s_tr + s_te + w_between * np.outer(mu_h_tr - mu_h_te, mu_h_tr - mu_h_te)
     sst = ((z_tr - mu_z_tr) ** 2).sum(0) + ((z_te - mu_z_te) ** 2).sum(0) \
         + w_between * (mu_z_tr - mu_z_te) ** 2
     var_te = ((z_te - mu_z_te) ** 2).sum(0) / n_te
     # a latent constant on these rows has no R² (0, as the audit reports it)
     sst, var_te = np.where(sst > 0, sst, np.inf), np.where(var_te > 0, var_te, np.inf)
     # factored once for every draw (or by the caller, for its own fits)
-    solve_pool, solve_tr = solvers or (psd_solver(s_pool), psd_solver(s_tr))
+    if solvers is None:
+        dh = mu_h_tr - mu_h_te
+        solvers = (psd_solver(s_tr + s_te + w_between * np.outer(dh, dh)), psd_solver(s_tr))
+    solve_pool, solve_tr = solvers
     rng = np.random.default_rng([seed, 0x5EED])
     per_chunk = max(1, MAX_CELLS // max(n * d, 1))
     ins, held = [], []

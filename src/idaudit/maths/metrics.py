@@ -234,7 +234,8 @@ def _floor(f: Fit) -> dict[str, Any]:
     cols = floor_latents(f.iz.stop, ih.stop - ih.start, seed)
     ins, held = shuffled_r2(f.blocks[2 if f.circ else 1], f.blocks[0][:, cols], f.train_rows,
                             f.test_rows, f.m_tr.scatter[ih, ih], f.m_te.scatter[ih, ih], draws,
-                            seed, solvers=(lambda b: f.solve_hh(b) / scale, f.solve_hh_train))
+                            seed, solvers=(lambda b: f.solve_hh(b) / scale, f.solve_hh_train),
+                            h_means=(f.m_tr.mean[ih], f.m_te.mean[ih]))
     in_band, held_band = band(ins, conf), band(held, conf)
     return {"r2_h_to_z_floor_mean": float(ins.mean()), "r2_h_to_z_floor_band": list(in_band),
             "r2_h_to_z_floor_high": in_band[1],
