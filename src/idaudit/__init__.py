@@ -8,6 +8,7 @@ The Python API::
     report.passed, report.verdict, report.metrics["r2_h_to_z_heldout"]
     plans = idaudit.plan("encoder.pt", world="spiral")     # any encoder form audit takes
     record = idaudit.train(world="spiral", steps=2000)     # every `idaudit train` option
+    x, x2, z, z2 = idaudit.world_pairs("spiral", n=10_000)  # pairs for a loop of your own
 
 and, in another project's tests, ``idaudit.testing.assert_identifiable(z, h, min_r2=0.9)``.
 The names below load on first use (``import idaudit`` alone does not import torch, so
@@ -47,9 +48,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from idaudit.evaluations.audit import AuditReport, audit, run_audit
     from idaudit.evaluations.consistency import consistency, run_consistency
     from idaudit.evaluations.plan import PlanReport, plan, run_plan
+    from idaudit.maths.losses import alignment, random_directions, sigreg
     from idaudit.training.runs import RunRecord, run, run_train
     from idaudit.training.runs import train_encoder as train
     from idaudit.worlds import World, WorldSpec, build_world, make_spec
+    from idaudit.worlds.base import Pairs
+    from idaudit.worlds.user_pairs import WorldPairs, world_pairs
     from idaudit.worlds.write import world, write_world
 
 _LAZY = {
@@ -64,13 +68,17 @@ _LAZY = {
     "train": "training.runs:train_encoder",
     "World": "worlds", "WorldSpec": "worlds", "build_world": "worlds", "make_spec": "worlds",
     "world": "worlds.write", "write_world": "worlds.write",
+    "world_pairs": "worlds.user_pairs", "WorldPairs": "worlds.user_pairs",
+    "Pairs": "worlds.base",
+    "sigreg": "maths.losses", "alignment": "maths.losses", "random_directions": "maths.losses",
 }
 
-__all__ = ["AuditReport", "AuditRequest", "ConsistencyRequest", "IdauditError", "PlanReport",
-           "PlanRequest", "RunRecord", "SweepRequest", "TrainRequest", "World", "WorldRequest",
-           "WorldSpec", "__version__", "audit", "build_world", "consistency", "make_spec", "plan",
-           "run", "run_audit", "run_consistency", "run_plan", "run_train", "train", "world",
-           "write_world"]
+__all__ = ["AuditReport", "AuditRequest", "ConsistencyRequest", "IdauditError", "Pairs",
+           "PlanReport", "PlanRequest", "RunRecord", "SweepRequest", "TrainRequest", "World",
+           "WorldPairs", "WorldRequest", "WorldSpec", "__version__", "alignment", "audit",
+           "build_world", "consistency", "make_spec", "plan", "random_directions", "run",
+           "run_audit", "run_consistency", "run_plan", "run_train", "sigreg", "train", "world",
+           "world_pairs", "write_world"]
 
 
 def __getattr__(name: str) -> Any:

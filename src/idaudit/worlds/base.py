@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -54,9 +54,19 @@ class PlanSet:
     goal_x: Any
 
 
+class Pairs(NamedTuple):
+    """Positive pairs with their latents: observations ``x`` of ``z`` and ``x_prime`` of each
+    row's partner ``z_prime`` (one channel step away), row for row."""
+
+    x: Any
+    x_prime: Any
+    z: torch.Tensor
+    z_prime: torch.Tensor
+
+
 class PairSource(Protocol):
     """Training views: ``batch()`` returns the ``n_views`` views of one batch stacked, shape
-    (n_views·b, …)."""
+    (n_views·b, …); :func:`split_views` gives them back one by one."""
 
     steps_per_epoch: int | None
     n_views: int
@@ -96,6 +106,27 @@ class EpochPairs:
         return views.to(self.device, non_blocking=True)
 
 
+def split_views(stacked: torch.Tensor, n_views: int) -> tuple[torch.Tensor, ...]:
+    """The ``n_views`` views of a :meth:`PairSource.batch`, each of shape (b, …)."""
+    if n_views < 1 or stacked.shape[0] % n_views:
+        raise IdauditError(f"a batch of {stacked.shape[0]} rows does not split into {n_views} "
+                           "views")
+    return tuple(stacked.chunk(n_views))
+
+
+def stored_pairs(pairs: Pairs, n: int | None, seed: int | None, what: str) -> Pairs:
+    """The first ``n`` of the pairs ``what`` holds (None: all); a seed does not apply."""
+    if seed is not None:
+        raise IdauditError(f"seed does not apply: {what} holds fixed pairs")
+    total = len(pairs.z)
+    if n is None:
+        return pairs
+    if not isinstance(n, int) or not 1 <= n <= total:
+        raise IdauditError(f"n must be between 1 and {total} ({what} holds {total} pairs), "
+                           f"got {n!r}")
+    return Pairs(*(a[:n] for a in pairs))
+
+
 def two_views(n_views: int, what: str) -> None:
     """Refuse more than two views where ``what`` holds only pairs (x, x′)."""
     if n_views != 2:
@@ -115,10 +146,12 @@ class World(ABC):
 
     @property
     def name(self) -> str:
+        """The world's registered name (``spiral``, ``reacher`` …)."""
         return self.spec.name
 
     @property
     def latent_dim(self) -> int:
+        """N, the number of latents (columns of z)."""
         return self.spec.dim
 
     @property
@@ -128,6 +161,7 @@ class World(ABC):
 
     @property
     def rho_per_dim(self) -> list[float]:
+        """Each latent's correlation between z and z′ (one ρ repeated where there is one)."""
         return [float(self.spec.rho)] * self.latent_dim
 
     @property
@@ -137,6 +171,7 @@ class World(ABC):
 
     @property
     def latent_labels(self) -> tuple[str, ...]:
+        """A label per latent for tables and figures (z₁, z₂, … unless the world names them)."""
         return tuple(f"z{chr(0x2080 + i + 1)}" if i < 9 else f"z{i + 1}"
                      for i in range(self.latent_dim))
 
@@ -150,13 +185,26 @@ class World(ABC):
         pairs for planning."""
 
     def observe(self, z: torch.Tensor) -> torch.Tensor:
+        """x = g(z) for any latents z (worlds with a mixing map; others refuse)."""
         raise IdauditError(f"world {self.name!r} has no observation map for arbitrary latents")
 
     @abstractmethod
     def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
                     n_views: int = 2) -> PairSource:
         """Training views, however this world makes them (online or from disk); ``n_views``
-        views of each row (stored pairs have two: :func:`two_views` refuses more)."""
+        views of each row (stored pairs have two: :func:`two_views` refuses more).
+
+        ``views``: ``"anchor"`` (synthetic worlds: every view one channel step from a shared
+        latent, so two views correlate with ρ²) or ``"pair"`` (the pairs (z, z′) themselves,
+        correlation ρ; the only scheme of stored pairs). Its ``batch()`` stacks the views;
+        :func:`split_views` separates them. For pairs with their latents, see :meth:`pairs`.
+        """
+
+    def pairs(self, n: int | None = None, seed: int | None = None) -> Pairs:
+        """``n`` positive pairs (x, x′, z, z′) drawn from ``seed`` — fresh draws where the world
+        generates them, the stored pairs (``n`` of them, None: all; no ``seed``) where it reads
+        them from disk."""
+        raise IdauditError(f"world {self.name!r} does not give its pairs")
 
     def view_correlation(self, views: str) -> float | None:
         """Correlation of the two training views (ρ² for anchor views, ρ for pairs)."""

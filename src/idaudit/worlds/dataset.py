@@ -15,7 +15,7 @@ import torch
 
 from idaudit.core.errors import IdauditError, require
 from idaudit.core.io import first_line, read_metadata
-from idaudit.worlds.base import EpochPairs, EvalSet, PlanSet, World, two_views
+from idaudit.worlds.base import EpochPairs, EvalSet, Pairs, PlanSet, World, stored_pairs, two_views
 from idaudit.worlds.kind import KINDS, WorldKind
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type
 from idaudit.worlds.synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SYNTHETIC, SyntheticWorld
@@ -129,6 +129,12 @@ class PairsFileWorld(World):
 
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
         return self.inner.plan_set(pairs, gallery, seed)
+
+    def pairs(self, n: int | None = None, seed: int | None = None) -> Pairs:
+        """The file's first ``n`` pairs (None: all of them)."""
+        t = self.tensors
+        return stored_pairs(Pairs(t["x"], t["x_prime"], t["z"], t["z_prime"]), n, seed,
+                            f"the pairs file {self.path}")
 
     def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
                     n_views: int = 2) -> EpochPairs:

@@ -17,7 +17,7 @@ from idaudit.core.defaults import WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError, require
 from idaudit.core.io import PAIRS_FORMAT, atomic_write, check_memory
 from idaudit.core.limits import check
-from idaudit.worlds.base import EvalSet, PlanSet, World
+from idaudit.worlds.base import EvalSet, Pairs, PlanSet, World
 from idaudit.worlds.kind import KINDS, WorldKind
 from idaudit.worlds.mixings import MIXINGS, CouplingMixing
 from idaudit.worlds.sources import SOURCES, ou_step, sample_source
@@ -107,6 +107,18 @@ class SyntheticWorld(World):
         gz = self.sample_latents(gallery, gen)
         sz, ez = self.sample_latents(pairs, gen), self.sample_latents(pairs, gen)
         return PlanSet(gz, self.observe(gz), sz, self.observe(sz), ez, self.observe(ez))
+
+    def pairs(self, n: int | None = None, seed: int | None = None) -> Pairs:
+        """``n`` fresh pairs (default: as many as ``idaudit world`` writes) from ``seed``
+        (default 0): z from the source law, z′ one OU step on, both observed."""
+        from idaudit.core.requests import WorldRequest
+
+        n = WorldRequest.pairs if n is None else n
+        require(isinstance(n, int) and n >= 1, f"n must be a positive number of pairs, got {n!r}")
+        self.check_rows(n, 8, f"{n} pairs")
+        gen = torch.Generator().manual_seed(0 if seed is None else seed)
+        z, zp = self.sample_pairs(n, gen)
+        return Pairs(self.observe(z), self.observe(zp), z, zp)
 
     def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
                     n_views: int = 2) -> OnlinePairs:

@@ -17,7 +17,15 @@ import torch
 
 from idaudit.core.errors import IdauditError, require
 from idaudit.core.io import check_memory
-from idaudit.worlds.base import EpochPairs, EvalSet, PlanSet, World, two_views
+from idaudit.worlds.base import (
+    EpochPairs,
+    EvalSet,
+    Pairs,
+    PlanSet,
+    World,
+    stored_pairs,
+    two_views,
+)
 from idaudit.worlds.dataset import relative_path
 from idaudit.worlds.reacher.data import EVAL_SEED, ReacherData, ReacherSpec, load_dataset
 from idaudit.worlds.spec import WorldSpec
@@ -119,6 +127,14 @@ class ReacherWorld(World):
         zt = torch.from_numpy(z)
         return PlanSet(zt, d.x_eval, zt[idx[:, 0]], d.x_eval[idx[:, 0]], zt[idx[:, 1]],
                        d.x_eval[idx[:, 1]])
+
+    def pairs(self, n: int | None = None, seed: int | None = None) -> Pairs:
+        """The rendered training pairs (the first ``n``; None: all): images x, x′ as uint8
+        (n, S, S, 3) tensors sharing the dataset's memory, the angles z, z′ (radians)."""
+        d = self.data
+        as_t = torch.from_numpy
+        return stored_pairs(Pairs(as_t(d.x), as_t(d.x_prime), as_t(d.z), as_t(d.z_prime)), n,
+                            seed, f"the Reacher dataset {self.root}")
 
     def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
                     n_views: int = 2) -> EpochPairs:
