@@ -73,6 +73,40 @@ def test_every_input_is_used_and_every_variable_reaches_the_script():
         assert "${{" not in s.get("run", ""), s["run"]
 
 
+def test_the_documented_workflow_uses_the_action_as_declared():
+    """docs/ci.md's workflow: its `with:` keys are inputs of action.yml, its args real
+    `idaudit audit` flags, and its report steps read where the action writes."""
+    import shlex
+
+    import typer
+
+    from idaudit.cli import app
+
+    doc = action()  # skips without PyYAML
+    inputs = doc["inputs"]
+    import yaml
+
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    section = text.split("## Using the GitHub action", 1)[1]
+    workflow = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    steps = [s for job in workflow["jobs"].values() for s in job["steps"]]
+    ours = [s for s in steps if "/idaudit@" in s.get("uses", "")]
+    assert len(ours) == 1
+    given = ours[0]["with"]
+    assert set(given) <= set(inputs) and "targets" in given, set(given) - set(inputs)
+    audit_cmd = typer.main.get_command(app).commands["audit"]
+    flags = {opt for p in audit_cmd.params for opt in p.opts}
+    words = shlex.split(given["args"])
+    assert {w for w in words if w.startswith("-")} <= flags
+    out = inputs["output-dir"]["default"]
+    by_use = {s["uses"].split("@")[0]: s for s in steps if "uses" in s}
+    assert by_use["mikepenz/action-junit-report"]["with"]["report_paths"] == f"{out}/audit.xml"
+    assert by_use["actions/upload-artifact"]["with"]["path"] == f"{out}/"
+    assert all(s.get("if") == "always()" for s in steps[steps.index(ours[0]) + 1:])
+    outputs_paragraph = section.split("**Outputs.**", 1)[1].split("\n\n", 1)[0]
+    assert set(doc["outputs"]) <= set(re.findall(r"`([a-z0-9-]+)`", outputs_paragraph))
+
+
 # ---- the script, run as the action runs it ------------------------------------------------
 
 
