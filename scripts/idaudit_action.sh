@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# The GitHub action's logic (action.yml only wires inputs to it), runnable anywhere:
+#
+#   idaudit_action.sh cache-key   the pip cache directory and a key for the install's inputs
+#   idaudit_action.sh install     torch, then idaudit; its scripts directory onto GITHUB_PATH
+#   idaudit_action.sh [audit]     idaudit audit TARGETS with JSON, JUnit and Markdown reports
+#
+# Inputs are environment variables (all optional but IDAUDIT_TARGETS):
+#   IDAUDIT_TARGETS      the paths to audit, one per line (spaces inside a path are kept)
+#   IDAUDIT_MIN_R2       gate: held-out R²(h → z) ≥ this
+#   IDAUDIT_ARGS         more `idaudit audit` arguments, quoted as in a shell but never expanded
+#   IDAUDIT_OUTPUT_DIR   where audit.json, audit.xml (JUnit) and audit.md go (idaudit-report)
+#   IDAUDIT_PYTHON       the interpreter to install into and to read JSON with (python3)
+#   IDAUDIT_SPEC, IDAUDIT_EXTRAS, IDAUDIT_TORCH_SPEC, IDAUDIT_TORCH_INDEX_URL,
+#   IDAUDIT_ACTION_PATH  what `install` installs (see action.yml)
+#   GITHUB_STEP_SUMMARY  when set, the Markdown report (or the error) is appended to it
+#   GITHUB_OUTPUT        when set, verdict, r2, exit-code and the report paths are written to it
+#
+# Exit: the audit's own code, unchanged (0 pass or ungated, 1 a gate failed, 2 bad input,
+# 3 inconclusive, 5 a bug); the script's own refusals are 2 with one line on stderr, and a
+# failure of the script itself is 5 — never 1, which means a failed gate and nothing else.
+# Markdown code spans are written in single quotes on purpose:
+# shellcheck disable=SC2016
+set -Eeo pipefail
+trap 'echo "error: internal error in idaudit_action.sh (line $LINENO)" >&2; exit 5' ERR
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PY=${IDAUDIT_PYTHON:-python3}
+
+in_actions() { [ "${GITHUB_ACTIONS:-}" = true ]; }
+
+summary() {  # append stdin to the job summary, when there is one
+  if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then cat >>"$GITHUB_STEP_SUMMARY"; else cat >/dev/null; fi
+}
+
+output() {  # output NAME VALUE: a step output, when there is a GITHUB_OUTPUT
+  if [ -n "${GITHUB_OUTPUT:-}" ]; then printf '%s=%s\n' "$1" "$2" >>"$GITHUB_OUTPUT"; fi
+}
+
+die() {  # die MESSAGE: one line on stderr, the error in the summary and outputs, exit 2
+  trap - ERR
+  echo "error: $1" >&2
+  { printf '## idaudit · error (exit 2)\n\n```\n%s\n```\n' "$1" | summary; } 2>/dev/null || true
+  { output verdict error && output exit-code 2; } 2>/dev/null || true
+  exit 2
+}
+
+need_python() {
+  command -v "$PY" >/dev/null 2>&1 || die "no Python interpreter '$PY' (set IDAUDIT_PYTHON)"
+}
+
+check_github_files() {  # the summary and output files are appendable before any work
+  local name path
+  for name in GITHUB_STEP_SUMMARY GITHUB_OUTPUT GITHUB_PATH; do
+    path=${!name:-}
+    if [ -n "$path" ] && { [ -d "$path" ] || ! : >>"$path"; } 2>/dev/null; then
+      die "$name ($path) cannot be appended to"
+    fi
+  done
+}
+
+cache_key() {
+  need_python
+  local dir version digest
+  dir=$("$PY" -m pip cache dir 2>/dev/null) || die "'$PY -m pip cache dir' failed: is pip installed?"
+  version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  # what decides the wheels: the torch spec and index, the idaudit spec and extras
+  digest=$("$PY" -c 'import hashlib, sys; print(hashlib.sha256("\0".join(sys.argv[1:]).encode()).hexdigest()[:16])' \
+    "${IDAUDIT_TORCH_SPEC:-}" "${IDAUDIT_TORCH_INDEX_URL:-}" "${IDAUDIT_SPEC:-}" "${IDAUDIT_EXTRAS:-}")
+  output pip-cache-dir "$dir"
+  output key "idaudit-pip-${RUNNER_OS:-$(uname -s)}-py$version-$digest"
+  output python "$(command -v "$PY")"
+}
+
+install() {
+  need_python
+  local root=${IDAUDIT_ACTION_PATH:-$HERE/..} spec=${IDAUDIT_SPEC:-} extras=${IDAUDIT_EXTRAS:-}
+  local torch=${IDAUDIT_TORCH_SPEC:-} index=${IDAUDIT_TORCH_INDEX_URL:-} scripts
+  local pip=("$PY" -m pip install --disable-pip-version-check --progress-bar off)
+  if [ -n "$spec" ] && [ -n "$extras" ]; then
+    die "extras apply to the action's own checkout; with idaudit-spec write them into it (idaudit[$extras]…)"
+  fi
+  if [ -z "$spec" ]; then spec=$root${extras:+[$extras]}; fi
+  if [ -n "$torch" ]; then
+    if [ -n "$index" ]; then
+      "${pip[@]}" "$torch" --index-url "$index" || die "pip could not install $torch from $index"
+    else
+      "${pip[@]}" "$torch" || die "pip could not install $torch"
+    fi
+  elif [ -n "$index" ]; then
+    die "torch-index-url is set but torch-spec is empty: nothing would be installed from it"
+  fi
+  "${pip[@]}" "$spec" || die "pip could not install $spec"
+  scripts=$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+  if [ -n "${GITHUB_PATH:-}" ]; then printf '%s\n' "$scripts" >>"$GITHUB_PATH"; fi
+  "$scripts/idaudit" --version
+}
+
+audit() {
+  need_python
+  local out=${IDAUDIT_OUTPUT_DIR:-idaudit-report} line arg tmp rc verdict r2 failed
+  local -a targets=() args=()
+  case $out in *$'\n'*) die "IDAUDIT_OUTPUT_DIR holds a newline" ;; esac
+  while IFS= read -r line || [ -n "$line" ]; do  # one target per line, outer blanks trimmed
+    line=${line%$'\r'}
+    line=${line#"${line%%[![:space:]]*}"}
+    line=${line%"${line##*[![:space:]]}"}
+    if [ -n "$line" ]; then targets+=("$line"); fi
+  done <<<"${IDAUDIT_TARGETS:-}"
+  [ "${#targets[@]}" -gt 0 ] || die "no target to audit (IDAUDIT_TARGETS, the action's targets input)"
+  for line in "${targets[@]}"; do
+    [ -e "$line" ] || die "target not found: $line"
+  done
+  command -v idaudit >/dev/null 2>&1 || die "idaudit is not on PATH (the action's install step puts it there)"
+
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  # IDAUDIT_ARGS split as a shell would, with quotes, but nothing expanded or run
+  if ! "$PY" -c '
+import shlex, sys
+try:
+    words = shlex.split(sys.argv[1])
+except ValueError as exc:
+    sys.exit(str(exc))
+sys.stdout.write("".join(w + "\0" for w in words))
+' "${IDAUDIT_ARGS:-}" >"$tmp/args" 2>"$tmp/why"; then
+    die "IDAUDIT_ARGS (the action's args input): $(head -n 1 "$tmp/why")"
+  fi
+  mapfile -d '' -t args <"$tmp/args"
+  for arg in "${args[@]}"; do
+    case $arg in
+      --json | --json=* | --junit | --junit=* | --markdown | --markdown=*)
+        die "args: ${arg%%=*} is the action's own (the reports go to $out; choose it with output-dir)" ;;
+      --min-r2 | --min-r2=*)
+        if [ -n "${IDAUDIT_MIN_R2:-}" ]; then die "--min-r2 is given twice: in min-r2 and in args"; fi ;;
+    esac
+  done
+  if [ -n "${IDAUDIT_MIN_R2:-}" ]; then args+=(--min-r2 "$IDAUDIT_MIN_R2"); fi
+  check_github_files
+
+  local json=$out/audit.json junit=$out/audit.xml markdown=$out/audit.md
+  rm -f -- "$json" "$junit" "$markdown" 2>/dev/null || die "cannot remove an earlier report in $out"
+  # the table to stdout, stderr both shown and kept (for the summary when there is no report)
+  exec 3>&1
+  if idaudit audit "${targets[@]}" "${args[@]}" --json "$json" --junit "$junit" \
+       --markdown "$markdown" 2>&1 1>&3 3>&- | tee "$tmp/stderr" >&2; then
+    rc=0
+  else
+    rc=${PIPESTATUS[0]}
+  fi
+  exec 3>&-
+
+  verdict=error r2='' failed=''
+  if [ -f "$json" ] && [ "$rc" -le 3 ]; then
+    # verdict, held-out R²(h → z) as the JSON has it (empty without z), the failed gates
+    IFS=$'\x1f' read -r verdict r2 failed < <("$PY" -c '
+import json, sys
+report = json.load(open(sys.argv[1], encoding="utf-8"))
+r2 = report.get("metrics", {}).get("r2_h_to_z_heldout")
+failed = [g["metric"] for g in report.get("gate") or [] if g.get("passed") is False]
+print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), sep="\x1f")
+' "$json")
+    if [ -f "$markdown" ]; then
+      { cat -- "$markdown"; printf '\n<sub>idaudit audit'; printf ' `%s`' "${targets[@]}"
+        printf ' · exit %s · reports in `%s`</sub>\n\n' "$rc" "$out"; } | summary
+    fi
+  else
+    { printf '## idaudit · error (exit %s)\n\n```\n' "$rc"
+      sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$tmp/stderr" | tail -n 20
+      printf '```\n\n'; } | summary
+  fi
+  output verdict "$verdict"
+  output r2 "$r2"
+  output exit-code "$rc"
+  if [ -f "$json" ]; then output json "$json"; fi
+  if [ -f "$junit" ]; then output junit "$junit"; fi
+  if [ -f "$markdown" ]; then output markdown "$markdown"; fi
+  case $verdict in
+    fail) msg="gate failed: $failed (the job summary has the table)" ;;
+    ungated) msg="no gate was given (min-r2, or --min/--max/--gate in args): the audit checked nothing" ;;
+    *) msg='' ;;
+  esac
+  if [ -n "$msg" ]; then
+    if in_actions; then
+      [ "$verdict" = fail ] && echo "::error title=idaudit::$msg" || echo "::warning title=idaudit::$msg"
+    elif [ "$verdict" = ungated ]; then
+      echo "warning: $msg" >&2
+    fi
+  fi
+  trap - ERR
+  exit "$rc"
+}
+
+case ${1:-audit} in
+  audit) audit ;;
+  install) check_github_files; install ;;
+  cache-key) check_github_files; cache_key ;;
+  *) die "unknown mode '$1': audit, install or cache-key" ;;
+esac
