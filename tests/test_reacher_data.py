@@ -35,6 +35,26 @@ def tiny(tmp_path_factory):
     return root
 
 
+def test_world_pairs_of_a_rendered_dataset_are_its_images(tiny):
+    """idaudit.world_pairs / WorldPairs on Reacher: the rendered pairs as stored (uint8
+    images sharing the dataset's memory, the angles), never redrawn."""
+    import torch
+
+    import idaudit
+
+    data = rd.load_dataset(tiny)
+    p = idaudit.world_pairs(data=tiny)
+    assert p.x.dtype == torch.uint8 and p.x.shape == (48, 64, 64, 3)
+    for got, want in zip(p, (data.x, data.x_prime, data.z, data.z_prime)):
+        np.testing.assert_array_equal(got.numpy(), want)
+    ds = idaudit.WorldPairs("reacher", data=tiny, n=10)
+    assert len(ds) == 10 and not ds.fresh
+    ds.set_epoch(2)
+    np.testing.assert_array_equal(ds[9][2].numpy(), data.z[9])
+    with pytest.raises(IdauditError, match="seed does not apply"):
+        idaudit.world_pairs(data=tiny, seed=0)
+
+
 def test_dataset_round_trip(tiny):
     data = rd.load_dataset(tiny)
     assert data.x.shape == (48, 64, 64, 3) and data.x.dtype == np.uint8

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: what the World interface may hold: the data process, and the spec to store beside its data
 DATA_PROCESS = {"spec", "name", "latent_dim", "rho", "rho_per_dim", "circular", "latent_labels",
-                "eval_set", "plan_set", "observe", "pair_source", "view_correlation", "spec_for"}
+                "eval_set", "plan_set", "observe", "pair_source", "view_correlation", "spec_for",
+                "pairs"}
 #: what only the CLI and orchestration ask: a world's kind answers it, never the world
 KIND_ONLY = {"options", "refuses", "writes_directory", "make_spec", "check_spec", "from_spec",
              "write", "prepare", "train_defaults", "data_exists", "recipes", "default_encoder"}
@@ -71,7 +72,7 @@ def test_world_is_only_the_data_process():
 
     members = set(check_imports().world_members())
     assert members <= DATA_PROCESS, f"not the data process: {sorted(members - DATA_PROCESS)}"
-    assert len(members) == 13
+    assert len(members) == 14
     for name in KINDS.names():
         kind = KINDS.get(name)
         assert isinstance(kind, WorldKind) and issubclass(kind.world, World), name
@@ -177,7 +178,9 @@ def test_api_surface():
             "TrainRequest": "core.requests", "WorldRequest": "core.requests",
             "SweepRequest": "core.requests", "World": "worlds.base", "WorldSpec": "worlds.spec",
             "build_world": "worlds", "make_spec": "worlds", "IdauditError": "core.errors",
-            "__version__": "core.version"}
+            "__version__": "core.version", "world_pairs": "worlds.user_pairs",
+            "WorldPairs": "worlds.user_pairs", "Pairs": "worlds.base", "sigreg": "maths.losses",
+            "alignment": "maths.losses", "random_directions": "maths.losses"}
     assert sorted(idaudit.__all__) == sorted(home)
     for name, where in home.items():  # each public name is the real object where it is defined
         module, _, attr = where.partition(":")
