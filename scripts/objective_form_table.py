@@ -1,5 +1,6 @@
 """The objective-form table of docs/objective-forms.md: the paper's lejepa form against the lejepa
-library's (``--form official``), with and without a projector, on several worlds and seeds.
+library's (``--form official``), with and without a projector, and the other objectives
+(``vicreg``, ``whiten``), on several worlds and seeds.
 
 For every world × form × seed it trains one checkpoint (``idaudit.train``), then audits it and
 plans with it (``idaudit.audit``, ``idaudit.plan``); a run with a projector is audited and
@@ -41,6 +42,10 @@ FORMS = [
     ("official + projector", {"form": "official"}, True),
     # the library's form at the paper's λ: what per-view SIGReg changes, apart from λ
     ("official, λ = 1e-3", {"form": "official", "lamb": 1e-3}, False),
+    # other objectives beside lejepa's forms: VICReg as its authors define it, and the paper's
+    # whitening form at the λ of its sweeps
+    ("vicreg", {"objective": "vicreg"}, False),
+    ("whiten, λ = 0.5", {"objective": "whiten", "lamb": 0.5}, False),
 ]
 PROJECTOR_HIDDEN = 256  # the projector: Linear-BN-ReLU(256) × 2, Linear to the latent dimension
 

@@ -158,7 +158,7 @@ def test_sweep_then_report(tmp_path):
 
 @pytest.mark.parametrize("args,fragment", [
     (["train", "--world", "moon"], "valid: spiral, banana, sinusoid, nvp, coupling"),
-    (["train", "--objective", "byol"], "valid: infonce, lejepa, whiten"),
+    (["train", "--objective", "byol"], "valid: infonce, lejepa, vicreg, whiten"),
     (["train", "--encoder", "resnet", "--steps", "1"], "valid: cnn, coupling, mlp"),
     (["train", "--rho", "1.5"], "--rho"),
     (["train", "--rho", "0"], "--rho"),

@@ -237,7 +237,7 @@ def test_pixel_training_audit_and_plan_end_to_end(tiny, tmp_path):
     assert res.exit_code == 0, res.output
 
 
-@pytest.mark.parametrize("objective", ["whiten", "infonce"])
+@pytest.mark.parametrize("objective", ["whiten", "infonce", "vicreg"])
 def test_every_objective_trains_on_pixels(tiny, tmp_path, objective):
     ckpt = tmp_path / f"{objective}.safetensors"
     res = runner.invoke(app, ["train", "--world", "reacher", "--data", str(tiny), "--objective",
@@ -248,7 +248,8 @@ def test_every_objective_trains_on_pixels(tiny, tmp_path, objective):
 
     ck = load_checkpoint(ckpt)
     assert ck.train["objective"] == objective and ck.encoder_name == "pixel_cnn"
-    assert ck.train["lamb"] == (0.0 if objective == "infonce" else 5e-3)
+    # the world's own λ = 5e-3 where the objective has one; VICReg has none
+    assert ck.train["lamb"] == {"infonce": 0.0, "vicreg": None}.get(objective, 5e-3)
     out = tmp_path / "a.json"
     res = runner.invoke(app, ["audit", str(ckpt), "--json", str(out), "--gauss-sims", "0"])
     assert res.exit_code == 0, res.output

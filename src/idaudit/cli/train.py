@@ -33,9 +33,12 @@ def train(
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
     objective: str | None = typer.Option(None, "--objective", "-O",
-                                         help="lejepa (SIGReg + alignment) | whiten "
-                                              "(VICReg-style) | infonce"),
-    lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1]"),
+                                         help="lejepa (λ·SIGReg + (1−λ)·alignment) | whiten "
+                                              "(λ·‖Cov−I‖² + (1−λ)·alignment, VICReg-style) | "
+                                              "vicreg (VICReg as its authors define it, "
+                                              "weights 25/25/1) | infonce"),
+    lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1] "
+                                      "(lejepa, whiten)"),
     sigma: str | None = typer.Option(None, "--sigma", help="InfoNCE kernel width σ; "
                                      "'auto' = √((1−ρ_v²)/ρ_v), matched to the views' OU "
                                      "channel; 'sqrtn' = √(N/2)"),

@@ -41,6 +41,13 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "encoder_kwargs": None, "form": "paper", "n_views": 2, "projector": None,
 }
 
+#: VICReg as Bardes, Ponce & LeCun (2022) define it (``--objective vicreg``): the weights of
+#: its invariance (their λ), variance (μ) and covariance (ν) terms, the standard deviation γ the
+#: variance hinge asks of every dimension and the ε under its square root — the authors' values,
+#: fixed (no train option changes them)
+VICREG: dict[str, float] = {"invariance": 25.0, "variance": 25.0, "covariance": 1.0,
+                            "gamma": 1.0, "eps": 1e-4}
+
 #: λ of the lejepa library's form (``--form official``, A + λ·S_per-view) where none is given:
 #: its minimal example's and stable-pretraining's value, on every world
 OFFICIAL_LAMB = 0.02

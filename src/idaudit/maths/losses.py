@@ -10,7 +10,10 @@
              (:func:`pooled_minus_per_view`), e_v = φ̂_v − φ
 * lejepa     λ·S_pooled + (1 − λ)·A (the paper's form), or A + λ·S_per-view (the library's,
              ``--form official``): :data:`LEJEPA_FORMS`
-* whitening  W(h) = mean of squares of (Cov(h) − I)
+* whitening  W(h) = mean of squares of (Cov(h) − I); ``whiten`` = λ·W + (1 − λ)·A (the paper's
+             VICReg-style objective, not VICReg itself)
+* VICReg     Bardes, Ponce & LeCun (2022) on the two views Z = h⁰, Z′ = h¹ (:func:`vicreg`):
+             25·s(Z, Z′) + 25·[v(Z) + v(Z′)]/2 + 1·[c(Z) + c(Z′)]
 * InfoNCE    symmetric cross-entropy with logits −‖h¹_i − h²_j‖² / (2σ²)
 """
 
@@ -21,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from idaudit.core.defaults import VICREG
 from idaudit.core.errors import IdauditError
 from idaudit.core.registry import Registry
 from idaudit.maths.epps_pulley import KNOTS, T_MAX
@@ -220,6 +224,56 @@ def infonce(h: torch.Tensor, sigma: float = 1.0) -> torch.Tensor:
     return 0.5 * (ce(logits, target) + ce(logits.T, target))
 
 
+# ---- VICReg (Bardes, Ponce & LeCun 2022), its three terms ---------------------------------
+
+
+def vicreg_invariance(z: torch.Tensor, z_prime: torch.Tensor) -> torch.Tensor:
+    """s(Z, Z′) = (1/(n d)) Σ_i ‖z_i − z′_i‖²: the mean squared error of the two branches."""
+    return (z - z_prime).square().mean()
+
+
+def vicreg_variance(z: torch.Tensor, gamma: float = VICREG["gamma"],
+                    eps: float = VICREG["eps"]) -> torch.Tensor:
+    """v(Z) = (1/d) Σ_j max(0, γ − √(Var(z_j) + ε)), Var the unbiased variance over the n rows
+    of Z (n, d): a hinge that keeps every dimension's standard deviation at γ or above."""
+    return torch.relu(gamma - torch.sqrt(z.var(dim=0) + eps)).mean()
+
+
+def vicreg_covariance(z: torch.Tensor) -> torch.Tensor:
+    """c(Z) = (1/d) Σ_{i≠j} C(Z)_ij², C(Z) = (Z − Z̄)ᵀ(Z − Z̄)/(n − 1) of Z (n, d): the squared
+    off-diagonal covariances, summed and divided by the dimension."""
+    centred = z - z.mean(dim=0, keepdim=True)
+    cov = centred.T @ centred / (z.shape[0] - 1)
+    return (cov.square().sum() - cov.diagonal().square().sum()) / z.shape[1]
+
+
+def vicreg(h: torch.Tensor, invariance: float = VICREG["invariance"],
+           variance: float = VICREG["variance"], covariance: float = VICREG["covariance"],
+           gamma: float = VICREG["gamma"], eps: float = VICREG["eps"]
+           ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """VICReg of the two views of h (2, n, d), Z = h[0] and Z′ = h[1], as its authors define it:
+
+        L = λ·s(Z, Z′) + μ·[v(Z) + v(Z′)]/2 + ν·[c(Z) + c(Z′)]
+
+    (:func:`vicreg_invariance`, :func:`vicreg_variance`, :func:`vicreg_covariance`), with
+    λ = μ = 25, ν = 1, γ = 1 and ε = 1e-4 (:data:`idaudit.core.defaults.VICREG`). The paper
+    writes μ·[v(Z) + v(Z′)]; its code, and lightly's ``VICRegLoss``, average the two variance
+    terms and add the two covariance terms, as here. Returns the loss and its three terms
+    (``variance`` and ``covariance`` as they enter L: the mean and the sum over the branches).
+    """
+    views, _ = _views(h, "vicreg")
+    if views != 2:
+        raise IdauditError(f"vicreg is defined for two views (branches), got {views}")
+    if h.shape[1] < 2:
+        raise IdauditError(f"vicreg needs at least 2 rows per view, got {h.shape[1]}")
+    z, z_prime = h[0], h[1]
+    inv = vicreg_invariance(z, z_prime)
+    var = 0.5 * (vicreg_variance(z, gamma, eps) + vicreg_variance(z_prime, gamma, eps))
+    cov = vicreg_covariance(z) + vicreg_covariance(z_prime)
+    loss = invariance * inv + variance * var + covariance * cov
+    return loss, {"invariance": inv, "variance": var, "covariance": cov}
+
+
 # ---- objectives: (h, lamb, sigma, directions) -> (loss, parts) -------------------------
 
 Objective = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -244,6 +298,18 @@ def _whiten(h, lamb: float, sigma: float, directions: torch.Tensor | None):
 def _infonce(h, lamb: float, sigma: float, directions: torch.Tensor | None):
     loss = infonce(h, sigma)
     return loss, {"infonce": loss}
+
+
+@OBJECTIVES.register("vicreg")
+def _vicreg(h, lamb: float | None, sigma: float, directions: torch.Tensor | None):
+    """:func:`vicreg` with the authors' weights; ``lamb`` has no meaning for it (refused)."""
+    return vicreg(h)
+
+
+#: objectives defined on exactly two views (``--n-views`` above 2 is refused)
+TWO_VIEW_OBJECTIVES = ("infonce", "vicreg")
+#: objectives with no regulariser weight λ (``--lamb`` is refused; infonce takes λ = 0)
+NO_LAMB_OBJECTIVES = ("infonce", "vicreg")
 
 
 def _lejepa_library(h, lamb: float, sigma: float, directions: torch.Tensor | None,

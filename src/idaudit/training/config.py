@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS
+from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS, VICREG
 from idaudit.core.errors import IdauditError, check_seed, require
 from idaudit.core.limits import LIMITS, check
-from idaudit.maths.losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES
+from idaudit.maths.losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES, TWO_VIEW_OBJECTIVES
 from idaudit.training.schedule import SCHEDULES
 
 # each field's type (sigma: a number or the name of a rule); None means "not given" except
@@ -170,12 +170,19 @@ class TrainConfig:
         if self.objective == "infonce" and self.lamb not in (None, 0.0):
             raise IdauditError("--lamb does not apply to --objective infonce (it has no "
                                "regulariser weight)")
+        if self.objective == "vicreg" and self.lamb is not None:
+            raise IdauditError("--lamb does not apply to --objective vicreg (its weights are the "
+                               f"authors': {VICREG['invariance']:g} invariance, "
+                               f"{VICREG['variance']:g} variance, {VICREG['covariance']:g} "
+                               "covariance)")
         if self.form is not None and self.objective != "lejepa":
             raise IdauditError(f"--form does not apply to --objective {self.objective} (it "
                                "chooses between the lejepa objective's forms)")
-        if self.objective == "infonce" and self.n_views not in (None, 2):
-            raise IdauditError("--n-views does not apply to --objective infonce (it contrasts "
-                               "two views)")
+        if self.objective in TWO_VIEW_OBJECTIVES and self.n_views not in (None, 2):
+            why = "it contrasts two views" if self.objective == "infonce" else \
+                "it is defined for two branches"
+            raise IdauditError(f"--n-views does not apply to --objective {self.objective} "
+                               f"({why})")
         out = dataclasses.replace(self)
         if out.objective == "lejepa" and out.form == "official" and out.lamb is None:
             out.lamb = OFFICIAL_LAMB  # the library's λ, before any world's default
@@ -189,6 +196,8 @@ class TrainConfig:
             out.lamb = 0.0
         else:
             out.sigma = None
+        if out.objective == "vicreg":
+            out.lamb = None  # no λ: a world's own default does not apply either
         if out.objective != "lejepa":
             out.form = None
         if out.epochs is not None:

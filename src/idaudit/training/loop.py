@@ -1,7 +1,7 @@
 """The one training loop, for every world: draw views, encode both, step the objective.
 
 Synthetic worlds draw fresh views every step; dataset-backed worlds go over their stored
-pairs epoch by epoch. The objective comes from the registry (LeJEPA, whitening, InfoNCE) on
+pairs epoch by epoch. The objective comes from the registry (LeJEPA, whitening, VICReg, InfoNCE) on
 every world; the numbers logged at the end are :func:`idaudit.maths.metrics.audit_metrics` on the
 world's evaluation set, the same function and set ``idaudit audit`` uses.
 """

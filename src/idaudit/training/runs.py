@@ -24,6 +24,7 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.io import check_outputs, write_json
 from idaudit.core.requests import TrainRequest, unknown_options
 from idaudit.core.version import __version__
+from idaudit.maths.losses import NO_LAMB_OBJECTIVES
 from idaudit.models.checkpoint import save_checkpoint
 from idaudit.models.encoders import embed
 from idaudit.training import TrainConfig, estimate_seconds, train
@@ -232,7 +233,7 @@ def _sources(kind: WorldKind, name: str, given: dict[str, Any], filled: dict[str
             src = f"world {name}"
         if src == DEFAULT and key.startswith("encoder") and value is None:
             src = f"world {name}: its own encoder"
-        forced = ((key == "lamb" and cfg.objective == "infonce")
+        forced = ((key == "lamb" and cfg.objective in NO_LAMB_OBJECTIVES)
                   or (key == "sigma" and cfg.objective != "infonce"))
         if forced and key not in given:
             src = f"objective {cfg.objective}"
