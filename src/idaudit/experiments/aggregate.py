@@ -94,11 +94,18 @@ def check_record(rec: dict[str, Any], where: str) -> None:
 
 
 def method_label(run: dict[str, Any]) -> str:
-    """SIGReg / VICReg / InfoNCE (σ=…): the name a run's objective has in the paper."""
+    """SIGReg / whitening / VICReg / InfoNCE (σ=…): a run's objective as tables name it. The
+    paper's tables call its whitening form λ‖Cov − I‖² + (1 − λ)·A (``whiten``) "VICReg";
+    here that name is Bardes et al.'s objective (``vicreg``)."""
     obj = run.get("objective", "lejepa")
     if obj == "infonce":
         return f"InfoNCE (σ={run.get('sigma', 1.0)})"
-    return {"lejepa": "SIGReg", "whiten": "VICReg"}.get(obj, obj)
+    return METHOD_LABELS.get(obj, obj)
+
+
+#: objective → its name in tables, in the order tables list them
+METHOD_LABELS = {"lejepa": "SIGReg", "whiten": "whitening (the paper's VICReg)",
+                 "vicreg": "VICReg"}
 
 
 def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -276,7 +283,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
 
     lines = []
     methods = sorted({r["method"] for r in rows},
-                     key=lambda m: ({"SIGReg": 0, "VICReg": 1}.get(m, 2), m))
+                     key=lambda m: ({v: i for i, v in enumerate(METHOD_LABELS.values())}.get(m, 9), m))
     if all(("mode" in r or "trajectory" in r) for r in rows):  # OU vs trajectory pairs
         lines += _ou_trajectory_table(rows, pm) + _paper_side_by_side(rows)
     elif len({r.get("dim", 2) for r in rows}) > 1:
