@@ -15,6 +15,7 @@ import csv
 import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +155,7 @@ def test_row_queue_keeps_the_last_rows():
     ({"gate": {"r2_h_to_z_heldout": 0.9}, "latents_key": None},
      "r2_h_to_z_heldout needs the true latents z"),
     ({"gate": {"D": 0.1}, "pair_key": "embedding_prime"}, "D needs ρ"),
-    ({"gate": {"r2_h_to_z_heldout_above_floor": 0.1}}, "needs --floor-draws"),
+    ({"gate": {"r2_h_to_z_heldout_above_floor": 0.1}, "floor_draws": 0}, "needs --floor-draws"),
     ({"gate": {"n_samples": 100}}, "neither better higher nor lower"),
     ({"gate": {"r2_h_to_z_heldout": "0.9"}}, "must be a number"),
     ({"gate": {"r2_h_to_z_heldout": 0.9}, "action": "warn"}, "action must be 'stop' or 'fail'"),
@@ -178,41 +179,48 @@ def test_gate_takes_each_metric_s_direction():
     assert [(t.metric, t.op) for t in m.thresholds] == [("n_samples", "max")]
 
 
+def check_logged(trainer, rec: Recorder, prefixes: list[str], epochs: int) -> None:
+    """At every validation epoch: the queue holds the last MAX_ROWS validation rows; the
+    monitor's R²s agree with scikit-learn's and ε with NumPy's on those rows; the CSV holds
+    every number each monitor computed, finite, under its prefix."""
+    assert [epoch for epoch, _ in rec.seen] == list(range(epochs))  # not the sanity check
+    rows = [r for r in logged(trainer) if r.get(prefixes[0] + "n_samples")]
+    assert [int(r["epoch"]) for r in rows] == list(range(epochs))
+    for (epoch, seen), row in zip(rec.seen, rows):
+        assert int(row["epoch"]) == epoch
+        for (q, metrics), prefix in zip(seen, prefixes):
+            assert q["h"].shape == (MAX_ROWS, WIDTH)
+            h = q["h"].astype(np.float64)
+            eps = np.linalg.norm(np.cov(h, rowvar=False) - np.eye(WIDTH))
+            assert metrics["whitening_error"] == pytest.approx(eps, rel=1e-6)
+            assert metrics["n_samples"] == MAX_ROWS
+            if "z" in q:
+                assert np.array_equal(q["z"], VAL.z[N_VAL - MAX_ROWS:].numpy())
+                in_sample, heldout = sklearn_r2(q["h"], q["z"])
+                assert metrics["r2_h_to_z"] == pytest.approx(in_sample, abs=1e-6)
+                assert metrics["r2_h_to_z_heldout"] == pytest.approx(heldout, abs=1e-6)
+            names = {k[len(prefix):] for k, v in row.items() if k.startswith(prefix) and v}
+            assert names == set(metrics)
+            for k, v in metrics.items():
+                assert math.isfinite(float(row[prefix + k]))
+                assert float(row[prefix + k]) == pytest.approx(v, rel=1e-6, abs=1e-6)
+
+
 def test_logged_metrics_match_an_independent_computation(tmp_path):
     with_z = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho, max_rows=MAX_ROWS)
     label_free = IdentifiabilityMonitor(latents_key=None, pair_key="embedding_prime",
                                         max_rows=MAX_ROWS, prefix="labelfree/")
     rec = Recorder(with_z, label_free)
     trainer = fit(PairModule(), [with_z, label_free, rec], tmp_path)
-
-    assert [epoch for epoch, _ in rec.seen] == list(range(EPOCHS))  # not the sanity check
-    rows = [r for r in logged(trainer) if r.get("idaudit/r2_h_to_z_heldout")]
-    assert [int(r["epoch"]) for r in rows] == list(range(EPOCHS))
+    check_logged(trainer, rec, ["idaudit/", "labelfree/"], EPOCHS)
     r2_heldout = []
-    for (epoch, [(q, metrics), (q_lf, metrics_lf)]), row in zip(rec.seen, rows):
-        assert int(row["epoch"]) == epoch
-        # the queue: the last MAX_ROWS validation rows, as the loader gave them
-        assert np.array_equal(q["z"], VAL.z[N_VAL - MAX_ROWS:].numpy())
-        assert q["h"].shape == q["h_prime"].shape == (MAX_ROWS, WIDTH)
-        assert np.array_equal(q_lf["h"], q["h"]) and "z" not in q_lf
-        in_sample, heldout = sklearn_r2(q["h"], q["z"])
-        assert metrics["r2_h_to_z"] == pytest.approx(in_sample, abs=1e-6)
-        assert metrics["r2_h_to_z_heldout"] == pytest.approx(heldout, abs=1e-6)
-        h = q["h"].astype(np.float64)
-        eps = np.linalg.norm(np.cov(h, rowvar=False) - np.eye(WIDTH))
-        assert metrics["whitening_error"] == pytest.approx(eps, rel=1e-6)
-        assert metrics_lf["whitening_error"] == pytest.approx(eps, rel=1e-6)
+    for _, [(q, metrics), (q_lf, metrics_lf)] in rec.seen:
+        assert np.array_equal(q_lf["h"], q["h"]) and set(q_lf) == {"h", "h_prime"}
         # the label-free pair signals join the audit with z; the label-free monitor has no z
         assert metrics["rho_estimated"] == pytest.approx(metrics_lf["rho_estimated"], rel=1e-9)
         assert "r2_h_to_z" not in metrics_lf and metrics_lf["label_free"] == 1.0
-        assert {"bound", "D", "canonical_shortfall", "mcc"} <= set(metrics)
-        # the CSV holds every number the monitor computed, finite, under its prefix
-        for prefix, ms in (("idaudit/", metrics), ("labelfree/", metrics_lf)):
-            names = {k[len(prefix):] for k, v in row.items() if k.startswith(prefix) and v}
-            assert names == set(ms)
-            for k, v in ms.items():
-                assert math.isfinite(float(row[prefix + k]))
-                assert float(row[prefix + k]) == pytest.approx(v, rel=1e-6, abs=1e-6)
+        assert {"bound", "D", "canonical_shortfall", "mcc", "r2_h_to_z_heldout_above_floor"} \
+            <= set(metrics)
         r2_heldout.append(metrics["r2_h_to_z_heldout"])
     assert len(set(r2_heldout)) == EPOCHS  # a new audit each epoch, of the weights then
 
@@ -251,3 +259,28 @@ def test_a_step_without_the_embedding_is_one_line(tmp_path):
     with pytest.raises(IdauditError, match="must return a dict holding the embedding under "
                        "'embedding'; it returned Tensor"):
         fit(NoDict(), [IdentifiabilityMonitor()], tmp_path, epochs=1)
+
+
+def test_a_stable_pretraining_module(tmp_path):
+    """stable-pretraining's Module: a forward(batch, stage) bound to it returns the dict; the
+    monitor reads it, logs through the module, and stops the run at by_epoch."""
+    spt = pytest.importorskip("stable_pretraining", reason="stable-pretraining (the users venv "
+                              f"of .ci/run): {why_not_importable('stable_pretraining')}")
+
+    def forward(self, batch, stage):
+        out = pair_step(self.backbone, batch)
+        out["z"] = batch["z"]  # as its forwards hand "label" on to callbacks
+        return out
+
+    module = spt.Module(forward=forward, backbone=encoder(0),
+                        optim={"optimizer": {"type": "Adam", "lr": 3e-3}})
+    monitor = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho,
+                                     max_rows=MAX_ROWS, gate={"r2_h_to_z_heldout": 1.01},
+                                     by_epoch=1)
+    rec = Recorder(monitor)
+    before = set(threading.enumerate())
+    trainer = fit(module, [monitor, rec], tmp_path, epochs=4)
+    for thread in set(threading.enumerate()) - before:  # stable-pretraining's environment
+        thread.join(timeout=60)  # dump, which logs when done: not after pytest's capture ends
+    assert monitor.stopped_epoch == 1 and trainer.current_epoch == 2
+    check_logged(trainer, rec, ["idaudit/"], 2)

@@ -103,22 +103,26 @@ class IdentifiabilityMonitor(Callback):
 
     **What it reads.** Each validation batch (``on_validation_batch_end``, on rank 0 only):
     the step's output dict under ``embedding_key`` (h), under ``pair_key`` the positive
-    partner's embedding h′ (None: none), and the batch dict under ``latents_key`` the true
-    latents z (None: none). Either extra one may be absent from every batch (z on real data);
-    it may not come and go. Each is detached, copied to the CPU as float32 and flattened to
-    rows; the last ``max_rows`` rows are kept (oldest dropped) and the queue is emptied at
-    each validation's start, so the metrics describe the weights being validated. Only the
-    ``dataloader_idx`` validation loader is read (None: every one).
+    partner's embedding h′ (None: none), and under ``latents_key`` the true latents z (None:
+    none), from the output dict where it holds them (as stable-pretraining's forwards hand
+    labels to callbacks, row for row with a multi-view embedding), else from the batch dict.
+    h′ and z may be absent from every batch (z on real data); they may not come and go. Each
+    is detached, copied to the CPU as float32 and flattened to rows; the last ``max_rows``
+    rows are kept (oldest dropped) and the queue is emptied at each validation's start, so
+    the metrics describe the weights being validated. Only the ``dataloader_idx`` validation
+    loader is read (None: every one).
 
     **What it logs.** At each validation epoch's end (not the sanity check), rank 0 runs
     :func:`idaudit.audit` on the queued rows: with z, the audit with latents (held-out and
-    in-sample R²(h → z) and R²(z → h), orthogonality and Procrustes errors, MCC, ε, δ, D and
-    the bound with h′ and ρ, the Gaussianity test, effective rank; the uninformative floor
-    when ``floor_draws`` > 0), joined by the label-free pair signals (ρ̂, canonical
-    correlations) when h′ is there; without z, the label-free audit (ε, its floor, effective
-    rank, Gaussianity; with h′: ρ̂, canonical correlations, δ(ρ̂), and with ``rho`` the bound).
-    Every finite number is logged by ``pl_module.log_dict`` as ``prefix + key`` (flags as
-    0/1); :attr:`metrics` holds the last values. docs/metrics.md says what each key means.
+    in-sample R²(h → z) and R²(z → h), orthogonality and Procrustes errors, MCC, ε, the
+    Gaussianity test, effective rank, the uninformative floor of ``floor_draws`` shuffles
+    (None: the audit's default; 0: none), and δ, D and the bound with h′ and ``rho``), joined
+    by the label-free pair signals (ρ̂, canonical correlations, δ(ρ̂)) when h′ is there;
+    without z, the label-free audit (ε and its floor, effective rank, Gaussianity; with h′
+    the pair signals, and with ``rho`` the bound). ``test_fraction`` and ``seed`` are the
+    audit's. Every finite number is logged by ``pl_module.log_dict`` as ``prefix + key``
+    (flags as 0/1); :attr:`metrics` holds the last values; docs/metrics.md says what each
+    key means.
 
     **The gate.** ``gate``: ``{metric: threshold}`` (a minimum for a metric that is better
     higher, a maximum for one better lower, as ``idaudit metrics`` lists them) or
@@ -142,7 +146,7 @@ class IdentifiabilityMonitor(Callback):
                  pair_key: str | None = None, rho: float | None = None, max_rows: int = 4096,
                  prefix: str = "idaudit/", gate: Mapping[str, Any] | None = None,
                  by_epoch: int | None = None, action: Action | None = None,
-                 floor_draws: int = 0, test_fraction: float | None = None, seed: int = 0,
+                 floor_draws: int | None = None, test_fraction: float | None = None, seed: int = 0,
                  dataloader_idx: int | None = 0) -> None:
         if _MISSING is not None:
             raise IdauditError("IdentifiabilityMonitor needs the lightning package (pip install "
@@ -162,13 +166,14 @@ class IdentifiabilityMonitor(Callback):
                                    "(h, h′); it needs pair_key")
             check("rho", rho, "rho")
         check("n_eval", max_rows, "max_rows")
-        check("floor_draws", floor_draws, "floor_draws")
+        if floor_draws is not None:
+            check("floor_draws", floor_draws, "floor_draws")
         if test_fraction is not None:
             check("test_fraction", test_fraction, "test_fraction")
         check_seed(seed, "seed")
         if latents_key is None:
             given = [n for n, v in (("floor_draws", floor_draws), ("test_fraction",
-                                                                   test_fraction)) if v]
+                                                                   test_fraction)) if v is not None]
             if given:
                 raise IdauditError(f"IdentifiabilityMonitor: {given[0]} needs the true latents "
                                    "z (latents_key)")
@@ -211,10 +216,10 @@ class IdentifiabilityMonitor(Callback):
         self._error: str | None = None  # a batch's bad input, raised at the epoch's end
 
     def _check_needs(self, latents_key: str | None, pair_key: str | None, rho: float | None,
-                     floor_draws: int) -> None:
+                     floor_draws: int | None) -> None:
         """Refuse a gated metric these inputs can never give (from the catalogue's needs)."""
         have = {"z": latents_key is not None, "h_prime": pair_key is not None,
-                "rho": rho is not None, "floor": floor_draws > 0, "bootstrap": False,
+                "rho": rho is not None, "floor": floor_draws != 0, "bootstrap": False,
                 "angle_law": False}
         how = {"z": "latents_key", "h_prime": "pair_key", "rho": "rho", "floor": "floor_draws > 0",
                "bootstrap": "", "angle_law": ""}
@@ -253,9 +258,12 @@ class IdentifiabilityMonitor(Callback):
         arrays = {"h": _rows(outputs[self.embedding_key], repr(self.embedding_key))}
         if self.pair_key is not None and self.pair_key in outputs:
             arrays["h_prime"] = _rows(outputs[self.pair_key], repr(self.pair_key))
-        if self.latents_key is not None and isinstance(batch, Mapping) \
-                and self.latents_key in batch:
-            arrays["z"] = _rows(batch[self.latents_key], f"the batch's {self.latents_key!r}")
+        if self.latents_key is not None:  # the step's output first (stable-pretraining puts
+            for where, source in (("output", outputs), ("batch", batch)):  # labels there)
+                if isinstance(source, Mapping) and self.latents_key in source:
+                    arrays["z"] = _rows(source[self.latents_key],
+                                        f"the {where}'s {self.latents_key!r}")
+                    break
         n = len(arrays["h"])
         for k, v in arrays.items():
             if len(v) != n:
