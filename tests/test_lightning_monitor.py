@@ -284,3 +284,29 @@ def test_a_stable_pretraining_module(tmp_path):
         thread.join(timeout=60)  # dump, which logs when done: not after pytest's capture ends
     assert monitor.stopped_epoch == 1 and trainer.current_epoch == 2
     check_logged(trainer, rec, ["idaudit/"], 2)
+
+
+def test_the_guide_s_example_runs_as_it_says(tmp_path, monkeypatch, capsys):
+    """docs/lightning.md's example, run as written: the line it prints (numbers within 0.01)
+    and the 49 columns it says the CSV gets."""
+    import re
+    import runpy
+
+    text = (Path(__file__).parents[1] / "docs" / "lightning.md").read_text()
+    script = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    said = re.search(r"```text\n(.*?)\n```", text, re.S).group(1)
+    (tmp_path / "example.py").write_text(script)
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path("example.py", run_name="__main__")
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    number = r"(\d+\.\d+)"
+    shape = re.escape(said)
+    for value in re.findall(number, said):
+        shape = shape.replace(re.escape(value), number, 1)
+    got, want = re.fullmatch(shape, printed), re.fullmatch(shape, said)
+    assert got, (printed, said)
+    assert [float(v) for v in got.groups()] == pytest.approx(
+        [float(v) for v in want.groups()], abs=0.01)
+    with open(tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv") as f:
+        header = next(csv.reader(f))
+    assert sum(k.startswith("idaudit/") for k in header) == 49
