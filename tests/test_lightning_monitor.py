@@ -140,6 +140,18 @@ def test_import_idaudit_loads_no_lightning():
     assert out.strip() == "[]"
 
 
+def test_without_lightning_the_module_imports_and_the_monitor_says_what_to_install():
+    code = ("import sys; sys.modules['lightning'] = None\n"  # lightning made unimportable
+            "from idaudit.lightning import IdentifiabilityMonitor\n"
+            "try:\n    IdentifiabilityMonitor()\n"
+            "except ValueError as exc:\n    print(type(exc).__name__, exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("IdauditError IdentifiabilityMonitor needs the lightning package "
+                          "(pip install 'idaudit[lightning]'): ModuleNotFoundError")
+    assert out.count("\n") == 1
+
+
 def test_row_queue_keeps_the_last_rows():
     q = RowQueue(5)
     for start in (0, 3, 6):
