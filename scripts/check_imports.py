@@ -37,7 +37,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "loading": ("loading/",),
     "evaluations": ("evaluations/",),
     "experiments": ("experiments/",),
-    "entry": ("cli/", "__init__.py", "__main__.py", "_entry.py", "doctor.py", "testing.py"),
+    "entry": ("cli/", "__init__.py", "__main__.py", "_entry.py", "doctor.py", "testing.py",
+              "lightning.py"),
 }
 
 #: upward imports allowed, (importer, imported) → why; each only inside a function

@@ -14,7 +14,7 @@ import numpy as np
 
 from idaudit.core.errors import IdauditError
 from idaudit.core.requests import GateOptions
-from idaudit.maths.catalogue import gate_keys, missing_need
+from idaudit.maths.catalogue import BY_KEY, gate_keys, missing_need
 
 # Every key an audit (with or without z) reports as one number or flag: a gate may name any.
 KNOWN_METRICS = gate_keys("audit", "label_free")
@@ -81,6 +81,26 @@ def table_thresholds(gate: Any, where: str = "gate",
         if not isinstance(table, dict):
             raise IdauditError(f"{where}: [{op}] must be a table of metric = value")
         out += [make_threshold(k, op, v, known) for k, v in table.items()]
+    return out
+
+
+def directed_thresholds(gate: Any, where: str = "gate",
+                        known: Collection[str] = KNOWN_METRICS) -> list[Threshold]:
+    """``{metric: value}``, each a minimum or a maximum as the catalogue says which way the
+    metric is better (higher: value ≥ threshold, lower: ≤); or the table form
+    ``{"min": {…}, "max": {…}}`` (:func:`table_thresholds`), which a metric without a better
+    direction (a size, a reference value) needs."""
+    if isinstance(gate, dict) and gate and set(gate) <= {"min", "max"}:
+        return table_thresholds(gate, where, known)
+    if not isinstance(gate, dict):
+        raise IdauditError(f"{where} must be a dict of metric: value, got {type(gate).__name__}")
+    out = []
+    for key, value in gate.items():
+        direction = BY_KEY[key].direction if key in known and key in BY_KEY else None
+        if key in known and direction is None:
+            raise IdauditError(f"{where}: {key} is neither better higher nor lower; give it "
+                               f"as {{'min': {{{key!r}: …}}}} or {{'max': …}}")
+        out.append(make_threshold(key, "min" if direction == "higher" else "max", value, known))
     return out
 
 

@@ -1,0 +1,324 @@
+"""idaudit.lightning.IdentifiabilityMonitor in real Lightning runs on the CPU.
+
+A tiny encoder learns the spiral world's pairs (x, x′) (idaudit's own world, objective
+"whiten") for a few epochs with a CSVLogger; the monitor reads the validation step's dict
+({"embedding", "embedding_prime"}) and the batch's true latents "z". The logged metrics are
+checked, epoch by epoch, against scikit-learn and NumPy on the very rows the monitor queued;
+a gate missed by epoch N stops the run at N, or raises with action="fail". The same monitor
+then watches a stable-pretraining ``Module`` (its ``forward(batch, stage)`` dict), where that
+package is installed (the "users" venv of .ci/run).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import why_not_importable
+
+L = pytest.importorskip("lightning", reason="the lightning extra (pip install "
+                        f"'idaudit[lightning]'): {why_not_importable('lightning')}")
+
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+from torch import nn  # noqa: E402
+
+import idaudit  # noqa: E402
+from idaudit.core.errors import EXIT_GATE_FAILED, IdauditError  # noqa: E402
+from idaudit.lightning import IdentifiabilityMonitor, RowQueue  # noqa: E402
+from idaudit.maths.losses import objective_for  # noqa: E402
+from idaudit.maths.moments import split_rows  # noqa: E402
+
+WORLD = idaudit.build_world(idaudit.make_spec("spiral"))
+N_TRAIN, N_VAL, BATCH, WIDTH = 2048, 1024, 256, 8
+EPOCHS = 3
+MAX_ROWS = 768  # fewer than the validation set: the first 256 rows are dropped
+
+
+class Pairs(torch.utils.data.Dataset):
+    """``n`` OU pairs of the world as dicts {"x", "x_prime", "z"}, drawn from ``seed``."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        z, zp = WORLD.sample_pairs(n, torch.Generator().manual_seed(seed))
+        self.z, self.x, self.xp = z, WORLD.observe(z), WORLD.observe(zp)
+
+    def __len__(self) -> int:
+        return len(self.z)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[i], "x_prime": self.xp[i], "z": self.z[i]}
+
+
+TRAIN, VAL = Pairs(N_TRAIN, 1), Pairs(N_VAL, 2)
+
+
+def encoder(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(2, 64), nn.Tanh(), nn.Linear(64, WIDTH))
+
+
+def pair_step(net: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """stable-pretraining's convention: the step's outputs as a dict."""
+    h, hp = net(batch["x"]), net(batch["x_prime"])
+    loss, _ = objective_for("whiten")(torch.stack([h, hp]), lamb=0.5, sigma=1.0,
+                                      directions=None)
+    return {"embedding": h, "embedding_prime": hp, "loss": loss}
+
+
+class PairModule(L.LightningModule):
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self.net = encoder(seed)
+
+    def forward(self, batch, stage):
+        return pair_step(self.net, batch)
+
+    def training_step(self, batch, batch_idx):
+        return self(batch, "fit")["loss"]
+
+    def validation_step(self, batch, batch_idx):
+        return self(batch, "validate")
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=3e-3)
+
+
+class Recorder(L.Callback):
+    """After the monitors (callbacks run in list order): each validation's queued rows and
+    logged metrics, per monitor."""
+
+    def __init__(self, *monitors: IdentifiabilityMonitor) -> None:
+        self.monitors, self.seen = monitors, []
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.seen.append((trainer.current_epoch,
+                              [(m.queue.arrays(), dict(m.metrics)) for m in self.monitors]))
+
+
+def fit(module, callbacks, tmp_path: Path, epochs: int = EPOCHS):
+    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1,
+                        logger=CSVLogger(tmp_path, name="run"), callbacks=callbacks,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=1,
+                        log_every_n_steps=1)
+    train = torch.utils.data.DataLoader(TRAIN, batch_size=BATCH, shuffle=True,
+                                        generator=torch.Generator().manual_seed(3))
+    val = torch.utils.data.DataLoader(VAL, batch_size=BATCH)
+    trainer.fit(module, train, val)
+    return trainer
+
+
+def logged(trainer) -> list[dict[str, str]]:
+    """The rows of the CSVLogger's metrics.csv."""
+    with open(Path(trainer.logger.log_dir) / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def sklearn_r2(h: np.ndarray, z: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """In-sample R²(h → z) and held-out R² on the audit's split (half the rows), by
+    scikit-learn."""
+    from sklearn.linear_model import LinearRegression
+
+    h, z = h.astype(np.float64), z.astype(np.float64)
+    test, train = split_rows(len(h), 0.5, seed)
+    in_sample = LinearRegression().fit(h, z).score(h, z)
+    heldout = LinearRegression().fit(h[train], z[train]).score(h[test], z[test])
+    return in_sample, heldout
+
+
+def test_import_idaudit_loads_no_lightning():
+    code = "import sys, idaudit; print(sorted({'lightning', 'torch'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_without_lightning_the_module_imports_and_the_monitor_says_what_to_install():
+    code = ("import sys; sys.modules['lightning'] = None\n"  # lightning made unimportable
+            "from idaudit.lightning import IdentifiabilityMonitor\n"
+            "try:\n    IdentifiabilityMonitor()\n"
+            "except ValueError as exc:\n    print(type(exc).__name__, exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("IdauditError IdentifiabilityMonitor needs the lightning package "
+                          "(pip install 'idaudit[lightning]'): ModuleNotFoundError")
+    assert out.count("\n") == 1
+
+
+def test_row_queue_keeps_the_last_rows():
+    q = RowQueue(5)
+    for start in (0, 3, 6):
+        q.add({"h": np.arange(start, start + 3, dtype=np.float32)[:, None]})
+    assert q.arrays()["h"][:, 0].tolist() == [4, 5, 6, 7, 8]
+    assert q.rows == 5
+    with pytest.raises(IdauditError, match="same keys"):
+        q.add({"h": np.zeros((1, 1)), "z": np.zeros((1, 1))})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gate": {"r2_h_to_z_heldoot": 0.9}}, "unknown metric 'r2_h_to_z_heldoot'"),
+    ({"gate": {"r2_h_to_z_heldout": 0.9}, "latents_key": None},
+     "r2_h_to_z_heldout needs the true latents z"),
+    ({"gate": {"D": 0.1}, "pair_key": "embedding_prime"}, "D needs ρ"),
+    ({"gate": {"r2_h_to_z_heldout_above_floor": 0.1}, "floor_draws": 0}, "needs --floor-draws"),
+    ({"gate": {"n_samples": 100}}, "neither better higher nor lower"),
+    ({"gate": {"r2_h_to_z_heldout": "0.9"}}, "must be a number"),
+    ({"gate": {"r2_h_to_z_heldout": 0.9}, "action": "warn"}, "action must be 'stop' or 'fail'"),
+    ({"gate": {"r2_h_to_z_heldout": 0.9}, "by_epoch": -1}, "by_epoch must be an integer ≥ 0"),
+    ({"by_epoch": 3}, "by_epoch applies to a gate"),
+    ({"rho": 0.9}, "it needs pair_key"),
+    ({"max_rows": 5}, "max_rows must be an integer ≥ 10"),
+    ({"latents_key": None, "floor_draws": 10}, "floor_draws needs the true latents"),
+])
+def test_refused_when_made(kwargs, message):
+    with pytest.raises(IdauditError, match=message) as info:
+        IdentifiabilityMonitor(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_gate_takes_each_metric_s_direction():
+    m = IdentifiabilityMonitor(gate={"r2_h_to_z_heldout": 0.9, "orthogonality_error": 0.2})
+    assert [(t.metric, t.op, t.value) for t in m.thresholds] == [
+        ("r2_h_to_z_heldout", "min", 0.9), ("orthogonality_error", "max", 0.2)]
+    m = IdentifiabilityMonitor(gate={"max": {"n_samples": 10_000}})
+    assert [(t.metric, t.op) for t in m.thresholds] == [("n_samples", "max")]
+
+
+def check_logged(trainer, rec: Recorder, prefixes: list[str], epochs: int) -> None:
+    """At every validation epoch: the queue holds the last MAX_ROWS validation rows; the
+    monitor's R²s agree with scikit-learn's and ε with NumPy's on those rows; the CSV holds
+    every number each monitor computed, finite, under its prefix."""
+    assert [epoch for epoch, _ in rec.seen] == list(range(epochs))  # not the sanity check
+    rows = [r for r in logged(trainer) if r.get(prefixes[0] + "n_samples")]
+    assert [int(r["epoch"]) for r in rows] == list(range(epochs))
+    for (epoch, seen), row in zip(rec.seen, rows):
+        assert int(row["epoch"]) == epoch
+        for (q, metrics), prefix in zip(seen, prefixes):
+            assert q["h"].shape == (MAX_ROWS, WIDTH)
+            h = q["h"].astype(np.float64)
+            eps = np.linalg.norm(np.cov(h, rowvar=False) - np.eye(WIDTH))
+            assert metrics["whitening_error"] == pytest.approx(eps, rel=1e-6)
+            assert metrics["n_samples"] == MAX_ROWS
+            if "z" in q:
+                assert np.array_equal(q["z"], VAL.z[N_VAL - MAX_ROWS:].numpy())
+                in_sample, heldout = sklearn_r2(q["h"], q["z"])
+                assert metrics["r2_h_to_z"] == pytest.approx(in_sample, abs=1e-6)
+                assert metrics["r2_h_to_z_heldout"] == pytest.approx(heldout, abs=1e-6)
+            names = {k[len(prefix):] for k, v in row.items() if k.startswith(prefix) and v}
+            assert names == set(metrics)
+            for k, v in metrics.items():
+                assert math.isfinite(float(row[prefix + k]))
+                assert float(row[prefix + k]) == pytest.approx(v, rel=1e-6, abs=1e-6)
+
+
+def test_logged_metrics_match_an_independent_computation(tmp_path):
+    with_z = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho, max_rows=MAX_ROWS)
+    label_free = IdentifiabilityMonitor(latents_key=None, pair_key="embedding_prime",
+                                        max_rows=MAX_ROWS, prefix="labelfree/")
+    rec = Recorder(with_z, label_free)
+    trainer = fit(PairModule(), [with_z, label_free, rec], tmp_path)
+    check_logged(trainer, rec, ["idaudit/", "labelfree/"], EPOCHS)
+    r2_heldout = []
+    for _, [(q, metrics), (q_lf, metrics_lf)] in rec.seen:
+        assert np.array_equal(q_lf["h"], q["h"]) and set(q_lf) == {"h", "h_prime"}
+        # the label-free pair signals join the audit with z; the label-free monitor has no z
+        assert metrics["rho_estimated"] == pytest.approx(metrics_lf["rho_estimated"], rel=1e-9)
+        assert "r2_h_to_z" not in metrics_lf and metrics_lf["label_free"] == 1.0
+        assert {"bound", "D", "canonical_shortfall", "mcc", "r2_h_to_z_heldout_above_floor"} \
+            <= set(metrics)
+        r2_heldout.append(metrics["r2_h_to_z_heldout"])
+    assert len(set(r2_heldout)) == EPOCHS  # a new audit each epoch, of the weights then
+
+
+@pytest.mark.parametrize("action", ["stop", "fail"])
+def test_a_missed_gate_stops_or_fails_at_by_epoch(tmp_path, action):
+    # R² ≤ 1: a threshold above it is missed at every epoch, but acted on from epoch 1 only
+    monitor = IdentifiabilityMonitor(gate={"r2_h_to_z_heldout": 1.01}, by_epoch=1,
+                                     action=action, max_rows=MAX_ROWS)
+    if action == "fail":
+        with pytest.raises(IdauditError, match=r"gate missed at epoch 1 \(by_epoch 1\): "
+                           r"r2_h_to_z_heldout = 0\.\d+ \(needs ≥ 1\.01\)") as info:
+            fit(PairModule(), [monitor], tmp_path, epochs=5)
+        assert info.value.exit_code == EXIT_GATE_FAILED
+        assert monitor.stopped_epoch == 1
+        return
+    trainer = fit(PairModule(), [monitor], tmp_path, epochs=5)
+    assert monitor.stopped_epoch == 1
+    assert "r2_h_to_z_heldout" in monitor.stop_reason and "1.01" in monitor.stop_reason
+    assert trainer.current_epoch == 2  # epoch 1 ran to its end, epoch 2 never started
+    epochs = [int(r["epoch"]) for r in logged(trainer) if r.get("idaudit/r2_h_to_z_heldout")]
+    assert epochs == [0, 1]
+
+
+def test_a_met_gate_lets_the_run_finish(tmp_path):
+    monitor = IdentifiabilityMonitor(gate={"r2_h_to_z_heldout": -1.0}, max_rows=MAX_ROWS)
+    trainer = fit(PairModule(), [monitor], tmp_path, epochs=2)
+    assert monitor.stopped_epoch is None and trainer.current_epoch == 2
+
+
+def test_a_step_without_the_embedding_is_one_line(tmp_path):
+    class NoDict(PairModule):
+        def validation_step(self, batch, batch_idx):
+            return self(batch, "validate")["loss"]
+
+    with pytest.raises(IdauditError, match="must return a dict holding the embedding under "
+                       "'embedding'; it returned Tensor"):
+        fit(NoDict(), [IdentifiabilityMonitor()], tmp_path, epochs=1)
+
+
+def test_a_stable_pretraining_module(tmp_path):
+    """stable-pretraining's Module: a forward(batch, stage) bound to it returns the dict; the
+    monitor reads it, logs through the module, and stops the run at by_epoch."""
+    spt = pytest.importorskip("stable_pretraining", reason="stable-pretraining (the users venv "
+                              f"of .ci/run): {why_not_importable('stable_pretraining')}")
+
+    def forward(self, batch, stage):
+        out = pair_step(self.backbone, batch)
+        out["z"] = batch["z"]  # as its forwards hand "label" on to callbacks
+        return out
+
+    module = spt.Module(forward=forward, backbone=encoder(0),
+                        optim={"optimizer": {"type": "Adam", "lr": 3e-3}})
+    monitor = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho,
+                                     max_rows=MAX_ROWS, gate={"r2_h_to_z_heldout": 1.01},
+                                     by_epoch=1)
+    rec = Recorder(monitor)
+    before = set(threading.enumerate())
+    trainer = fit(module, [monitor, rec], tmp_path, epochs=4)
+    for thread in set(threading.enumerate()) - before:  # stable-pretraining's environment
+        thread.join(timeout=60)  # dump, which logs when done: not after pytest's capture ends
+    assert monitor.stopped_epoch == 1 and trainer.current_epoch == 2
+    check_logged(trainer, rec, ["idaudit/"], 2)
+
+
+def test_the_guide_s_example_runs_as_it_says(tmp_path, monkeypatch, capsys):
+    """docs/lightning.md's example, run as written: the line it prints (numbers within 0.01)
+    and the 49 columns it says the CSV gets."""
+    import re
+    import runpy
+
+    text = (Path(__file__).parents[1] / "docs" / "lightning.md").read_text()
+    script = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    said = re.search(r"```text\n(.*?)\n```", text, re.S).group(1)
+    (tmp_path / "example.py").write_text(script)
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path("example.py", run_name="__main__")
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    number = r"(\d+\.\d+)"
+    shape = re.escape(said)
+    for value in re.findall(number, said):
+        shape = shape.replace(re.escape(value), number, 1)
+    got, want = re.fullmatch(shape, printed), re.fullmatch(shape, said)
+    assert got, (printed, said)
+    assert [float(v) for v in got.groups()] == pytest.approx(
+        [float(v) for v in want.groups()], abs=0.01)
+    with open(tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv") as f:
+        header = next(csv.reader(f))
+    assert sum(k.startswith("idaudit/") for k in header) == 49
