@@ -107,7 +107,7 @@ def test_gl_fallback_and_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gl["fix"] == "unset MUJOCO_GL or export MUJOCO_GL=osmesa (which works)"
 
 
-@pytest.mark.parametrize("name", ["torchvision", "timm", "transformers", "hydra"])
+@pytest.mark.parametrize("name", ["torchvision", "timm", "transformers", "hydra", "lightning"])
 def test_vision_stack_is_what_a_fresh_import_finds(checks: list[dict], name: str) -> None:
     """The vision checks agree with importing each package in a fresh process: installed and
     importable → its version; installed but broken (a torchvision built for another torch) →
@@ -116,7 +116,7 @@ def test_vision_stack_is_what_a_fresh_import_finds(checks: list[dict], name: str
     import sys
 
     check = {c["name"]: c for c in checks}[name]
-    extra = "hydra" if name == "hydra" else "vision"
+    extra = name if name in ("hydra", "lightning") else "vision"
     if importlib.util.find_spec(name) is None:
         assert check["ok"] and "not installed" in check["detail"]
         assert f'idaudit[{extra}]' in check["detail"]
@@ -127,4 +127,4 @@ def test_vision_stack_is_what_a_fresh_import_finds(checks: list[dict], name: str
         assert check["ok"] and check["detail"] == f"{name} {proc.stdout.strip()}"
     else:
         assert not check["ok"] and "not importable" in check["detail"]
-        assert ("torchvision==" if extra == "vision" else "idaudit[hydra]") in check["fix"]
+        assert ("torchvision==" if extra == "vision" else f"idaudit[{extra}]") in check["fix"]

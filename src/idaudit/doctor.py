@@ -139,11 +139,13 @@ VISION_FIX = ("install torch and torchvision of one build: pip install torch==2.
 OTHER_PROJECTS = (("torchvision", "under timm", "vision"),
                   ("timm", "timm:NAME architectures", "vision"),
                   ("transformers", "Hugging Face directories", "vision"),
-                  ("hydra", "LeWM / stable-worldmodel directories (hydra configs)", "hydra"))
+                  ("hydra", "LeWM / stable-worldmodel directories (hydra configs)", "hydra"),
+                  ("lightning", "idaudit.lightning.IdentifiabilityMonitor", "lightning"))
 
 
 def _check_vision() -> list[dict[str, Any]]:
-    """The optional stack for other projects' encoders (timm, transformers, hydra) and the
+    """The optional stack for other projects' encoders (timm, transformers, hydra), Lightning
+    for the training monitor, and the
     torchvision under timm, which must be built for this very torch: a CPU torch beside a
     CUDA torchvision fails to import ("operator torchvision::nms does not exist")."""
     import importlib.util
