@@ -207,11 +207,16 @@ def run_plan(req: PlanRequest) -> PlanReport:
                                "the true latents of the gallery")
         return plan_gallery(loaded.z, loaded.h, req.pairs, req.waypoints, seed, req.k,
                             loaded.source)
+    from idaudit.evaluations.pipeline import input_adapter, probe_input, try_on_one
+
+    x1 = probe_input(loaded, place)  # tried on one input before the world's data are read
+    if x1 is not None:
+        try_on_one(loaded, x1, place.normalize)
     w = world_for_encoder(loaded, place.world.world, place.data, options)
     check_plan_memory(req.pairs, req.waypoints, w.latent_dim, w.latent_dim)
     ps = w.plan_set(req.pairs, req.gallery, seed)
-    from idaudit.evaluations.pipeline import input_adapter
-
+    if x1 is None:
+        try_on_one(loaded, ps.gallery_x, place.normalize)
     module = input_adapter(loaded, ps.gallery_x, place.normalize)
     hg = embed(module, ps.gallery_x).numpy()
     res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(module, ps.start_x).numpy(),

@@ -94,6 +94,13 @@ class WorldKind(ABC):
         world (its training data), where this kind can; None: build the world and ask it."""
         return None
 
+    def probe_input(self, spec: WorldSpec) -> Any | None:
+        """One input shaped as this kind's evaluation set for ``spec``, made without rendering
+        or reading that set, on which an encoder is tried before the set is made (a refusal
+        that depends only on the options or the output's shape then costs one input); None:
+        it is tried on the set's first row, made first (cheap for vector worlds)."""
+        return None
+
     @abstractmethod
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
         """The paper's encoder for ``world`` (a World or its spec): (registry name, kwargs)."""
