@@ -525,6 +525,45 @@ def test_lewm_directory_with_a_weights_file_per_epoch(project):
             weights="weights_epoch_2.pt")
 
 
+def test_a_lewm_run_as_stable_worldmodel_saves_it(tmp_path):
+    """The real thing: a LeWM run built from lewm.yaml's model section (its encoder made by
+    stable_pretraining's function vit_hf) and saved each epoch as stable-worldmodel's
+    SaveCkptCallback saves it. idaudit opens it untrusted, each epoch by --weights, and embeds
+    images exactly as the model stable-worldmodel's own load_pretrained returns encodes them."""
+    pytest.importorskip("stable_pretraining", reason="stable-pretraining is not installed")
+    pytest.importorskip("stable_worldmodel", reason="stable-worldmodel is not installed (it "
+                        "also needs imageio, which its metadata does not name)")
+    from stable_worldmodel.wm.utils import load_pretrained
+    from standins import save_lewm_epochs
+
+    run_dir, states = save_lewm_epochs(tmp_path / "home")
+    assert sorted(p.name for p in run_dir.iterdir()) == \
+        ["config.json", "weights_epoch_1.pt", "weights_epoch_2.pt"]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["encoder"]["_target_"] == "stable_pretraining.backbone.utils.vit_hf"
+    refused(["(weights_epoch_1.pt, weights_epoch_2.pt); choose one with --weights NAME"],
+            load_target, run_dir)
+    images = torch.rand(5, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    embeddings = []
+    for epoch in (1, 2):
+        loaded = load_target(run_dir, LoadOptions(weights=f"weights_epoch_{epoch}.pt"))
+        assert type(loaded.module).__name__ == "LeWM"
+        assert_same_state(loaded.module, states[epoch])
+        theirs = load_pretrained(f"lewm/weights_epoch_{epoch}.pt",
+                                 cache_dir=str(tmp_path / "home")).eval()
+        with torch.no_grad():
+            want = theirs.encode({"pixels": images[:, None]})["emb"][:, 0]
+        embeddings.append(embed(loaded.module, images).numpy())
+        assert embeddings[-1].shape == (5, 32)
+        np.testing.assert_allclose(embeddings[-1], want.numpy(), rtol=1e-6, atol=1e-6)
+    assert np.abs(embeddings[0] - embeddings[1]).max() > 1e-3  # two epochs, two encoders
+    config["encoder"]["pretrained"] = True  # vit_hf would download google/vit-…
+    (run_dir / "config.json").write_text(json.dumps(config))
+    refused(["_target_ 'stable_pretraining.backbone.utils.vit_hf' is given pretrained: True; "
+             "idaudit never downloads", "--trust-pickle"], load_target, run_dir,
+            LoadOptions(weights="weights_epoch_2.pt"))
+
+
 # ---- every refusal that depends on options or output shapes costs one input -------------------
 
 
@@ -866,3 +905,45 @@ def test_timm_vit_saved_as_ijepa(project):
     with torch.no_grad():
         want = target(images)
     np.testing.assert_array_equal(embed(loaded.module, images).numpy(), want.numpy())
+
+
+def test_timm_vit_mean_over_patch_tokens(project):
+    """A timm ViT saved with its default head: ``num_classes: 0`` pools already (the class
+    token), so ``--pool mean`` is refused, pointing at what works; ``global_pool: "avg"``
+    alone moves the final norm after the pooling (fc_norm.* against the file's norm.*), also
+    pointing at it; ``{"num_classes": 0, "global_pool": "avg", "fc_norm": false}`` loads and
+    gives the mean of the normed patch tokens, the class token left out."""
+    why = why_not_importable("timm")
+    if why is not None:
+        pytest.skip(f"timm cannot be imported: {why}")
+    import timm
+
+    from idaudit.loading.architectures import TIMM_MEAN_POOL
+
+    kwargs = dict(num_classes=0, img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2)
+    torch.manual_seed(26)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs).eval()
+    save_file(model.state_dict(), str(project / "timm.safetensors"))
+    arch = "timm:vit_tiny_patch16_224"
+    images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(26))
+    loaded = load_target("timm.safetensors", LoadOptions(arch=arch, arch_kwargs=kwargs,
+                                                         pool="mean"))
+    refused(["--pool mean applies to tokens (batch, tokens, dim), but the encoder returned "
+             "shape (4, 32); a timm model pools its tokens itself",
+             f"--arch-kwargs '{TIMM_MEAN_POOL}' (docs/integrations.md, I-JEPA)"],
+            embed, loaded.module, images)
+    refused(["2 missing keys (fc_norm.weight, fc_norm.bias)", "2 unexpected keys (norm.bias, "
+             "norm.weight)", f"pass --arch-kwargs '{TIMM_MEAN_POOL}' for weights saved with "
+             "norm.*"], load_target, "timm.safetensors",
+            LoadOptions(arch=arch, arch_kwargs={**kwargs, "global_pool": "avg"}))
+    loaded = load_target("timm.safetensors", LoadOptions(
+        arch=arch, arch_kwargs={**kwargs, **json.loads(TIMM_MEAN_POOL)}))
+    with torch.no_grad():
+        tokens = model.forward_features(images)  # (4, 1 + 16, 32), normed
+    assert tokens.shape == (4, 17, 32) and model.num_prefix_tokens == 1
+    np.testing.assert_allclose(embed(loaded.module, images).numpy(),
+                               tokens[:, 1:].mean(1).numpy(), rtol=1e-5, atol=1e-6)
+    loaded = load_target("timm.safetensors", LoadOptions(   # every token, then --pool mean
+        arch=arch, arch_kwargs={**kwargs, "global_pool": ""}, pool="mean"))
+    np.testing.assert_allclose(embed(loaded.module, images).numpy(),
+                               tokens.mean(1).numpy(), rtol=1e-5, atol=1e-6)
