@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 
@@ -523,6 +524,11 @@ def test_lewm_directory_with_a_weights_file_per_epoch(project):
     refused("--weights does not apply to an encoder given as a Python Linear",
             idaudit.audit, encoder=torch.nn.Linear(2, 2), world="spiral",
             weights="weights_epoch_2.pt")
+    z = np.random.default_rng(20).standard_normal((200, 2))
+    refused("--weights does not apply to arrays z, h (audited as they are)", idaudit.audit,
+            z=z, h=z, weights="weights_epoch_2.pt")
+    refused("--weights does not apply to a gallery of arrays z, h", idaudit.plan, z=z, h=z,
+            weights="weights_epoch_2.pt")
 
 
 def test_a_lewm_run_as_stable_worldmodel_saves_it(tmp_path):
@@ -582,22 +588,22 @@ def no_render(project, monkeypatch):
 REACHER_32 = dict(world="reacher", image_size=32, n_eval=1000)
 
 
-def test_a_pool_for_a_pooled_output_is_refused_after_one_input(project, no_render):
+def test_a_pool_for_a_pooled_output_is_refused_after_two_inputs(project, no_render):
     """``--pool mean`` on an encoder whose output is (batch, dim) already: refused after one
-    forward pass of one image, before any image is rendered (it came after rendering 1000
-    pairs and a full forward pass of them)."""
+    forward pass of two images, before any image is rendered (it came after rendering the
+    1000 pairs and a forward pass of them all); so is an ``--output`` the output lacks."""
     mp = user_module()
     torch.manual_seed(22)
     save_file(mp.PooledViT().state_dict(), str(project / "pooled.safetensors"))
     refused("--pool mean applies to tokens (batch, tokens, dim), but the encoder returned "
-            "shape (1, 32)", idaudit.audit, "pooled.safetensors", arch="myproject:make_pooled_counted",
+            "shape (2, 32)", idaudit.audit, "pooled.safetensors", arch="myproject:make_pooled_counted",
             pool="mean", **REACHER_32)
-    assert mp.CALLS == [1]
+    assert mp.CALLS == [2]
     mp.CALLS.clear()
     refused("--output 1 picks an element of a tuple, but the encoder returned a tensor of "
-            "shape (1, 32)", idaudit.audit, "pooled.safetensors",
+            "shape (2, 32)", idaudit.audit, "pooled.safetensors",
             arch="myproject:make_pooled_counted", output=1, **REACHER_32)
-    assert mp.CALLS == [1]
+    assert mp.CALLS == [2]
 
 
 def test_several_targets_are_opened_and_tried_before_any_is_embedded(project, no_render):
@@ -621,7 +627,7 @@ def test_several_targets_are_opened_and_tried_before_any_is_embedded(project, no
     torch.jit.trace(torch.nn.Sequential(patches, torch.nn.Flatten(1)), image).save(
         str(project / "pooled.ts"))
     refused("--pool cls applies to tokens (batch, tokens, dim), but the encoder returned "
-            "shape (1, 64)", idaudit.audit, targets=["tokens.ts", "pooled.ts"], pool="cls",
+            "shape (2, 64)", idaudit.audit, targets=["tokens.ts", "pooled.ts"], pool="cls",
             **REACHER_32)
 
 
@@ -691,7 +697,7 @@ def test_model_normalize_reads_a_processor_config_as_x_over_255(tmp_path, config
                                rtol=1e-12)
 
 
-def test_a_broken_dependency_is_named_in_the_one_line_error(project, tmp_path, monkeypatch):
+def test_a_broken_dependency_is_named_in_the_one_line_error(project, tmp_path):
     """An import that fails because of another (transformers wraps it in "Failed to import …
     (look up to see its traceback):") names the underlying cause in its one line."""
     from transformers import ViTConfig, ViTModel
@@ -713,14 +719,27 @@ def test_a_broken_dependency_is_named_in_the_one_line_error(project, tmp_path, m
     ViTModel(ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                        intermediate_size=32, image_size=16, patch_size=8)) \
         .save_pretrained(str(tmp_path / "vit"))
-    # transformers' own lazy import of the ViT code, failing as a broken install makes it fail
-    for name in [m for m in sys.modules if m.startswith("transformers.models.vit")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "transformers.models.vit.modeling_vit", None)
-    for trusted in (False, True):  # sized on the meta device first, or loaded at once
-        refused(["cannot", "caused by ModuleNotFoundError: import of "
-                 "transformers.models.vit.modeling_vit halted"], load_target, tmp_path / "vit",
-                LoadOptions(trust_pickle=trusted))
+    # transformers' own lazy import of its ViT code, failing as a broken install makes it fail,
+    # in a fresh process (this one may hold the ViT classes already)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["transformers.models.vit.modeling_vit"] = None
+        from idaudit.core.errors import IdauditError
+        from idaudit.loading.loaders import LoadOptions, load_target
+        for trusted in (False, True):  # sized on the meta device first, or loaded at once
+            try:
+                load_target({str(tmp_path / "vit")!r}, LoadOptions(trust_pickle=trusted))
+            except IdauditError as exc:
+                print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                         timeout=600)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out.stdout + out.stderr
+    for line in lines:
+        assert "caused by ModuleNotFoundError: import of transformers.models.vit.modeling_vit " \
+               "halted" in line, line
 
 
 def _weights(project):

@@ -83,7 +83,8 @@ WeightsOpt = typer.Option(None, "--weights", help="a LeWM directory holding seve
                           "by name")
 NormalizeOpt = typer.Option(None, "--normalize", help="images for an encoder that is not an "
                             "idaudit checkpoint: float N×3×S×S in [0, 1], then imagenet | none "
-                            "| MEAN,STD (default none)")
+                            "| MEAN,STD (default: the model's own, a Hugging Face directory's "
+                            "preprocessor_config.json, else none)")
 EvalImageSizeOpt = typer.Option(None, "--image-size", help="reacher: render the evaluation "
                                 "images at S × S (e.g. 224 for a ViT; without --data the "
                                 "--n-eval pairs are rendered and cached)")

@@ -113,6 +113,11 @@ class LoadOptions:
             raise IdauditError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not "
                                f"apply to {what}")
 
+    def refuse_all(self, what: str) -> None:
+        """A one-line error if any option is given for ``what`` (arrays given as they are: no
+        file is opened, no encoder called)."""
+        self.refuse(tuple(f.name for f in fields(self)), what)
+
     def refuse_for_arrays(self, path: Path) -> None:
         if self.arch is not None:
             raise IdauditError(f"--arch goes with plain weights, not arrays ({path} holds "
@@ -148,10 +153,11 @@ class EncoderOptions:
     and which output is the embedding (``load``), the world and its options (``world``), or
     stored ``data``. Images reach an idaudit checkpoint as it recorded; any other encoder gets
     float N×3×S×S in [0, 1], then ``normalize`` (``imagenet``, ``none``, ``MEAN,STD``:
-    :func:`idaudit.loading.image_input.parse_normalize`). Evaluation images rendered for an
-    encoder (``--world reacher`` without ``--data``) are cached under ``cache_dir`` (None:
-    ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``); ``progress`` shows a bar while they
-    render."""
+    :func:`idaudit.loading.image_input.parse_normalize`; None: the model's own where its files
+    say it, :func:`idaudit.loading.image_input.model_normalize`, else none). Evaluation images
+    rendered for an encoder (``--world reacher`` without ``--data``) are cached under
+    ``cache_dir`` (None: ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``); ``progress`` shows a
+    bar while they render."""
 
     load: LoadOptions = field(default_factory=LoadOptions)
     world: WorldChoice = field(default_factory=WorldChoice)

@@ -271,12 +271,13 @@ def run_audit(req: AuditRequest) -> AuditReport:
         if req.h is None:
             raise IdauditError("audit needs the embeddings h")
         _refuse_world_options(req, with_rho=False)  # with arrays, rho is theirs
+        req.encoder.load.refuse_all("arrays z, h (audited as they are)")
         inputs.append((AuditInputs(
             z=None if req.z is None else numeric_array(req.z, "z"), h=numeric_array(req.h, "h"),
             h_prime=None if req.h_prime is None else numeric_array(req.h_prime, "h_prime"),
             rho=None if req.rho is None else float(req.rho),
             x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
-    # every target opened, and every encoder tried on one input, before any is embedded: a
+    # every target opened, and every encoder tried on a few inputs, before any is embedded: a
     # refusal for the last target never waits for the first one's evaluation set
     opened = [open_target(target, req.encoder.load) for target in req.targets]
     if any(isinstance(loaded, Arrays) for loaded in opened):

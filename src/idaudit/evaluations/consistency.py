@@ -83,7 +83,7 @@ def embed_runs(targets: list[Any], opts: EncoderOptions, n_eval: int | None = No
             raise IdauditError("arrays are compared as they are: --world, --data, --n-eval and "
                                "world options apply only to encoders")
         return [to_numpy(t) for t in targets], None, seed or 0
-    spec, ev, seed = tried_then_set(encoders, opts, n_eval, seed)  # each tried on one input first
+    spec, ev, seed = tried_then_set(encoders, opts, n_eval, seed)  # each tried on a few inputs first
     out = []
     for t in targets:
         if isinstance(t, LoadedEncoder):  # a misfit is a one-line error

@@ -85,54 +85,64 @@ def input_adapter(loaded: LoadedEncoder, x: Any, normalize: str | None) -> Any:
     return ImageAdapter(module, chosen)
 
 
+#: how many inputs an encoder is tried on before its evaluation set is made and embedded:
+#: two, not one, so that a network that squeezes its batch axis (y.squeeze() after pooling
+#: to 1 × 1) is not refused for a batch of one it will never be given
+PROBE_ROWS = 2
+
+
 def probe_input(loaded: LoadedEncoder, opts: EncoderOptions) -> Any | None:
-    """One input shaped as the evaluation set ``loaded`` is embedded on, made without making
-    that set (:meth:`~idaudit.worlds.kind.WorldKind.probe_input`: a Reacher image, nothing
-    rendered), or None where the set itself is cheap to make first."""
+    """:data:`PROBE_ROWS` inputs shaped as the evaluation set ``loaded`` is embedded on,
+    made without making that set (:meth:`~idaudit.worlds.kind.WorldKind.probe_input`: Reacher
+    images, nothing rendered), or None where the set itself is cheap to make first."""
     from idaudit.worlds import KINDS, WorldSpec
 
     where, _ = where_to_embed(loaded, opts.world.world, opts.data, opts.world.world_options())
-    return KINDS.get(where.name).probe_input(where) if isinstance(where, WorldSpec) else None
+    if not isinstance(where, WorldSpec):
+        return None
+    return KINDS.get(where.name).probe_input(where, PROBE_ROWS)
 
 
-def try_on_one(loaded: LoadedEncoder, x: Any, normalize: str | None) -> None:
-    """Embed ``x[:1]`` as the whole set will be embedded: every refusal that depends only on
-    the options or on the shape of the output (``--pool`` for an output pooled already, tokens
-    without ``--pool``, an ``--output`` the output lacks, an input size the encoder does not
-    take) then costs one forward pass, not a full one after the set is rendered."""
+def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None) -> None:
+    """Embed the first :data:`PROBE_ROWS` rows of ``x`` as the whole set will be embedded:
+    every refusal that depends only on the options or on the shape of the output (``--pool``
+    for an output pooled already, tokens without ``--pool``, an ``--output`` the output
+    lacks, an input size the encoder does not take) then costs a forward pass of two inputs,
+    not a full one after the set is rendered."""
     from idaudit.models.encoders import embed
 
-    embed(input_adapter(loaded, x[:1], normalize), x[:1])
+    few = x[:PROBE_ROWS]
+    embed(input_adapter(loaded, few, normalize), few)
 
 
 def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
                    n_eval: int | None = None, seed: int | None = None) -> tuple[Any, Any, int]:
-    """:func:`eval_set_for` the first encoder, every encoder tried on one input first
-    (:func:`try_on_one`: on the kind's probe input before the set is made, else on the set's
-    first row before any encoder is embedded on it)."""
-    x1 = probe_input(encoders[0], opts)
-    for loaded in encoders if x1 is not None else ():
-        try_on_one(loaded, x1, opts.normalize)
+    """:func:`eval_set_for` the first encoder, every encoder tried on a few inputs first
+    (:func:`try_first`: on the kind's probe input before the set is made, else on the set's
+    first rows before any encoder is embedded on it)."""
+    probe = probe_input(encoders[0], opts)
+    for loaded in encoders if probe is not None else ():
+        try_first(loaded, probe, opts.normalize)
     spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
-    for loaded in encoders if x1 is None else ():
-        try_on_one(loaded, ev.x, opts.normalize)
+    for loaded in encoders if probe is None else ():
+        try_first(loaded, ev.x, opts.normalize)
     return spec, ev, seed
 
 
 def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions) -> None:
-    """Each encoder tried on its probe input (:func:`probe_input`), before any is embedded:
+    """Each encoder tried on its probe input (:func:`probe_input`) before any is embedded:
     with several targets, a refusal for the last comes before the first is embedded."""
     for loaded in encoders:
-        x1 = probe_input(loaded, opts)
-        if x1 is not None:
-            try_on_one(loaded, x1, opts.normalize)
+        probe = probe_input(loaded, opts)
+        if probe is not None:
+            try_first(loaded, probe, opts.normalize)
 
 
 def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
                        seed: int | None = None) -> AuditInputs:
     """Embed the world's evaluation set (for a checkpoint on its own world: the set its
     training used, same size and seed) and its positive partners where it has them, the
-    encoder tried on one input first (:func:`tried_then_set`)."""
+    encoder tried on a few inputs first (:func:`tried_then_set`)."""
     from idaudit.models.encoders import embed
 
     spec, ev, seed = tried_then_set([loaded], opts, n_eval, seed)
