@@ -203,8 +203,9 @@ def test_lewm_model_through_embed(project):
     config["projector"] = {"_target_": "myproject.make_projector"}  # a function, not a class
     (folder / "config.json").write_text(json.dumps(config))
     one_line(run("audit", "lewm", *REACHER), 2, "_target_ 'myproject.make_projector' is a "
-             "function; instantiating it runs code the file names; idaudit does that only with "
-             "--trust-pickle")
+             "function; calling it runs code the file names (an untrusted config may call only "
+             "the network factories stable_pretraining.backbone.utils.vit_hf); idaudit does "
+             "that only with --trust-pickle")
     assert through_embed == audit_json("lewm", "--trust-pickle", "--embed", "myproject:encode_fn",
                                        *REACHER)
 
