@@ -184,6 +184,83 @@ def save_lightning(path: Path, backbone, projector, inputs, batch_size: int, lr:
     return lit
 
 
+#: the ``model`` section of stable-worldmodel's scripts/train/config/lewm.yaml, shrunk (a
+#: 2-layer ViT, 32 wide, at 32 px in 8-px patches; a 1-block predictor), its interpolations
+#: kept: the encoder is built by stable_pretraining's *function* vit_hf
+LEWM_YAML = textwrap.dedent("""
+    embed_dim: 32
+    img_size: 32
+    patch_size: 8
+    wm: {history_size: 3}
+    model:
+      _target_: stable_worldmodel.wm.lewm.LeWM
+      encoder:
+        _target_: stable_pretraining.backbone.utils.vit_hf
+        size: tiny
+        patch_size: ${patch_size}
+        image_size: ${img_size}
+        pretrained: false
+        use_mask_token: false
+        hidden_size: ${embed_dim}
+        num_hidden_layers: 2
+        num_attention_heads: 2
+        intermediate_size: 64
+      predictor:
+        _target_: stable_worldmodel.wm.lewm.module.Predictor
+        num_frames: ${wm.history_size}
+        input_dim: ${embed_dim}
+        hidden_dim: ${embed_dim}
+        output_dim: ${embed_dim}
+        depth: 1
+        heads: 2
+        mlp_dim: 64
+        dim_head: 16
+        dropout: 0.1
+        emb_dropout: 0.0
+      action_encoder:
+        _target_: stable_worldmodel.wm.lewm.module.Embedder
+        input_dim: ???
+        emb_dim: ${embed_dim}
+      projector:
+        _target_: stable_worldmodel.wm.lewm.module.MLP
+        input_dim: ${embed_dim}
+        output_dim: ${embed_dim}
+        hidden_dim: 64
+        norm_fn:
+          _target_: torch.nn.BatchNorm1d
+          _partial_: true
+""")
+
+
+def save_lewm_epochs(home: Path, epochs: tuple[int, ...] = (1, 2)) -> tuple[Path, dict]:
+    """A LeWM run as stable-worldmodel trains and saves it: ``hydra.utils.instantiate`` of
+    the config's ``model`` (its action encoder's input_dim set as its train script sets it),
+    then, at the end of each epoch, what its SaveCkptCallback does —
+    ``save_pretrained(model, run_name, config=cfg.model, filename=f"weights_epoch_{epoch}.pt")``
+    (the state dict; the config resolved into config.json) — under ``home`` (its cache
+    directory); the weights move between epochs (seeded). Returns (the run's directory,
+    {epoch: state dict})."""
+    import hydra
+    import torch
+    from omegaconf import OmegaConf
+    from stable_worldmodel.wm.utils import save_pretrained
+
+    cfg = OmegaConf.create(LEWM_YAML)
+    cfg.model.action_encoder.input_dim = 2
+    torch.manual_seed(0)
+    model = hydra.utils.instantiate(cfg.model)
+    states = {}
+    gen = torch.Generator().manual_seed(1)
+    for epoch in epochs:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+        save_pretrained(model, run_name="lewm", config=cfg.model,
+                        filename=f"weights_epoch_{epoch}.pt", cache_dir=str(home))
+        states[epoch] = {k: v.clone() for k, v in model.state_dict().items()}
+    return Path(home) / "checkpoints" / "lewm", states
+
+
 # ---- render workers that fail (tests/test_gl_triton.py; importable by a spawned worker) ----
 
 RENDER_INIT_ERROR = "cannot create a headless GL context with MUJOCO_GL=egl (stand-in)"

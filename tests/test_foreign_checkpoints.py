@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 
@@ -102,6 +103,39 @@ PROJECT = textwrap.dedent('''
 
     def make_mlp(dim=4):
         return nn.Sequential(nn.Linear(dim, 8), nn.GELU(), nn.Linear(8, dim))
+
+
+    def make_state(dim=4):
+        """Not a network: a dict of tensors."""
+        return {"w": torch.zeros(dim)}
+
+
+    CALLS = []  # the batch size of every forward of a counted network, in order
+
+
+    def counted(model):
+        """``model`` with a forward hook appending each call's batch size to CALLS."""
+        model.register_forward_hook(lambda module, args, out: CALLS.append(len(args[0])))
+        return model
+
+
+    class PooledViT(PatchViT):
+        """Images → the mean of the patch tokens (B, D): an output pooled already."""
+
+        def forward(self, x):
+            return super().forward(x).mean(1)
+
+
+    def make_pooled_counted():
+        return counted(PooledViT())
+
+
+    class CountedLinear(nn.Linear):
+        """nn.Linear whose forwards are counted (a config can name only classes)."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            counted(self)
 ''') + JEPA_SOURCE
 
 
@@ -412,6 +446,307 @@ def test_lewm_config_interpolations_are_refused(project, where):
     assert victim.read_text() == "precious\n"
 
 
+def test_lewm_config_may_call_only_listed_network_factories(project, monkeypatch):
+    """Untrusted, a ``_target_`` may name a function only where idaudit lists it as a network
+    factory (stable-worldmodel's lewm.yaml builds its encoder with stable_pretraining's
+    ``vit_hf``, a function): called with keywords only, never one that downloads, its result
+    checked to be an nn.Module. Any other function of the trusted packages (``torch.save``
+    writes files) stays refused. The listing is idaudit's own table, extended here with the
+    project's factories to exercise it without stable_pretraining."""
+    from idaudit.loading import trust
+
+    mp = user_module()
+    folder = project / "lewm"
+    folder.mkdir()
+    torch.manual_seed(21)
+    model = mp.JEPA(mp.make_mlp(4), torch.nn.Linear(4, 3), torch.nn.Linear(3, 3))
+    torch.save(model.state_dict(), str(folder / "weights.pt"))
+    config = lewm_config()
+    config["encoder"] = {"_target_": "myproject.make_mlp", "dim": 4}
+    config["projector"]["in_features"] = 4
+    (folder / "config.json").write_text(json.dumps(config))
+    refused(["_target_ 'myproject.make_mlp' is a function; calling it runs code the file names",
+             "network factories stable_pretraining.backbone.utils.vit_hf", "--trust-pickle"],
+            load_target, folder)
+    monkeypatch.setitem(trust.CONFIG_FACTORIES, "myproject.make_mlp", {"pretrained": False})
+    monkeypatch.setitem(trust.CONFIG_FACTORIES, "myproject.make_state", {})
+    loaded = load_target(folder)
+    assert_same_state(loaded.module, model.state_dict())
+    x = torch.randn(16, 4)
+    with torch.no_grad():
+        want = model.projector(model.encoder(x))
+    np.testing.assert_array_equal(embed(loaded.module, x).numpy(), want.numpy())
+    for node, fragment in [
+            ({"_target_": "myproject.make_mlp", "dim": 4, "pretrained": True},
+             "is given pretrained: True; idaudit never downloads"),
+            ({"_target_": "myproject.make_mlp", "_args_": [4]}, "is given positional _args_"),
+            ({"_target_": "myproject.make_state"}, "_target_ 'myproject.make_state' returned "
+             "dict, not a torch nn.Module"),
+            ({"_target_": "torch.save", "obj": 1, "f": str(project / "written")},
+             "_target_ 'torch.save' is a function; calling it runs code the file names")]:
+        config["encoder"] = node
+        (folder / "config.json").write_text(json.dumps(config))
+        refused(fragment, load_target, folder)
+    assert not (project / "written").exists()
+
+
+def save_epochs(folder, mp, epochs):
+    """A LeWM directory as stable-worldmodel's SaveCkptCallback leaves it after ``epochs``
+    epochs: config.json and weights_epoch_N.pt, each epoch's weights different (seed N)."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(lewm_config()))
+    states = {}
+    for epoch in epochs:
+        torch.manual_seed(epoch)
+        model = mp.JEPA(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3), torch.nn.Linear(3, 3))
+        states[epoch] = model.state_dict()
+        torch.save(states[epoch], str(folder / f"weights_epoch_{epoch}.pt"))
+    return states
+
+
+def test_lewm_directory_with_a_weights_file_per_epoch(project):
+    mp = user_module()
+    states = save_epochs(project / "run", mp, (1, 2, 10))
+    refused(["holds several weights files beside its config.json (weights_epoch_1.pt, "
+             "weights_epoch_2.pt, weights_epoch_10.pt); choose one with --weights NAME (e.g. "
+             "--weights weights_epoch_10.pt)"], load_target, project / "run")
+    for epoch in (1, 2, 10):
+        loaded = load_target(project / "run", LoadOptions(weights=f"weights_epoch_{epoch}.pt"))
+        assert_same_state(loaded.module, states[epoch])
+    refused("--weights weights_epoch_3.pt: no such file in run (its .pt files: "
+            "weights_epoch_1.pt, weights_epoch_2.pt, weights_epoch_10.pt)", load_target, "run",
+            LoadOptions(weights="weights_epoch_3.pt"))
+    refused("--weights names a file of the LeWM directory (weights_epoch_2.pt), not a path",
+            LoadOptions, weights="../weights.pt")
+    save_file(torch.nn.Linear(4, 4).state_dict(), str(project / "w.safetensors"))
+    refused("--weights does not apply to w.safetensors", load_target, "w.safetensors",
+            LoadOptions(arch="myproject:make_linear", weights="weights_epoch_2.pt"))
+    refused("--weights does not apply to an encoder given as a Python Linear",
+            idaudit.audit, encoder=torch.nn.Linear(2, 2), world="spiral",
+            weights="weights_epoch_2.pt")
+    z = np.random.default_rng(20).standard_normal((200, 2))
+    refused("--weights does not apply to arrays z, h (audited as they are)", idaudit.audit,
+            z=z, h=z, weights="weights_epoch_2.pt")
+    refused("--weights does not apply to a gallery of arrays z, h", idaudit.plan, z=z, h=z,
+            weights="weights_epoch_2.pt")
+
+
+def test_a_lewm_run_as_stable_worldmodel_saves_it(tmp_path):
+    """The real thing: a LeWM run built from lewm.yaml's model section (its encoder made by
+    stable_pretraining's function vit_hf) and saved each epoch as stable-worldmodel's
+    SaveCkptCallback saves it. idaudit opens it untrusted, each epoch by --weights, and embeds
+    images exactly as the model stable-worldmodel's own load_pretrained returns encodes them."""
+    pytest.importorskip("stable_pretraining", reason="stable-pretraining is not installed")
+    pytest.importorskip("stable_worldmodel", reason="stable-worldmodel is not installed (it "
+                        "also needs imageio, which its metadata does not name)")
+    from stable_worldmodel.wm.utils import load_pretrained
+    from standins import save_lewm_epochs
+
+    run_dir, states = save_lewm_epochs(tmp_path / "home")
+    assert sorted(p.name for p in run_dir.iterdir()) == \
+        ["config.json", "weights_epoch_1.pt", "weights_epoch_2.pt"]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["encoder"]["_target_"] == "stable_pretraining.backbone.utils.vit_hf"
+    refused(["(weights_epoch_1.pt, weights_epoch_2.pt); choose one with --weights NAME"],
+            load_target, run_dir)
+    images = torch.rand(5, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    embeddings = []
+    for epoch in (1, 2):
+        loaded = load_target(run_dir, LoadOptions(weights=f"weights_epoch_{epoch}.pt"))
+        assert type(loaded.module).__name__ == "LeWM"
+        assert_same_state(loaded.module, states[epoch])
+        theirs = load_pretrained(f"lewm/weights_epoch_{epoch}.pt",
+                                 cache_dir=str(tmp_path / "home")).eval()
+        with torch.no_grad():
+            want = theirs.encode({"pixels": images[:, None]})["emb"][:, 0]
+        embeddings.append(embed(loaded.module, images).numpy())
+        assert embeddings[-1].shape == (5, 32)
+        np.testing.assert_allclose(embeddings[-1], want.numpy(), rtol=1e-6, atol=1e-6)
+    assert np.abs(embeddings[0] - embeddings[1]).max() > 1e-3  # two epochs, two encoders
+    config["encoder"]["pretrained"] = True  # vit_hf would download google/vit-…
+    (run_dir / "config.json").write_text(json.dumps(config))
+    refused(["_target_ 'stable_pretraining.backbone.utils.vit_hf' is given pretrained: True; "
+             "idaudit never downloads", "--trust-pickle"], load_target, run_dir,
+            LoadOptions(weights="weights_epoch_2.pt"))
+
+
+# ---- every refusal that depends on options or output shapes costs one input -------------------
+
+
+@pytest.fixture
+def no_render(project, monkeypatch):
+    """Rendering Reacher's evaluation images fails the test; the cache starts empty."""
+    from idaudit.worlds.reacher import eval_pairs
+
+    def render(*args, **kwargs):
+        raise AssertionError("the evaluation images were rendered")
+
+    monkeypatch.setattr(eval_pairs, "_render", render)
+    monkeypatch.setenv("IDAUDIT_CACHE", str(project / "cache"))
+
+
+REACHER_32 = dict(world="reacher", image_size=32, n_eval=1000)
+
+
+def test_a_pool_for_a_pooled_output_is_refused_after_two_inputs(project, no_render):
+    """``--pool mean`` on an encoder whose output is (batch, dim) already: refused after one
+    forward pass of two images, before any image is rendered (it came after rendering the
+    1000 pairs and a forward pass of them all); so is an ``--output`` the output lacks."""
+    mp = user_module()
+    torch.manual_seed(22)
+    save_file(mp.PooledViT().state_dict(), str(project / "pooled.safetensors"))
+    refused("--pool mean applies to tokens (batch, tokens, dim), but the encoder returned "
+            "shape (2, 32)", idaudit.audit, "pooled.safetensors", arch="myproject:make_pooled_counted",
+            pool="mean", **REACHER_32)
+    assert mp.CALLS == [2]
+    mp.CALLS.clear()
+    refused("--output 1 picks an element of a tuple, but the encoder returned a tensor of "
+            "shape (2, 32)", idaudit.audit, "pooled.safetensors",
+            arch="myproject:make_pooled_counted", output=1, **REACHER_32)
+    assert mp.CALLS == [2]
+
+
+def test_several_targets_are_opened_and_tried_before_any_is_embedded(project, no_render):
+    """With several targets, a refusal for the last (an ambiguous LeWM directory; a --pool
+    its output does not take) comes before the first is embedded."""
+    mp = user_module()
+    save_epochs(project / "one", mp, (3,))
+    save_epochs(project / "two", mp, (1, 2))
+    config = lewm_config()
+    config["encoder"] = {"_target_": "myproject.CountedLinear", "in_features": 4,
+                         "out_features": 6}
+    for name in ("one", "two"):
+        (project / name / "config.json").write_text(json.dumps(config))
+    refused("choose one with --weights NAME", idaudit.audit, targets=["one", "two"],
+            world="coupling", dim=4)
+    assert mp.CALLS == []  # not one forward pass: "two" was refused as it was opened
+    torch.manual_seed(25)  # TorchScript image encoders: patch tokens (B, 4, 16), and pooled
+    patches = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 8, stride=8), torch.nn.Flatten(2))
+    image = torch.rand(1, 3, 32, 32)
+    torch.jit.trace(patches, image).save(str(project / "tokens.ts"))
+    torch.jit.trace(torch.nn.Sequential(patches, torch.nn.Flatten(1)), image).save(
+        str(project / "pooled.ts"))
+    refused("--pool cls applies to tokens (batch, tokens, dim), but the encoder returned "
+            "shape (2, 64)", idaudit.audit, targets=["tokens.ts", "pooled.ts"], pool="cls",
+            **REACHER_32)
+
+
+def test_hf_directory_normalises_as_its_preprocessor_config_says(tmp_path, capsys):
+    """A Hugging Face directory saved with its image processor (mean = std = 0.5): without
+    --normalize, images reach it as (x/255 − 0.5)/0.5, as its processor would give them, with
+    a note; --normalize overrides it, with a note saying so where they differ."""
+    from transformers import ViTConfig, ViTImageProcessor, ViTModel
+
+    from idaudit.evaluations.pipeline import input_adapter
+
+    torch.manual_seed(23)
+    model = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64, image_size=32, patch_size=8),
+                     add_pooling_layer=False).eval()
+    model.save_pretrained(str(tmp_path / "vit"))
+    ViTImageProcessor(image_mean=0.5, image_std=0.5, size={"height": 32, "width": 32}) \
+        .save_pretrained(str(tmp_path / "vit"))
+    images = np.random.default_rng(23).integers(0, 256, (6, 32, 32, 3), dtype=np.uint8)
+    pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+
+    def cls(x):
+        with torch.no_grad():
+            return model(pixel_values=x).last_hidden_state[:, 0].numpy()
+
+    loaded = load_target(tmp_path / "vit", LoadOptions(pool="cls"))
+    got = embed(input_adapter(loaded, images, None), images).numpy()
+    np.testing.assert_allclose(got, cls((pixels - 0.5) / 0.5), rtol=1e-5, atol=1e-5)
+    assert np.abs(got - cls(pixels)).max() > 1e-2  # x/255 alone would be another embedding
+    err = capsys.readouterr().err
+    assert "preprocessor_config.json says (mean 0.5, 0.5, 0.5; std 0.5, 0.5, 0.5); " \
+           "--normalize overrides it" in err, err
+    loaded = load_target(tmp_path / "vit", LoadOptions(pool="cls"))
+    got = embed(input_adapter(loaded, images, "imagenet"), images).numpy()
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in ((0.485, 0.456, 0.406),
+                                                             (0.229, 0.224, 0.225)))
+    np.testing.assert_allclose(got, cls((pixels - mean) / std), rtol=1e-5, atol=1e-5)
+    assert "normalises images otherwise (mean 0.5, 0.5, 0.5; std 0.5, 0.5, 0.5); --normalize " \
+           "imagenet is used as given" in capsys.readouterr().err
+    loaded = load_target(tmp_path / "vit", LoadOptions(pool="cls"))
+    capsys.readouterr()
+    input_adapter(loaded, images, "inception")  # the same statistics: nothing to say
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("config,want", [
+    ({"image_mean": [0.5, 0.4, 0.3], "image_std": 0.25}, "0.5:0.4:0.3,0.25:0.25:0.25"),
+    ({"image_mean": 0.5, "image_std": 0.5, "rescale_factor": 1 / 127.5},
+     "0.25:0.25:0.25,0.25:0.25:0.25"),      # x·(1/127.5) = (x/255)·2: μ/2, σ/2
+    ({"image_mean": 127.5, "image_std": 127.5, "do_rescale": False},
+     "0.5:0.5:0.5,0.5:0.5:0.5"),            # raw pixels: μ/255, σ/255
+    ({"do_normalize": False, "rescale_factor": 1 / 255}, "none"),
+    ({"do_normalize": False, "do_rescale": False}, "0.0:0.0:0.0,0.00392156862745098:"
+     "0.00392156862745098:0.00392156862745098"),
+    ({"size": {"height": 224}}, None),      # declares no statistics
+])
+def test_model_normalize_reads_a_processor_config_as_x_over_255(tmp_path, config, want):
+    """x̂ = (x·r − μ)/σ on pixels x ∈ [0, 255] is (x/255 − μ/(255r))/(σ/(255r))."""
+    from idaudit.loading.image_input import model_normalize, parse_normalize
+
+    (tmp_path / "p.json").write_text(json.dumps(config))
+    got = model_normalize(tmp_path / "p.json")
+    if want is None or want == "none":
+        assert (got if want is None else got.normalize) == want
+        return
+    np.testing.assert_allclose(parse_normalize(got.normalize), parse_normalize(want),
+                               rtol=1e-12)
+
+
+def test_a_broken_dependency_is_named_in_the_one_line_error(project, tmp_path):
+    """An import that fails because of another (transformers wraps it in "Failed to import …
+    (look up to see its traceback):") names the underlying cause in its one line."""
+    from transformers import ViTConfig, ViTModel
+
+    (project / "wrapping.py").write_text(textwrap.dedent('''
+        try:
+            import a_dependency_that_is_broken
+        except ImportError as exc:
+            raise RuntimeError("Failed to import wrapping.models because of the following "
+                               "error (look up to see its traceback):") from exc
+        def make():
+            return None
+    '''))
+    refused(["--arch: cannot import 'wrapping' (RuntimeError: Failed to import wrapping.models",
+             "caused by ModuleNotFoundError: No module named 'a_dependency_that_is_broken'"],
+            load_target, _weights(project),
+            LoadOptions(arch="wrapping:make"))
+    torch.manual_seed(24)
+    ViTModel(ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=32, image_size=16, patch_size=8)) \
+        .save_pretrained(str(tmp_path / "vit"))
+    # transformers' own lazy import of its ViT code, failing as a broken install makes it fail,
+    # in a fresh process (this one may hold the ViT classes already)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["transformers.models.vit.modeling_vit"] = None
+        from idaudit.core.errors import IdauditError
+        from idaudit.loading.loaders import LoadOptions, load_target
+        for trusted in (False, True):  # sized on the meta device first, or loaded at once
+            try:
+                load_target({str(tmp_path / "vit")!r}, LoadOptions(trust_pickle=trusted))
+            except IdauditError as exc:
+                print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                         timeout=600)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out.stdout + out.stderr
+    for line in lines:
+        assert "caused by ModuleNotFoundError: import of transformers.models.vit.modeling_vit " \
+               "halted" in line, line
+
+
+def _weights(project):
+    save_file(torch.nn.Linear(2, 2).state_dict(), str(project / "w.safetensors"))
+    return "w.safetensors"
+
+
 # ---- the paper's run.pt, half precision -------------------------------------------------------
 
 
@@ -589,3 +924,45 @@ def test_timm_vit_saved_as_ijepa(project):
     with torch.no_grad():
         want = target(images)
     np.testing.assert_array_equal(embed(loaded.module, images).numpy(), want.numpy())
+
+
+def test_timm_vit_mean_over_patch_tokens(project):
+    """A timm ViT saved with its default head: ``num_classes: 0`` pools already (the class
+    token), so ``--pool mean`` is refused, pointing at what works; ``global_pool: "avg"``
+    alone moves the final norm after the pooling (fc_norm.* against the file's norm.*), also
+    pointing at it; ``{"num_classes": 0, "global_pool": "avg", "fc_norm": false}`` loads and
+    gives the mean of the normed patch tokens, the class token left out."""
+    why = why_not_importable("timm")
+    if why is not None:
+        pytest.skip(f"timm cannot be imported: {why}")
+    import timm
+
+    from idaudit.loading.architectures import TIMM_MEAN_POOL
+
+    kwargs = dict(num_classes=0, img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2)
+    torch.manual_seed(26)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs).eval()
+    save_file(model.state_dict(), str(project / "timm.safetensors"))
+    arch = "timm:vit_tiny_patch16_224"
+    images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(26))
+    loaded = load_target("timm.safetensors", LoadOptions(arch=arch, arch_kwargs=kwargs,
+                                                         pool="mean"))
+    refused(["--pool mean applies to tokens (batch, tokens, dim), but the encoder returned "
+             "shape (4, 32); a timm model pools its tokens itself",
+             f"--arch-kwargs '{TIMM_MEAN_POOL}' (docs/integrations.md, I-JEPA)"],
+            embed, loaded.module, images)
+    refused(["2 missing keys (fc_norm.weight, fc_norm.bias)", "2 unexpected keys (norm.bias, "
+             "norm.weight)", f"pass --arch-kwargs '{TIMM_MEAN_POOL}' for weights saved with "
+             "norm.*"], load_target, "timm.safetensors",
+            LoadOptions(arch=arch, arch_kwargs={**kwargs, "global_pool": "avg"}))
+    loaded = load_target("timm.safetensors", LoadOptions(
+        arch=arch, arch_kwargs={**kwargs, **json.loads(TIMM_MEAN_POOL)}))
+    with torch.no_grad():
+        tokens = model.forward_features(images)  # (4, 1 + 16, 32), normed
+    assert tokens.shape == (4, 17, 32) and model.num_prefix_tokens == 1
+    np.testing.assert_allclose(embed(loaded.module, images).numpy(),
+                               tokens[:, 1:].mean(1).numpy(), rtol=1e-5, atol=1e-6)
+    loaded = load_target("timm.safetensors", LoadOptions(   # every token, then --pool mean
+        arch=arch, arch_kwargs={**kwargs, "global_pool": ""}, pool="mean"))
+    np.testing.assert_allclose(embed(loaded.module, images).numpy(),
+                               tokens.mean(1).numpy(), rtol=1e-5, atol=1e-6)

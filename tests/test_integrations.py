@@ -203,8 +203,9 @@ def test_lewm_model_through_embed(project):
     config["projector"] = {"_target_": "myproject.make_projector"}  # a function, not a class
     (folder / "config.json").write_text(json.dumps(config))
     one_line(run("audit", "lewm", *REACHER), 2, "_target_ 'myproject.make_projector' is a "
-             "function; instantiating it runs code the file names; idaudit does that only with "
-             "--trust-pickle")
+             "function; calling it runs code the file names (an untrusted config may call only "
+             "the network factories stable_pretraining.backbone.utils.vit_hf); idaudit does "
+             "that only with --trust-pickle")
     assert through_embed == audit_json("lewm", "--trust-pickle", "--embed", "myproject:encode_fn",
                                        *REACHER)
 
@@ -219,6 +220,31 @@ def test_lewm_directory_without_embed_uses_encode(project):
     (folder / "config.json").write_text(json.dumps(lewm_config()))
     assert audit_json("lewm", *REACHER) == \
         audit_json("lewm", "--embed", "myproject:encode_fn", *REACHER)
+
+
+def test_a_lewm_run_as_stable_worldmodel_saves_it(project, tmp_path):
+    """A LeWM run built from lewm.yaml's model section (its encoder by stable_pretraining's
+    function vit_hf) and saved after two epochs by stable-worldmodel's own save_pretrained, as
+    its SaveCkptCallback does: audited without --trust-pickle, the epoch chosen by --weights,
+    with the numbers the trusted route gives."""
+    pytest.importorskip("stable_pretraining", reason="stable-pretraining is not installed")
+    pytest.importorskip("stable_worldmodel", reason="stable-worldmodel is not installed (it "
+                        "also needs imageio, which its metadata does not name)")
+    from standins import save_lewm_epochs
+
+    run_dir, _ = save_lewm_epochs(tmp_path / "home")
+    one_line(run("audit", run_dir, *REACHER), 2, "holds several weights files beside its "
+             "config.json (weights_epoch_1.pt, weights_epoch_2.pt); choose one with --weights "
+             "NAME (e.g. --weights weights_epoch_2.pt)")
+    args = ("--normalize", "imagenet", *REACHER)
+    second = audit_json(run_dir, "--weights", "weights_epoch_2.pt", *args)
+    assert second["embed_dim"] == 32
+    assert second == audit_json(run_dir, "--weights", "weights_epoch_2.pt", "--trust-pickle",
+                                *args)
+    first = audit_json(run_dir, "--weights", "weights_epoch_1.pt", *args)
+    assert first["r2_h_to_z_heldout"] != second["r2_h_to_z_heldout"]
+    one_line(run("audit", run_dir, "--weights", "weights_epoch_3.pt", *args), 2,
+             "--weights weights_epoch_3.pt: no such file")
 
 
 # ---- the paper's run.pt: arrays, no world ----------------------------------------------------

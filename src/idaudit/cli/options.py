@@ -78,9 +78,13 @@ OutputOpt = typer.Option(None, "--output", help="the field of a model output or 
                          "| projector")
 EmbedOpt = typer.Option(None, "--embed", help="module:function called as function(model, "
                         "images) → (batch, m), for encoders with no plain forward")
+WeightsOpt = typer.Option(None, "--weights", help="a LeWM directory holding several weights "
+                          "files (weights_epoch_1.pt, weights_epoch_2.pt …): the one to load, "
+                          "by name")
 NormalizeOpt = typer.Option(None, "--normalize", help="images for an encoder that is not an "
                             "idaudit checkpoint: float N×3×S×S in [0, 1], then imagenet | none "
-                            "| MEAN,STD (default none)")
+                            "| MEAN,STD (default: the model's own, a Hugging Face directory's "
+                            "preprocessor_config.json, else none)")
 EvalImageSizeOpt = typer.Option(None, "--image-size", help="reacher: render the evaluation "
                                 "images at S × S (e.g. 224 for a ViT; without --data the "
                                 "--n-eval pairs are rendered and cached)")
@@ -103,6 +107,7 @@ ENCODER_FLAGS = (
     ("trust_pickle", "bool", TrustOpt), ("key", "str | None", KeyOpt),
     ("prefix", "str | None", PrefixOpt), ("pool", "str | None", PoolOpt),
     ("output", "str | None", OutputOpt), ("embed", "str | None", EmbedOpt),
+    ("weights", "str | None", WeightsOpt),
     ("world", "str | None", EvalWorldOpt), ("dim", "int | None", DimOpt),
     ("source", "str | None", SourceOpt), ("alpha", "float | None", AlphaOpt),
     ("rho", "float | None", RhoOpt), ("layers", "int | None", LayersOpt),

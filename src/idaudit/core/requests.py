@@ -44,7 +44,8 @@ class LoadOptions:
     it and strip it (``model.backbone.``); ``pool``: ``cls`` | ``mean`` | ``none`` for token
     outputs (batch, tokens, dim); ``output``: a field of the output (``last_hidden_state``,
     ``pooler_output``, ``emb``) or an element (an integer) of a tuple; ``embed``:
-    ``module:function`` called as ``function(model, inputs) → (batch, m)``.
+    ``module:function`` called as ``function(model, inputs) → (batch, m)``; ``weights``: the
+    weights file of a LeWM directory that holds several (``weights_epoch_2.pt``), by name.
     """
 
     arch: str | None = None
@@ -55,6 +56,7 @@ class LoadOptions:
     pool: str | None = None
     output: str | int | None = None
     embed: str | None = None
+    weights: str | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -63,7 +65,7 @@ class LoadOptions:
         """Refuse (one line naming the flag) a value of the wrong type or form; an integer
         ``output`` given as text ("0") becomes an int."""
         for name, flag in (("arch", "--arch"), ("key", "--key"), ("prefix", "--prefix"),
-                           ("embed", "--embed")):
+                           ("embed", "--embed"), ("weights", "--weights")):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise IdauditError(f"{flag} must be a non-empty text, got {value!r}")
@@ -90,6 +92,10 @@ class LoadOptions:
                                                                   self.output))):
             raise IdauditError("--output must be a field name (last_hidden_state, emb) or an "
                                f"index of a tuple (0), got {self.output!r}")
+        if self.weights is not None and (Path(self.weights).name != self.weights or "\\" in
+                                         self.weights or self.weights in (".", "..")):
+            raise IdauditError("--weights names a file of the LeWM directory (weights_epoch_2.pt), "
+                               f"not a path, got {self.weights!r}")
         if self.embed is not None:
             mod, sep, attr = self.embed.partition(":")
             if not (sep and mod and attr):
@@ -106,6 +112,11 @@ class LoadOptions:
         if given:
             raise IdauditError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not "
                                f"apply to {what}")
+
+    def refuse_all(self, what: str) -> None:
+        """A one-line error if any option is given for ``what`` (arrays given as they are: no
+        file is opened, no encoder called)."""
+        self.refuse(tuple(f.name for f in fields(self)), what)
 
     def refuse_for_arrays(self, path: Path) -> None:
         if self.arch is not None:
@@ -142,10 +153,11 @@ class EncoderOptions:
     and which output is the embedding (``load``), the world and its options (``world``), or
     stored ``data``. Images reach an idaudit checkpoint as it recorded; any other encoder gets
     float N×3×S×S in [0, 1], then ``normalize`` (``imagenet``, ``none``, ``MEAN,STD``:
-    :func:`idaudit.loading.image_input.parse_normalize`). Evaluation images rendered for an
-    encoder (``--world reacher`` without ``--data``) are cached under ``cache_dir`` (None:
-    ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``); ``progress`` shows a bar while they
-    render."""
+    :func:`idaudit.loading.image_input.parse_normalize`; None: the model's own where its files
+    say it, :func:`idaudit.loading.image_input.model_normalize`, else none). Evaluation images
+    rendered for an encoder (``--world reacher`` without ``--data``) are cached under
+    ``cache_dir`` (None: ``$IDAUDIT_CACHE``, else ``~/.cache/idaudit``); ``progress`` shows a
+    bar while they render."""
 
     load: LoadOptions = field(default_factory=LoadOptions)
     world: WorldChoice = field(default_factory=WorldChoice)

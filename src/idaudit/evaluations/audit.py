@@ -38,7 +38,7 @@ from idaudit.evaluations.inputs import (
     split_reason,
     values_reason,
 )
-from idaudit.evaluations.pipeline import inputs_for_encoder, inputs_from_arrays
+from idaudit.evaluations.pipeline import inputs_for_encoder, inputs_from_arrays, try_encoders
 from idaudit.loading.loaders import Arrays, numeric_array, open_target
 from idaudit.maths.metrics import audit_metrics
 
@@ -271,15 +271,21 @@ def run_audit(req: AuditRequest) -> AuditReport:
         if req.h is None:
             raise IdauditError("audit needs the embeddings h")
         _refuse_world_options(req, with_rho=False)  # with arrays, rho is theirs
+        req.encoder.load.refuse_all("arrays z, h (audited as they are)")
         inputs.append((AuditInputs(
             z=None if req.z is None else numeric_array(req.z, "z"), h=numeric_array(req.h, "h"),
             h_prime=None if req.h_prime is None else numeric_array(req.h_prime, "h_prime"),
             rho=None if req.rho is None else float(req.rho),
             x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
-    for target in req.targets:
-        loaded = open_target(target, req.encoder.load)
+    # every target opened, and every encoder tried on a few inputs, before any is embedded: a
+    # refusal for the last target never waits for the first one's evaluation set
+    opened = [open_target(target, req.encoder.load) for target in req.targets]
+    if any(isinstance(loaded, Arrays) for loaded in opened):
+        _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
+    if len(opened) > 1:
+        try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder)
+    for loaded in opened:
         if isinstance(loaded, Arrays):
-            _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
             inputs.append((inputs_from_arrays(loaded),
                            req.seed if req.seed is not None else loaded.seed))
         else:

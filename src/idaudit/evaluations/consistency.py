@@ -73,7 +73,7 @@ def embed_runs(targets: list[Any], opts: EncoderOptions, n_eval: int | None = No
     ``seed``), else of the first encoder's own world (a checkpoint's eval-set size and
     seed). Returns (embeddings, that world, its seed)."""
     from idaudit.core.errors import IdauditError
-    from idaudit.evaluations.pipeline import eval_set_for, input_adapter
+    from idaudit.evaluations.pipeline import input_adapter, tried_then_set
     from idaudit.loading.loaders import LoadedEncoder
     from idaudit.models.encoders import embed
 
@@ -83,7 +83,7 @@ def embed_runs(targets: list[Any], opts: EncoderOptions, n_eval: int | None = No
             raise IdauditError("arrays are compared as they are: --world, --data, --n-eval and "
                                "world options apply only to encoders")
         return [to_numpy(t) for t in targets], None, seed or 0
-    spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
+    spec, ev, seed = tried_then_set(encoders, opts, n_eval, seed)  # each tried on a few inputs first
     out = []
     for t in targets:
         if isinstance(t, LoadedEncoder):  # a misfit is a one-line error

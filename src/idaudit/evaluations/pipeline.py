@@ -6,12 +6,13 @@ embedded on (``eval_set_for``: the data, the world, or a checkpoint's own), the 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from idaudit.core.errors import IdauditError, check_seed
+from idaudit.core.errors import IdauditError, check_seed, printable
 from idaudit.core.requests import EmbedRequest, EncoderOptions
 from idaudit.evaluations.inputs import AuditInputs, check_embedding_options
 from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, where_to_embed
@@ -49,7 +50,8 @@ def input_adapter(loaded: LoadedEncoder, x: Any, normalize: str | None) -> Any:
     """What embeds a world's inputs ``x`` with ``loaded``: vectors and an idaudit
     checkpoint's images (it records its own input format) go as they are; images (uint8
     N×H×W×3) reach any other encoder as float N×3×H×W in [0, 1], then ``normalize``
-    (:func:`~idaudit.loading.image_input.parse_normalize`)."""
+    (:func:`~idaudit.loading.image_input.parse_normalize`), by default the encoder's own (a
+    Hugging Face directory's preprocessor_config.json), else none."""
     images = getattr(x, "dtype", None) == np.uint8 and getattr(x, "ndim", 0) == 4
     if normalize is not None and not images:
         raise IdauditError("--normalize applies to image worlds (reacher); this world's inputs "
@@ -61,21 +63,89 @@ def input_adapter(loaded: LoadedEncoder, x: Any, normalize: str | None) -> Any:
             raise IdauditError("--normalize does not apply to an idaudit checkpoint: it records "
                                "its own input format")
         return loaded.module
-    from idaudit.loading.image_input import ImageAdapter, parse_normalize
+    from idaudit.loading.image_input import ImageAdapter, model_normalize, parse_normalize
     from idaudit.models.embedding_choice import ChosenEmbedding
 
+    own = None
+    if loaded.preprocessor is not None:
+        try:
+            own = model_normalize(loaded.preprocessor)
+        except IdauditError:
+            if normalize is None:  # given, --normalize is used whatever the file holds
+                raise
+    chosen = parse_normalize(normalize if normalize is not None else
+                             own.normalize if own is not None else "none")
+    if own is not None and not loaded.noted:
+        note = own.note(normalize, chosen)
+        if note:
+            print(printable(f"note: {note}"), file=sys.stderr)
+        loaded.noted = True
     module = loaded.module  # its way of being called (forward, or LeWM's encode) kept inside
     module = module if isinstance(module, ChosenEmbedding) else ChosenEmbedding(module)
-    return ImageAdapter(module, parse_normalize(normalize or "none"))
+    return ImageAdapter(module, chosen)
+
+
+#: how many inputs an encoder is tried on before its evaluation set is made and embedded:
+#: two, not one, so that a network that squeezes its batch axis (y.squeeze() after pooling
+#: to 1 × 1) is not refused for a batch of one it will never be given
+PROBE_ROWS = 2
+
+
+def probe_input(loaded: LoadedEncoder, opts: EncoderOptions) -> Any | None:
+    """:data:`PROBE_ROWS` inputs shaped as the evaluation set ``loaded`` is embedded on,
+    made without making that set (:meth:`~idaudit.worlds.kind.WorldKind.probe_input`: Reacher
+    images, nothing rendered), or None where the set itself is cheap to make first."""
+    from idaudit.worlds import KINDS, WorldSpec
+
+    where, _ = where_to_embed(loaded, opts.world.world, opts.data, opts.world.world_options())
+    if not isinstance(where, WorldSpec):
+        return None
+    return KINDS.get(where.name).probe_input(where, PROBE_ROWS)
+
+
+def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None) -> None:
+    """Embed the first :data:`PROBE_ROWS` rows of ``x`` as the whole set will be embedded:
+    every refusal that depends only on the options or on the shape of the output (``--pool``
+    for an output pooled already, tokens without ``--pool``, an ``--output`` the output
+    lacks, an input size the encoder does not take) then costs a forward pass of two inputs,
+    not a full one after the set is rendered."""
+    from idaudit.models.encoders import embed
+
+    few = x[:PROBE_ROWS]
+    embed(input_adapter(loaded, few, normalize), few)
+
+
+def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
+                   n_eval: int | None = None, seed: int | None = None) -> tuple[Any, Any, int]:
+    """:func:`eval_set_for` the first encoder, every encoder tried on a few inputs first
+    (:func:`try_first`: on the kind's probe input before the set is made, else on the set's
+    first rows before any encoder is embedded on it)."""
+    probe = probe_input(encoders[0], opts)
+    for loaded in encoders if probe is not None else ():
+        try_first(loaded, probe, opts.normalize)
+    spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
+    for loaded in encoders if probe is None else ():
+        try_first(loaded, ev.x, opts.normalize)
+    return spec, ev, seed
+
+
+def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions) -> None:
+    """Each encoder tried on its probe input (:func:`probe_input`) before any is embedded:
+    with several targets, a refusal for the last comes before the first is embedded."""
+    for loaded in encoders:
+        probe = probe_input(loaded, opts)
+        if probe is not None:
+            try_first(loaded, probe, opts.normalize)
 
 
 def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
                        seed: int | None = None) -> AuditInputs:
     """Embed the world's evaluation set (for a checkpoint on its own world: the set its
-    training used, same size and seed) and its positive partners where it has them."""
+    training used, same size and seed) and its positive partners where it has them, the
+    encoder tried on a few inputs first (:func:`tried_then_set`)."""
     from idaudit.models.encoders import embed
 
-    spec, ev, seed = eval_set_for(loaded, opts, n_eval, seed)
+    spec, ev, seed = tried_then_set([loaded], opts, n_eval, seed)
     module = input_adapter(loaded, ev.x, opts.normalize)
     h = embed(module, ev.x)
     hp = embed(module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None

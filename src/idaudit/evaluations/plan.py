@@ -195,6 +195,7 @@ def run_plan(req: PlanRequest) -> PlanReport:
             raise IdauditError("give either a gallery of arrays (z, h) or an encoder, not both")
         loaded: Arrays | LoadedEncoder = open_target(encoder, place.load)
     elif req.z is not None and req.h is not None:
+        place.load.refuse_all("a gallery of arrays z, h (planned on as it is)")
         loaded = Arrays(z=torch.as_tensor(np.asarray(req.z)), h=torch.as_tensor(np.asarray(req.h)))
     else:
         raise IdauditError("plan needs an encoder (with a world) or a gallery of z and h arrays")
@@ -207,11 +208,16 @@ def run_plan(req: PlanRequest) -> PlanReport:
                                "the true latents of the gallery")
         return plan_gallery(loaded.z, loaded.h, req.pairs, req.waypoints, seed, req.k,
                             loaded.source)
+    from idaudit.evaluations.pipeline import input_adapter, probe_input, try_first
+
+    probe = probe_input(loaded, place)  # tried on a few inputs before the world's data are read
+    if probe is not None:
+        try_first(loaded, probe, place.normalize)
     w = world_for_encoder(loaded, place.world.world, place.data, options)
     check_plan_memory(req.pairs, req.waypoints, w.latent_dim, w.latent_dim)
     ps = w.plan_set(req.pairs, req.gallery, seed)
-    from idaudit.evaluations.pipeline import input_adapter
-
+    if probe is None:
+        try_first(loaded, ps.gallery_x, place.normalize)
     module = input_adapter(loaded, ps.gallery_x, place.normalize)
     hg = embed(module, ps.gallery_x).numpy()
     res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(module, ps.start_x).numpy(),

@@ -7,10 +7,12 @@
 * a Hugging Face model directory (``config.json`` + ``model.safetensors`` or
   ``pytorch_model.bin``): ``transformers.AutoModel.from_pretrained`` on the local files only,
   ``weights_only``, no remote code, float32;
-* a stable-worldmodel / LeWM directory (``weights.pt`` + ``config.json`` with ``_target_``):
+* a stable-worldmodel / LeWM directory (``config.json`` with ``_target_`` + ``weights.pt``,
+  or the ``weights_epoch_N.pt`` its training leaves, one chosen by ``--weights``):
   ``hydra.utils.instantiate``; untrusted, every ``_target_`` must name an ``nn.Module`` class
-  (a ``_target_`` may name any callable, ``os.system`` as well) and no key or value may hold
-  an interpolation (``${…}``: Hydra resolves it first, into nodes never vetted).
+  or a network factory :data:`idaudit.loading.trust.CONFIG_FACTORIES` lists, its result
+  checked (a ``_target_`` may name any callable, ``os.system`` as well), and no key or value
+  may hold an interpolation (``${…}``: Hydra resolves it first, into nodes never vetted).
 
 timm and transformers come with the ``vision`` extra, hydra with ``hydra``; each is imported
 only here, when asked for, and a missing one is a one-line error naming the extra.
@@ -19,7 +21,6 @@ only here, when asked for, and a missing one is a one-line error naming the extr
 from __future__ import annotations
 
 import importlib
-import inspect
 import itertools
 import os
 import re
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError, printable
+from idaudit.core.io import error_line, root_cause
 from idaudit.core.io import first_line as _first_line
 
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -71,7 +73,7 @@ def import_factory(spec: str, flag: str = "--arch", what: str = "factory"):
             raise IdauditError(f"{flag}: importing {mod_name!r} exited (SystemExit {exc.code}); "
                                f"the encoder {what} exited instead of building a model") from None
         except Exception as exc:
-            raise IdauditError(f"{flag}: cannot import {mod_name!r} ({_first_line(exc)})") \
+            raise IdauditError(f"{flag}: cannot import {mod_name!r} ({error_line(exc)})") \
                 from None
     try:
         fn = getattr(module, attr)
@@ -92,7 +94,7 @@ def optional_module(name: str, extra: str, what: str) -> Any:
     except Exception as exc:  # a broken install raises anything: ImportError, RuntimeError …
         top = name.partition(".")[0]
         missing = isinstance(exc, ModuleNotFoundError) and exc.name in (name, top)
-        reason = "it is not installed" if missing else f"{type(exc).__name__}: {_first_line(exc)}"
+        reason = "it is not installed" if missing else error_line(exc)
     raise IdauditError(f"{what} needs {name.partition('.')[0]}, which cannot be imported "
                        f"({reason}); pip install 'idaudit[{extra}]'")
 
@@ -116,8 +118,43 @@ def build_timm(name: str, kwargs: dict[str, Any] | None) -> Any:
     try:
         return timm.create_model(name, pretrained=False, **kwargs)
     except Exception as exc:
-        raise IdauditError(f"--arch timm:{name}: timm.create_model raised {type(exc).__name__}: "
-                           f"{_first_line(exc)}") from None
+        raise IdauditError(f"--arch timm:{name}: timm.create_model raised "
+                           f"{error_line(exc)}") from None
+
+
+#: the --arch-kwargs of a timm ViT whose output is the mean of its patch tokens, loading
+#: weights saved with the default head: "avg" alone moves the final norm after the pooling
+#: (fc_norm.* in place of norm.*); fc_norm false keeps it where the weights have it
+TIMM_MEAN_POOL = '{"num_classes": 0, "global_pool": "avg", "fc_norm": false}'
+_TIMM_DOCS = "docs/integrations.md, I-JEPA"
+
+
+def timm_pool_hint(arch: str | None) -> str:
+    """What ends the refusal of ``--pool`` for a ``timm:NAME`` model's pooled output."""
+    if not (arch or "").startswith("timm:"):
+        return ""
+    return ("; a timm model pools its tokens itself (num_classes 0: its features, by its "
+            "global_pool, the class token by default): drop --pool, and for the mean over the "
+            f"patch tokens pass --arch-kwargs '{TIMM_MEAN_POOL}' ({_TIMM_DOCS})")
+
+
+def timm_fit_hint(arch: str, missing: list[str], unexpected: list[str]) -> str:
+    """What ends a misfit of weights into a ``timm:NAME`` model whose final norm sits
+    elsewhere than the weights': ``global_pool: "avg"`` makes ``fc_norm`` (after the pooling)
+    of the ``norm`` the weights hold, unless ``fc_norm`` is false."""
+    if not arch.startswith("timm:"):
+        return ""
+    def under(keys: list[str], prefix: str) -> bool:
+        return any(k.startswith(prefix) for k in keys)
+    if under(missing, "fc_norm.") and under(unexpected, "norm."):
+        return ("; timm: global_pool \"avg\" normalises after the pooling (fc_norm) unless "
+                f"\"fc_norm\": false: pass --arch-kwargs '{TIMM_MEAN_POOL}' for weights saved "
+                f"with norm.* ({_TIMM_DOCS})")
+    if under(missing, "norm.") and under(unexpected, "fc_norm."):
+        return ("; timm: these weights normalise after the pooling (fc_norm.*): pass "
+                "--arch-kwargs with \"global_pool\": \"avg\" (the pooling they were saved "
+                f"with; {_TIMM_DOCS})")
+    return ""
 
 
 def build_arch(spec: str, kwargs: dict[str, Any] | None) -> Any:
@@ -135,7 +172,7 @@ def build_arch(spec: str, kwargs: dict[str, Any] | None) -> Any:
             raise IdauditError(f"--arch: the encoder factory exited (SystemExit {exc.code}) "
                                "instead of returning a model") from None
         except Exception as exc:
-            raise IdauditError(f"--arch: {spec}(**kwargs) raised {_first_line(exc)}") from None
+            raise IdauditError(f"--arch: {spec}(**kwargs) raised {error_line(exc)}") from None
     if not isinstance(model, torch.nn.Module):
         raise IdauditError(f"--arch: {spec} returned {type(model).__name__}, not a torch nn.Module")
     return model
@@ -154,17 +191,6 @@ def read_config(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise IdauditError(f"cannot read {cfg} ({_first_line(exc)})") from None
     return parse_json_object(text, str(cfg)) or {}
-
-
-def lewm_weights(path: Path) -> Path | None:
-    """The weights file of a stable-worldmodel directory: weights.pt, else its one ``.pt``."""
-    if (path / "weights.pt").is_file():
-        return path / "weights.pt"
-    found = sorted(p for p in path.glob("*.pt") if p.is_file())
-    if len(found) > 1:
-        raise IdauditError(f"{path} holds several .pt files ({', '.join(p.name for p in found)}) "
-                           "beside its config.json; which are the weights is ambiguous")
-    return found[0] if found else None
 
 
 def model_dir_kind(path: Path) -> str | None:
@@ -217,9 +243,16 @@ def _meta_bytes(build: Any, source: str, thing: str) -> int:
     except Exception as exc:
         from idaudit.loading.trust import untrusted
 
+        cause = _idaudit_cause(exc)  # a check inside the build (Hydra wraps what it raises)
+        if cause is not None:
+            raise IdauditError(f"{source}: {cause}") from None
+        if isinstance(root_cause(exc), ImportError):  # a broken install, not a size
+            raise IdauditError(f"{source}: its network cannot be built ({error_line(exc)[:400]})"
+                               ) from None
+
         raise IdauditError(untrusted(
             f"{source}: its network cannot be sized before it is built (on torch's meta device: "
-            f"{type(exc).__name__}: {_first_line(exc)[:200]}); building a network of a size the "
+            f"{error_line(exc)[:300]}); building a network of a size the "
             "file chose unchecked", thing)) from None
     if not isinstance(model, torch.nn.Module):
         return 0
@@ -261,8 +294,8 @@ def load_hf_dir(path: Path, trust_pickle: bool = False) -> Any:
     except IdauditError:
         raise
     except Exception as exc:
-        raise IdauditError(f"cannot load {path} as a Hugging Face model ({type(exc).__name__}: "
-                           f"{_first_line(exc)})") from None
+        raise IdauditError(f"cannot load {path} as a Hugging Face model ({error_line(exc)})") \
+            from None
     finally:
         logs.set_verbosity(verbosity)
         if bars:
@@ -287,10 +320,10 @@ def _locate(target: str, source: str) -> Any:
             if exc.name is not None and (mod_name == exc.name or mod_name.startswith(exc.name + ".")):
                 continue  # this prefix is not a module: try a shorter one
             raise IdauditError(f"{source}: importing {mod_name!r} for _target_ {target!r} failed "
-                               f"({_first_line(exc)})") from None
+                               f"({error_line(exc)})") from None
         except (Exception, SystemExit) as exc:
             raise IdauditError(f"{source}: importing {mod_name!r} for _target_ {target!r} failed "
-                               f"({type(exc).__name__}: {_first_line(exc)})") from None
+                               f"({error_line(exc)})") from None
         for name in parts[i:]:
             if not hasattr(obj, name):
                 raise IdauditError(f"{source}: _target_ {target!r} not found ({mod_name!r} has "
@@ -314,41 +347,61 @@ def _nodes(config: Any) -> Iterator[Any]:
             stack.extend(item)
 
 
-def _targets(config: Any) -> Iterator[Any]:
-    return (node["_target_"] for node in _nodes(config)
-            if isinstance(node, dict) and "_target_" in node)
-
-
-#: packages whose modules an untrusted config may name (importing them builds networks);
-#: a module in the working directory (the user's project) may be named too
-CONFIG_PACKAGES = frozenset({"torch", "timm", "transformers", "stable_worldmodel",
-                             "stable_pretraining", "lejepa"})
-
-
-def _importable_by_config(target: str) -> bool:
-    """Whether an untrusted config may make idaudit import ``target``'s module: one of
-    :data:`CONFIG_PACKAGES`, or the user's own project in the working directory (importing
-    any other installed module runs whatever its import does, chosen by the file)."""
-    top = target.split(".")[0]
-    cwd = Path.cwd()
-    return top in CONFIG_PACKAGES or (cwd / f"{top}.py").is_file() or \
-        (cwd / top / "__init__.py").is_file()
-
-
 def _interpolation(config: Any) -> str | None:
     """The first key or string of ``config`` that holds an OmegaConf interpolation (``${``),
     escaped or not; None when there is none."""
     return next((n for n in _nodes(config) if isinstance(n, str) and "${" in n), None)
 
 
-def vet_targets(config: dict[str, Any], source: str) -> None:
-    """Every ``_target_`` of an untrusted config names an ``nn.Module`` class of the
-    :data:`CONFIG_PACKAGES` or of the user's project: instantiating one builds a network; any
-    other callable (a function, ``os.system``) or module runs code the file chose, refused in
-    one line naming it and ``--trust-pickle``."""
+#: what a network factory's node of an untrusted config is instantiated through
+_FACTORY_CALL = "idaudit.loading.architectures.call_network_factory"
+
+
+def call_network_factory(factory: str, *args: Any, **kwargs: Any) -> Any:
+    """``factory(*args, **kwargs)`` for a factory of
+    :data:`idaudit.loading.trust.CONFIG_FACTORIES`, its result checked to be an ``nn.Module``
+    (an untrusted config's factory node is instantiated through this)."""
     import torch
 
-    from idaudit.loading.trust import untrusted
+    from idaudit.loading.trust import CONFIG_FACTORIES
+
+    if factory not in CONFIG_FACTORIES:
+        raise IdauditError(f"{factory!r} is not a network factory idaudit lists")
+    model = _locate(factory, "config.json")(*args, **kwargs)
+    if not isinstance(model, torch.nn.Module):
+        raise IdauditError(f"_target_ {factory!r} returned {type(model).__name__}, not a torch "
+                           "nn.Module")
+    return model
+
+
+def _through_factory_call(config: Any, factories: set[int]) -> Any:
+    """A copy of ``config`` whose nodes in ``factories`` (their ids) call their factory
+    through :func:`call_network_factory`, so that each result is checked."""
+    if isinstance(config, list):
+        return [_through_factory_call(v, factories) for v in config]
+    if not isinstance(config, dict):
+        return config
+    out = {k: _through_factory_call(v, factories) for k, v in config.items()}
+    if id(config) in factories:
+        out["_args_"] = [out.pop("_target_")]
+        out["_target_"] = _FACTORY_CALL
+    return out
+
+
+def vet_targets(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """The config an untrusted directory may have instantiated: every ``_target_`` names an
+    ``nn.Module`` class, or a listed network factory (its node then calls it through
+    :func:`call_network_factory`, which checks its result), of a module
+    :func:`idaudit.loading.trust.config_module_allowed` takes; anything else (``os.system``,
+    another function, a module outside those, an interpolation) runs code the file chose,
+    refused in one line naming it and ``--trust-pickle``. The rule itself:
+    :func:`idaudit.loading.trust.config_target_refusal`."""
+    from idaudit.loading.trust import (
+        CONFIG_PACKAGES,
+        config_module_allowed,
+        config_target_refusal,
+        untrusted,
+    )
 
     # Hydra resolves interpolations before it instantiates, and a resolver can make a node the
     # vetting below never saw (${oc.create:{_target_: …}}) or read the environment: the tree
@@ -358,29 +411,77 @@ def vet_targets(config: dict[str, Any], source: str) -> None:
         raise IdauditError(untrusted(f"{source}: holds an interpolation ({found[:80]!r}); "
                                      "Hydra resolves it into code the vetting cannot see",
                                      "directory"))
-    for target in _targets(config):
+    factories: set[int] = set()
+    for node in _nodes(config):
+        if not isinstance(node, dict) or "_target_" not in node:
+            continue
+        target = node["_target_"]
         if not isinstance(target, str):
             raise IdauditError(f"{source}: _target_ must be a dotted name, got {target!r}")
-        if not _importable_by_config(target):
+        if not config_module_allowed(target):
             raise IdauditError(untrusted(
-                f"{source}: _target_ {target!r} is not in torch, timm, transformers, "
-                "stable_worldmodel, stable_pretraining, lejepa or a module of the working "
-                "directory (your project: never run idaudit inside a downloaded directory, "
-                "whose .py files would count as it); importing it runs code the file names",
-                "directory"))
+                f"{source}: _target_ {target!r} is not in {', '.join(CONFIG_PACKAGES)} or a "
+                "module of the working directory (your project: never run idaudit inside a "
+                "downloaded directory, whose .py files would count as it); importing it runs "
+                "code the file names", "directory"))
         obj = _locate(target, source)
-        if not (isinstance(obj, type) and issubclass(obj, torch.nn.Module)):
-            kind = "a class that is not an nn.Module" if isinstance(obj, type) else \
-                "a function" if inspect.isroutine(obj) else f"a {type(obj).__name__}"
-            raise IdauditError(untrusted(f"{source}: _target_ {target!r} is {kind}; "
-                                         "instantiating it runs code the file names",
-                                         "directory"))
+        reason = config_target_refusal(target, obj, node)
+        if reason is not None:
+            raise IdauditError(untrusted(f"{source}: {reason}", "directory"))
+        if not isinstance(obj, type):
+            factories.add(id(node))
+    return _through_factory_call(config, factories)
+
+
+def lewm_weights(path: Path, name: str | None = None) -> Path:
+    """The weights file of a stable-worldmodel directory: ``name`` (``--weights``, a file of
+    the directory), else weights.pt, else its one ``.pt``; several (its SaveCkptCallback
+    leaves a ``weights_epoch_N.pt`` per epoch) are refused, named in epoch order with the
+    option that chooses one."""
+    if name is not None:
+        chosen = path / name
+        if not chosen.is_file():
+            there = ", ".join(p.name for p in _pt_files(path)) or "none"
+            raise IdauditError(f"--weights {name}: no such file in {path} (its .pt files: "
+                               f"{there})")
+        return chosen
+    if (path / "weights.pt").is_file():
+        return path / "weights.pt"
+    found = _pt_files(path)
+    if len(found) > 1:
+        names = [p.name for p in found]
+        raise IdauditError(f"{path} holds several weights files beside its config.json "
+                           f"({', '.join(names)}); choose one with --weights NAME (e.g. "
+                           f"--weights {names[-1]})")
+    if not found:
+        raise IdauditError(f"{path} holds no .pt weights beside its config.json")
+    return found[0]
+
+
+def _pt_files(path: Path) -> list[Path]:
+    """The ``.pt`` files of ``path`` in natural order (weights_epoch_2 before _10)."""
+    def key(p: Path) -> list[Any]:
+        return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"([0-9]+)", p.name)]
+
+    return sorted((p for p in path.glob("*.pt") if p.is_file()), key=key)
+
+
+def _idaudit_cause(exc: BaseException) -> IdauditError | None:
+    """The IdauditError that ``exc`` was raised from (Hydra wraps what a target raises)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, IdauditError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def build_lewm_dir(path: Path, trust_pickle: bool = False) -> Any:
     """The network a stable-worldmodel directory's config.json describes, built by
     ``hydra.utils.instantiate`` (its modules found in the working directory too, as
-    ``--arch`` finds them), before its weights are loaded."""
+    ``--arch`` finds them), before its weights are loaded; untrusted, the config
+    :func:`vet_targets` returns (sized first on the meta device)."""
     import torch
 
     from idaudit.loading.trust import check_file_memory
@@ -390,18 +491,29 @@ def build_lewm_dir(path: Path, trust_pickle: bool = False) -> Any:
     optional_module("hydra", "hydra", f"{path} (a stable-worldmodel directory)")
     hydra_utils = optional_module("hydra.utils", "hydra", f"{path} (a stable-worldmodel directory)")
     with cwd_importable():
-        if not trust_pickle:
-            vet_targets(config, source)
-            network = _meta_bytes(lambda: hydra_utils.instantiate(config), source, "directory")
-            check_file_memory(network, source, "the network its config.json describes",
-                              "directory")
         try:
+            if not trust_pickle:
+                vetted = vet_targets(config, source)
+                network = _meta_bytes(lambda: hydra_utils.instantiate(vetted), source,
+                                      "directory")
+                check_file_memory(network, source, "the network its config.json describes",
+                                  "directory")
+                config = vetted
             model = hydra_utils.instantiate(config)
+        except IdauditError:
+            raise
         except Exception as exc:
+            cause = _idaudit_cause(exc)
+            if cause is not None:
+                raise IdauditError(f"{source}: {cause}") from None
             lines = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
-            raise IdauditError(f"{source}: hydra could not instantiate {config['_target_']!r} "
-                               f"({lines[:300] or type(exc).__name__})") from None
+            cause = root_cause(exc)
+            if cause is not exc and _first_line(cause) not in lines:
+                lines += f"; caused by {type(cause).__name__}: {_first_line(cause)}"
+            raise IdauditError(f"{source}: hydra could not instantiate "
+                               f"{read_config(path)['_target_']!r} "
+                               f"({lines[:400] or type(exc).__name__})") from None
     if not isinstance(model, torch.nn.Module):
-        raise IdauditError(f"{source}: {config['_target_']!r} built {type(model).__name__}, not a "
-                           "torch nn.Module")
+        raise IdauditError(f"{source}: {read_config(path)['_target_']!r} built "
+                           f"{type(model).__name__}, not a torch nn.Module")
     return model

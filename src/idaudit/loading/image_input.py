@@ -8,13 +8,17 @@ checkpoints are not wrapped: their encoders record their own input format.
 
 ``--normalize`` takes a name (:data:`NORMALIZATIONS`, or ``none``: x/255 only) or
 ``MEAN,STD``, each one number (for all three channels) or three colon-separated numbers
-(R:G:B), e.g. ``0.5,0.5`` or ``0.485:0.456:0.406,0.229:0.224:0.225``.
+(R:G:B), e.g. ``0.5,0.5`` or ``0.485:0.456:0.406,0.229:0.224:0.225``. Without it, a model
+that says how its images are normalised (a Hugging Face directory's
+``preprocessor_config.json``: :func:`model_normalize`) gets what it says.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -72,6 +76,83 @@ def parse_normalize(text: str) -> Normalize | None:
                            f"x/255 in [0, 1] divided by less are no image statistics), got "
                            f"{min(std):g}")
     return mean, std
+
+
+def describe(normalize: Normalize | None) -> str:
+    """``normalize`` in words: "mean 0.5, 0.5, 0.5; std 0.5, 0.5, 0.5", or "x/255 only"."""
+    if normalize is None:
+        return "x/255 only"
+    mean, std = normalize
+    return (f"mean {', '.join(f'{v:.4g}' for v in mean)}; std "
+            f"{', '.join(f'{v:.4g}' for v in std)}")
+
+
+@dataclass(frozen=True)
+class ModelNormalize:
+    """How a model's own files say its images are normalised: ``normalize`` in
+    ``--normalize``'s syntax (of x/255), read from ``source``."""
+
+    normalize: str
+    source: Path
+
+    def note(self, given: str | None, used: Normalize | None) -> str | None:
+        """What to tell the user: that the model's own normalisation is used (``given`` None),
+        or that ``--normalize`` overrides a different one; None when they agree."""
+        own = parse_normalize(self.normalize)
+        if given is None:
+            return (f"images are normalised as {self.source} says ({describe(own)}); "
+                    "--normalize overrides it")
+        if own != used:
+            return (f"{self.source} normalises images otherwise ({describe(own)}); "
+                    f"--normalize {given} is used as given")
+        return None
+
+
+def _stat(value: Any, what: str, source: Path) -> RGB:
+    """``image_mean`` / ``image_std``: one number or three, finite."""
+    values = value if isinstance(value, list) else [value]
+    if len(values) not in (1, 3) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values):
+        raise IdauditError(f"{source}: {what} must be one number or three, got {value!r}; "
+                           "choose the normalisation with --normalize")
+    r, g, b = (float(v) for v in values * 3) if len(values) == 1 else (float(v) for v in values)
+    return (r, g, b)
+
+
+def model_normalize(source: Path) -> ModelNormalize | None:
+    """The normalisation a Hugging Face image processor config declares, as ``--normalize``
+    would say it of x/255. The processor computes x̂ = (x·r − μ)/σ on pixels x in [0, 255]
+    (r = ``rescale_factor``, 1 where ``do_rescale`` is false; μ = 0, σ = 1 where
+    ``do_normalize`` is false), which is (x/255 − μ′)/σ′ with μ′ = μ/(255r), σ′ = σ/(255r).
+    None where it declares no ``image_mean`` / ``image_std``."""
+    from idaudit.core.jsontext import parse_json_object
+
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IdauditError(f"cannot read {source} ({exc})") from None
+    cfg = parse_json_object(text, str(source)) or {}
+    normalize = cfg.get("do_normalize", True) is not False
+    if normalize and ("image_mean" not in cfg or "image_std" not in cfg):
+        return None
+    mean = _stat(cfg["image_mean"], "image_mean", source) if normalize else (0.0, 0.0, 0.0)
+    std = _stat(cfg["image_std"], "image_std", source) if normalize else (1.0, 1.0, 1.0)
+    rescale = cfg.get("rescale_factor", 1 / 255) if cfg.get("do_rescale", True) is not False \
+        else 1.0
+    if isinstance(rescale, bool) or not isinstance(rescale, (int, float)) or \
+            not math.isfinite(rescale) or rescale <= 0:
+        raise IdauditError(f"{source}: rescale_factor must be a number > 0, got {rescale!r}; "
+                           "choose the normalisation with --normalize")
+    scale = 255.0 * float(rescale)
+    if not normalize and math.isclose(scale, 1.0, rel_tol=1e-9):
+        return ModelNormalize("none", source)
+    text = ",".join(":".join(repr(v / scale) for v in stat) for stat in (mean, std))
+    if min(std) / scale < MIN_STD:
+        raise IdauditError(f"{source}: image_std {list(std)} is not an image statistic (at "
+                           f"least {MIN_STD:g} of x/255); choose the normalisation with "
+                           "--normalize")
+    return ModelNormalize(text, source)
 
 
 def to_encoder_input(images: Any, normalize: Normalize | None) -> torch.Tensor:

@@ -282,23 +282,28 @@ def _load_options(options: LoadOptions | None) -> LoadOptions:
 class LoadedEncoder:
     """An encoder from a file, with the world and training config an idaudit checkpoint
     carries (None / {} for other formats). ``module`` carries its embedding choice (a
-    :class:`~idaudit.models.embedding_choice.ChosenEmbedding` when pool/output/embed were given)."""
+    :class:`~idaudit.models.embedding_choice.ChosenEmbedding` when pool/output/embed were given);
+    ``preprocessor``: the file that says how its images are normalised (a Hugging Face
+    directory's preprocessor_config.json), ``noted`` once that was said on the console."""
 
     module: Any
     world: WorldSpec | None
     train: dict[str, Any]
     path: Path
+    preprocessor: Path | None = None
+    noted: bool = False
 
 
 def _encoder(module: Any, opts: LoadOptions, path: Path, world: Any = None,
              train: dict[str, Any] | None = None) -> LoadedEncoder:
     """The loaded module with the embedding choice of ``opts``."""
     if opts.chooses_embedding():
-        from idaudit.loading.architectures import import_factory
+        from idaudit.loading.architectures import import_factory, timm_pool_hint
         from idaudit.models.embedding_choice import ChosenEmbedding
 
         fn = import_factory(opts.embed, "--embed", "function") if opts.embed else None
-        module = ChosenEmbedding(module, pool=opts.pool, output=opts.output, embed_fn=fn)
+        module = ChosenEmbedding(module, pool=opts.pool, output=opts.output, embed_fn=fn,
+                                 hint=timm_pool_hint(opts.arch))
     return LoadedEncoder(module, world, train or {}, path)
 
 
@@ -384,7 +389,10 @@ def _open_hf_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncode
     from idaudit.loading.architectures import load_hf_dir
 
     opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
-    return _encoder(load_hf_dir(path, opts.trust_pickle), opts, path)
+    loaded = _encoder(load_hf_dir(path, opts.trust_pickle), opts, path)
+    if (path / "preprocessor_config.json").is_file():
+        loaded.preprocessor = path / "preprocessor_config.json"
+    return loaded
 
 
 def _open_lewm_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
@@ -394,8 +402,8 @@ def _open_lewm_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEnco
 
     opts.refuse(("arch", "arch_kwargs"), f"a stable-worldmodel directory ({path}: its "
                 "config.json names the network)")
+    weights = lewm_weights(path, opts.weights)  # before the network is built: a refusal is cheap
     model = build_lewm_dir(path, opts.trust_pickle)
-    weights = lewm_weights(path)
     obj = read_torch_file(weights, opts.trust_pickle)
     source = str(weights)
     if opts.key is not None:
@@ -554,8 +562,13 @@ def open_target(target: Any, options: LoadOptions | None = None, embedding: bool
     if not isinstance(target, (str, Path)):
         if embedding and _is_array(target):
             return target
-        return LoadedEncoder(target, None, {}, Path("encoder"))
+        opts.refuse(("arch", "arch_kwargs", "key", "prefix", "weights"),
+                    f"an encoder given as a Python {type(target).__name__} (they open files)")
+        return _encoder(target, opts, Path("encoder"))
     path, kind = _file_kind(target)
+    if kind is not FileKind.LEWM_DIR:
+        opts.refuse(("weights",), f"{path} (it chooses the weights file of a LeWM directory "
+                    "that holds several)")
     return _OPENERS[kind](path, opts, embedding)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from idaudit.core.errors import IdauditError
 from idaudit.core.io import first_line as _first_line
+from idaudit.loading.architectures import timm_fit_hint
 
 WRAPPERS = ("module", "_orig_mod")  # DDP / DataParallel, torch.compile
 _SHOWN = 5  # keys listed in a message
@@ -278,6 +279,7 @@ def load_weights(model: Any, state: Mapping[str, Any], arch: str, source: str) -
         hint = next((f"; the keys under {p!r} fit: pass --prefix {p}"
                      for depth in (1, 2, 3) for p in key_prefixes(unexpected, depth)
                      if set(expected) <= {k[len(p):] for k in state if k.startswith(p)}), "")
+        hint = hint or timm_fit_hint(arch, missing, unexpected)
         raise IdauditError(f"{source}: the weights do not fit {arch}: {'; '.join(parts)}{hint}")
     try:
         model.load_state_dict(state, strict=True)

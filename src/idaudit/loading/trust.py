@@ -14,10 +14,25 @@ a LeWM ``_target_``): running idaudit inside a downloaded directory makes that d
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from idaudit.core.io import memory_left
 
 FLAG = "--trust-pickle"
+
+#: packages whose modules an untrusted LeWM config may name (importing them builds networks);
+#: a module of the working directory (the user's project) may be named too
+CONFIG_PACKAGES = ("torch", "timm", "transformers", "stable_worldmodel", "stable_pretraining",
+                   "lejepa")
+
+#: the functions an untrusted LeWM config may call — network factories, each returning an
+#: ``nn.Module`` (checked) — with the only value each keyword that would download may take
+#: (stable-worldmodel's own lewm.yaml builds its encoder with ``vit_hf``). Any other function
+#: of those packages is refused: ``torch.save``, ``torch.hub.load`` or a factory that calls
+#: ``from_pretrained`` would write files, download or run fetched code.
+CONFIG_FACTORIES: dict[str, dict[str, Any]] = {
+    "stable_pretraining.backbone.utils.vit_hf": {"pretrained": False},
+}
 
 #: file kind → (untrusted: what idaudit does, trusted: what ``--trust-pickle`` adds)
 POLICY: dict[str, tuple[str, str]] = {
@@ -46,15 +61,56 @@ POLICY: dict[str, tuple[str, str]] = {
         "no memory check"),
     "stable-worldmodel / LeWM directory": (
         "every _target_ an nn.Module class of torch, timm, transformers, stable_worldmodel, "
-        "stable_pretraining, lejepa or the working directory's project, no interpolation "
-        "(${…}); the network sized on the meta device before it is built; weights as "
-        "torch.save",
+        "stable_pretraining, lejepa or the working directory's project, or a network factory "
+        "idaudit lists (stable_pretraining's vit_hf, pretrained false; its result checked to "
+        "be an nn.Module), no interpolation (${…}); the network sized on the meta device "
+        "before it is built; weights as torch.save",
         "any _target_ and interpolation (runs the code they name), no memory check"),
     "timm:NAME (--arch)": (
         "a model name only: hf-hub:/local-dir: sources (a download, a config from anywhere) "
         "and weight-fetching kwargs refused",
         "the same: the weights always come from the file audited"),
 }
+
+
+def config_module_allowed(target: str, cwd: Path | None = None) -> bool:
+    """Whether an untrusted config may make idaudit import ``target``'s module: one of
+    :data:`CONFIG_PACKAGES`, or the user's own project in the working directory (importing
+    any other installed module runs whatever its import does, chosen by the file)."""
+    top = target.split(".")[0]
+    cwd = Path.cwd() if cwd is None else cwd
+    return top in CONFIG_PACKAGES or (cwd / f"{top}.py").is_file() or \
+        (cwd / top / "__init__.py").is_file()
+
+
+def config_target_refusal(target: str, obj: Any, node: dict[str, Any]) -> str | None:
+    """Why an untrusted config's ``node`` may not name ``obj`` (what its ``_target_``
+    ``target`` is), or None where it may: an ``nn.Module`` class (instantiating it builds a
+    network), or a factory of :data:`CONFIG_FACTORIES` given keywords only, none that would
+    download. Anything else — another function (``os.system``, ``torch.save``), an object, a
+    class that is not a module — runs code the file names."""
+    import inspect
+
+    import torch
+
+    if isinstance(obj, type):
+        return None if issubclass(obj, torch.nn.Module) else \
+            f"_target_ {target!r} is a class that is not an nn.Module"
+    if target in CONFIG_FACTORIES and callable(obj):
+        if "_args_" in node:
+            return (f"_target_ {target!r} is given positional _args_; a network factory is "
+                    "taken with keywords only, so that none that would download passes unseen")
+        for key, only in CONFIG_FACTORIES[target].items():
+            if key in node and node[key] != only:
+                return (f"_target_ {target!r} is given {key}: {node[key]!r}; idaudit never "
+                        f"downloads (only {key}: {only!r} is taken: the weights come from the "
+                        "directory)")
+        return None
+    if inspect.isroutine(obj):
+        return (f"_target_ {target!r} is a function; calling it runs code the file names (an "
+                f"untrusted config may call only the network factories "
+                f"{', '.join(CONFIG_FACTORIES)})")
+    return f"_target_ {target!r} is a {type(obj).__name__}; calling it runs code the file names"
 
 
 def untrusted(reason: str, thing: str = "file") -> str:

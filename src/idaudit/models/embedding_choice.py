@@ -38,10 +38,12 @@ _POOL_FLAG = "--pool cls|mean|none"
 
 @dataclass(frozen=True)
 class Choice:
-    """Which output is the embedding: a field or index (``output``) and a token ``pool``."""
+    """Which output is the embedding: a field or index (``output``) and a token ``pool``;
+    ``hint``: what to say when ``pool`` meets an output that is no tokens (a timm model's)."""
 
     pool: str | None = None
     output: str | int | None = None
+    hint: str = ""
 
 
 def _type_name(y: Any) -> str:
@@ -84,14 +86,14 @@ def _describe(y: Any) -> str:
     return _type_name(y)
 
 
-def pool_tokens(y: torch.Tensor, pool: str) -> torch.Tensor:
+def pool_tokens(y: torch.Tensor, pool: str, hint: str = "") -> torch.Tensor:
     """Tokens (batch, N, dim) → (batch, m): ``cls`` y[:, 0], ``mean`` the average over the N
     tokens, ``none`` every token's values in a row (any shape)."""
     if pool == "none":
         return y.reshape(y.shape[0], -1)
     if y.ndim != 3:
         raise IdauditError(f"--pool {pool} applies to tokens (batch, tokens, dim), but the "
-                           f"encoder returned shape {tuple(y.shape)}")
+                           f"encoder returned shape {tuple(y.shape)}{hint}")
     return y[:, 0] if pool == "cls" else y.mean(dim=1)
 
 
@@ -114,7 +116,7 @@ def select_embedding(y: Any, batch: int, choice: Choice = Choice()) -> torch.Ten
         raise IdauditError(f"the encoder returned {shape} for a batch of {batch}; expected "
                            "(batch, embed_dim)")
     if choice.pool is not None:
-        return pool_tokens(y, choice.pool)
+        return pool_tokens(y, choice.pool, choice.hint)
     if y.ndim == 3:
         raise IdauditError(f"the encoder returned tokens of shape {tuple(y.shape)} (batch, "
                            f"tokens, dim); choose how to pool them with {_POOL_FLAG}, or give "
@@ -168,10 +170,12 @@ class ChosenEmbedding(nn.Module):
     """A module with the choice of its embedding: called on x it returns (batch, m).
 
     ``embed_fn(module, x)`` (``--embed``) replaces the call of the module when given; ``pool``
-    and ``output`` apply to what the call returns (:func:`select_embedding`)."""
+    and ``output`` apply to what the call returns (:func:`select_embedding`); ``hint`` ends
+    the refusal of a ``pool`` for an output that is no tokens."""
 
     def __init__(self, module: Any, pool: str | None = None, output: str | int | None = None,
-                 embed_fn: Callable[[Any, torch.Tensor], Any] | None = None) -> None:
+                 embed_fn: Callable[[Any, torch.Tensor], Any] | None = None,
+                 hint: str = "") -> None:
         super().__init__()
         if pool is not None and pool not in POOLS:
             raise IdauditError(f"--pool must be one of {', '.join(POOLS)}, got {pool!r}")
@@ -182,7 +186,8 @@ class ChosenEmbedding(nn.Module):
         else:
             call, implied = encoder_call(module)
         object.__setattr__(self, "_call", call)  # not registered a second time as a submodule
-        self.choice = Choice(pool=pool, output=output if output is not None else implied.output)
+        self.choice = Choice(pool=pool, output=output if output is not None else implied.output,
+                             hint=hint)
 
     def raw(self, x: torch.Tensor) -> Any:
         """What the module (or ``embed_fn``) returns for x, before the choice."""

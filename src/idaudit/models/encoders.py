@@ -242,6 +242,8 @@ def embed(encoder: Callable[[torch.Tensor], Any], x: Any, device: torch.device |
                 torch.from_numpy(np.ascontiguousarray(part))
             try:
                 y = call(part.to(dev))
+            except IdauditError:  # idaudit's own refusal (the embedding chosen in the call)
+                raise
             except Exception as exc:  # a user's encoder can raise anything
                 fed = getattr(encoder, "describe_input", None)  # an ImageAdapter converts images first
                 given = fed(tuple(part.shape)) if callable(fed) else \

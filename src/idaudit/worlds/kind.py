@@ -94,6 +94,14 @@ class WorldKind(ABC):
         world (its training data), where this kind can; None: build the world and ask it."""
         return None
 
+    def probe_input(self, spec: WorldSpec, rows: int) -> Any | None:
+        """``rows`` inputs shaped as this kind's evaluation set for ``spec``, made without
+        rendering or reading that set, on which an encoder is tried before the set is made (a
+        refusal that depends only on the options or the output's shape then costs a forward
+        pass of ``rows`` inputs); None: it is tried on the set's first rows, the set made
+        first (cheap for vector worlds)."""
+        return None
+
     @abstractmethod
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
         """The paper's encoder for ``world`` (a World or its spec): (registry name, kwargs)."""

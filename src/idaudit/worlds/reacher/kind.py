@@ -153,6 +153,12 @@ class ReacherKind(WorldKind):
         return reacher_eval_set(rspec.rho, rspec.image_size, n, cache_dir=cache_dir,
                                 progress=progress)
 
+    def probe_input(self, spec: WorldSpec, rows: int) -> np.ndarray:
+        """``rows`` images of the evaluation set's size (uint8, rows × S × S × 3), seeded
+        noise: nothing rendered, no dataset read."""
+        size = dataset_of(spec).image_size
+        return np.random.default_rng(0).integers(0, 256, (rows, size, size, 3), dtype=np.uint8)
+
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
         """The paper's pixel CNN, normalised by the dataset's channel mean and std (a spec is
         built first: its dataset must be found)."""
