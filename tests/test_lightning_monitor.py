@@ -171,7 +171,7 @@ def test_row_queue_keeps_the_last_rows():
     ({"gate": {"n_samples": 100}}, "neither better higher nor lower"),
     ({"gate": {"r2_h_to_z_heldout": "0.9"}}, "must be a number"),
     ({"gate": {"r2_h_to_z_heldout": 0.9}, "action": "warn"}, "action must be 'stop' or 'fail'"),
-    ({"gate": {"r2_h_to_z_heldout": 0.9}, "by_epoch": -1}, "by_epoch must be an integer ≥ 0"),
+    ({"gate": {"r2_h_to_z_heldout": 0.9}, "by_epoch": -1}, "by_epoch must be a non-negative integer"),
     ({"by_epoch": 3}, "by_epoch applies to a gate"),
     ({"rho": 0.9}, "it needs pair_key"),
     ({"max_rows": 5}, "max_rows must be an integer ≥ 10"),

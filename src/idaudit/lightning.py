@@ -185,7 +185,7 @@ class IdentifiabilityMonitor(Callback):
         if dataloader_idx is not None and (isinstance(dataloader_idx, bool)
                                            or not isinstance(dataloader_idx, int)
                                            or dataloader_idx < 0):
-            raise IdauditError("IdentifiabilityMonitor: dataloader_idx must be an integer ≥ 0 "
+            raise IdauditError("IdentifiabilityMonitor: dataloader_idx must be a non-negative integer "
                                f"or None, got {dataloader_idx!r}")
         self.thresholds: list[Threshold] = []
         if gate is None:
@@ -201,7 +201,7 @@ class IdentifiabilityMonitor(Callback):
             self._check_needs(latents_key, pair_key, rho, floor_draws)
             if by_epoch is not None and (isinstance(by_epoch, bool)
                                          or not isinstance(by_epoch, int) or by_epoch < 0):
-                raise IdauditError("IdentifiabilityMonitor: by_epoch must be an integer ≥ 0, "
+                raise IdauditError("IdentifiabilityMonitor: by_epoch must be a non-negative integer, "
                                    f"got {by_epoch!r}")
             if action is not None and action not in ("stop", "fail"):
                 raise IdauditError(f"IdentifiabilityMonitor: action must be 'stop' or 'fail', "
