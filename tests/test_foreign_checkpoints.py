@@ -101,7 +101,11 @@ PROJECT = textwrap.dedent('''
             return y.unsqueeze(1).repeat(1, 3, 1), 2 * y
 
 
-    def make_mlp(dim=4):
+    FACTORY_CALLS = []
+
+
+    def make_mlp(dim=4, **options):
+        FACTORY_CALLS.append(options)  # what a listed factory was called with
         return nn.Sequential(nn.Linear(dim, 8), nn.GELU(), nn.Linear(8, dim))
 
 
@@ -470,7 +474,11 @@ def test_lewm_config_may_call_only_listed_network_factories(project, monkeypatch
             load_target, folder)
     monkeypatch.setitem(trust.CONFIG_FACTORIES, "myproject.make_mlp", {"pretrained": False})
     monkeypatch.setitem(trust.CONFIG_FACTORIES, "myproject.make_state", {})
+    mp.FACTORY_CALLS.clear()
     loaded = load_target(folder)
+    # the config leaves pretrained out; the listed value is passed all the same, so a
+    # factory whose default were pretrained=True would still not download
+    assert mp.FACTORY_CALLS and all(c == {"pretrained": False} for c in mp.FACTORY_CALLS)
     assert_same_state(loaded.module, model.state_dict())
     x = torch.randn(16, 4)
     with torch.no_grad():

@@ -367,7 +367,9 @@ def call_network_factory(factory: str, *args: Any, **kwargs: Any) -> Any:
 
     if factory not in CONFIG_FACTORIES:
         raise IdauditError(f"{factory!r} is not a network factory idaudit lists")
-    model = _locate(factory, "config.json")(*args, **kwargs)
+    # the listed values are passed even where the config leaves them out, so that a package
+    # whose default changes (pretrained=True) still never downloads
+    model = _locate(factory, "config.json")(*args, **{**kwargs, **CONFIG_FACTORIES[factory]})
     if not isinstance(model, torch.nn.Module):
         raise IdauditError(f"_target_ {factory!r} returned {type(model).__name__}, not a torch "
                            "nn.Module")
