@@ -23,18 +23,14 @@ from idaudit.worlds.synthetic import SyntheticWorld
 
 
 def _world(world: World | WorldSpec | str | None, options: dict[str, Any]) -> World:
-    from idaudit.worlds import build_world, make_spec
+    from idaudit.worlds import as_world, make_spec
 
     if world is None or isinstance(world, str):
-        return build_world(make_spec(world, **options))
+        return as_world(make_spec(world, **options))
     if options:
         raise IdauditError(f"{', '.join(sorted(options))}: world options go with a world "
                            "name, not with a built world or spec")
-    if isinstance(world, WorldSpec):
-        return build_world(world)
-    if isinstance(world, World):
-        return world
-    raise IdauditError(f"world must be a World, WorldSpec or name, got {type(world).__name__}")
+    return as_world(world)
 
 
 def world_pairs(world: World | WorldSpec | str | None = None, n: int | None = None,
