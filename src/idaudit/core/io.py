@@ -50,7 +50,6 @@ def _alive(pid: int) -> bool:
 # it. A later writer removes such directories (and the ``.NAME.PID.RANDOM.tmp`` files of
 # earlier versions) once that process is gone, and never touches a live writer's.
 
-_ATTEMPTS = 20  # tries when a concurrent check removes a directory just made (see _probe)
 _STEM_BYTES = 200  # a longer target name is cut in its temporaries' names (NAME_MAX is 255)
 _OWNED = re.compile(r"(\d+)\.[A-Za-z0-9_]+\.tmp")  # what follows ".STEM." in a temporary
 _FOREIGN = re.compile(r"\.tmp[A-Za-z0-9]{6}")  # safetensors' (Rust tempfile's) temporaries
@@ -157,23 +156,12 @@ def _reason(exc: BaseException) -> str | None:
 
 
 def make_temp_dir(path: Path) -> Path:
-    """Create ``path``'s parents and its private temporary directory (see above); retried
-    when a concurrent check removes a parent it had just created."""
-    for attempt in range(_ATTEMPTS):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if attempt == 0:
-                clean_stale_temporaries(path)
-            return Path(tempfile.mkdtemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.",
-                                         suffix=".tmp", dir=path.parent))
-        except FileNotFoundError:  # a parent removed meanwhile by a concurrent check, or a
-            if attempt + 1 == _ATTEMPTS:  # place that refuses entries (/proc): retry, then say
-                raise
-        except FileExistsError:  # a parent is a file, or was removed as mkdir looked at it
-            if (os.path.lexists(path.parent) and not path.parent.is_dir()) \
-                    or attempt + 1 == _ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+    """Create ``path``'s parents and its private temporary directory (see above), removing
+    the temporaries killed writers left there first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temporaries(path)
+    return Path(tempfile.mkdtemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp",
+                                 dir=path.parent))
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
@@ -256,42 +244,6 @@ def _first_existing(directory: Path) -> Path:
     return Path(".")
 
 
-class _Vanished(Exception):
-    """A directory just made (or found) was removed by a concurrent check: try again (or a
-    place that refuses entries, /proc, says ENOENT: after the last try, that is the error)."""
-
-    def __init__(self, directory: Path, exc: OSError) -> None:
-        super().__init__(str(exc))
-        self.directory, self.exc = directory, exc
-
-
-def _make_parents(directory: Path, flag: str, path: Path, made: list[Path]) -> None:
-    """Create ``directory`` and its missing parents, appending each one made to ``made``."""
-    missing = []
-    for parent in [directory, *directory.parents]:
-        if os.path.lexists(parent):
-            break
-        missing.append(parent)
-    for parent in reversed(missing):
-        try:
-            os.mkdir(parent)
-        except FileNotFoundError as exc:
-            raise _Vanished(parent.parent, exc) from None
-        except FileExistsError as exc:  # made meanwhile by another process (or a file there)
-            if not parent.is_dir():
-                if not os.path.lexists(parent):
-                    raise _Vanished(parent, exc) from None  # and removed again by its check
-                raise IdauditError(f"{flag} {path}: {parent} is a file, not a directory") \
-                    from None
-            continue
-        except OSError as exc:
-            raise _creation_error(flag, path, parent.parent, exc) from None
-        made.append(parent)
-    if not directory.is_dir():
-        if os.path.lexists(directory):
-            raise IdauditError(f"{flag} {path}: {directory} is a file, not a directory")
-
-
 def _creation_error(flag: str, path: Path, directory: Path, exc: OSError) -> IdauditError:
     if exc.errno == errno.ENAMETOOLONG:
         return _too_long(flag, path, exc)
@@ -302,50 +254,56 @@ def _creation_error(flag: str, path: Path, directory: Path, exc: OSError) -> Ida
     return _refuse(flag, path, f"{_first_existing(directory)} is not writable", exc)
 
 
-def _remove_made(made: list[Path]) -> None:
-    for directory in reversed(made):
-        try:
-            os.rmdir(directory)
-        except OSError:  # in use meanwhile by another writer: theirs now
-            pass
+def _path_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)
+        return 4096
 
 
 def _probe(path: Path, flag: str, directory: bool) -> None:
-    """Do what the write will do — make the missing parents, a private temporary directory
-    and a file of ``path``'s name in it, one byte written — and undo all of it. Refuses,
-    naming what failed, where the write would fail (a read-only place, a full disk, a name
-    too long for the file system). Directories it made are removed, refusal or not."""
+    """Do what the write will do, in a private directory ``.NAME.PID.RANDOM.tmp`` made in
+    the deepest existing parent: make the missing parents' names in it, then a file of
+    ``path``'s name with one byte written, and remove all of it. Refuses, naming what failed,
+    where the write would fail (a read-only place, a full disk, a name or a path too long).
+    Nothing outside that private directory is made or removed, so concurrent checks and
+    writes of one path never undo each other's directories."""
     target_dir = path if directory else path.parent
     name = "idaudit-probe" if directory else path.name
-    made: list[Path] = []
+    missing = []
+    for parent in [target_dir, *target_dir.parents]:
+        if os.path.lexists(parent):
+            break
+        missing.append(parent)
+    base = parent
+    if not base.is_dir():
+        raise IdauditError(f"{flag} {path}: {base} is a file, not a directory")
+    first = missing[-1] if missing else target_dir / name
+    # the write's longest path string: TARGET_DIR/.NAME.PID.RANDOM.tmp/NAME (see atomic_write)
+    longest = target_dir / f"{_temp_prefix(target_dir / name)}{os.getpid()}.xxxxxxxx.tmp" / name
+    if len(os.fsencode(str(longest))) >= _path_max(base):
+        raise _too_long(flag, path, OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG)))
     try:
-        for attempt in range(_ATTEMPTS):
-            try:
-                _make_parents(target_dir, flag, path, made)
-                tmp_dir = Path(tempfile.mkdtemp(prefix=f"{_temp_prefix(target_dir / name)}"
-                                                f"{os.getpid()}.", suffix=".tmp",
-                                                dir=target_dir))
-                break
-            except FileNotFoundError as exc:  # the directory removed meanwhile (see
-                vanished = _Vanished(target_dir, exc)  # _Vanished)
-            except _Vanished as exc:
-                vanished = exc
-            except OSError as exc:
-                raise _creation_error(flag, path, target_dir, exc) from None
-            if attempt + 1 == _ATTEMPTS:
-                raise _creation_error(flag, path, vanished.directory, vanished.exc) from None
+        sandbox = tempfile.mkdtemp(prefix=f"{_temp_prefix(first)}{os.getpid()}.", suffix=".tmp",
+                                   dir=base)
+    except OSError as exc:
+        raise _creation_error(flag, path, base, exc) from None
+    fds = [os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for parent in reversed(missing):
+            os.mkdir(parent.name, dir_fd=fds[-1])
+            fds.append(os.open(parent.name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=fds[-1])
         try:
-            fd = os.open(tmp_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.write(fd, b"\0")
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise _creation_error(flag, path, target_dir, exc) from None
+            os.write(fd, b"\0")
         finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
+            os.close(fd)
+    except OSError as exc:
+        raise _creation_error(flag, path, base, exc) from None
     finally:
-        _remove_made(made)
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(sandbox, ignore_errors=True)
 
 
 def check_writable(path: str | Path | None, flag: str, *, directory: bool = False,
