@@ -24,7 +24,9 @@ def sweep(
     objectives: str | None = typer.Option(None, "--objectives", help="comma-separated "
                                           "objectives to keep"),
     only: list[str] = typer.Option([], "--only", help="keep runs whose option is one of the "
-                                   "values, e.g. --only world=spiral --only lamb=1e-3,5e-3"),
+                                   "values, e.g. --only world=spiral --only lamb=1e-3,5e-3; a "
+                                   "run without that option is kept (--only rho=0.9 keeps the "
+                                   "trajectory runs too: add --only mode=ou)"),
     set_: list[str] = typer.Option([], "--set", help="override an option on every run, e.g. "
                                    "--set pairs=3000 --set epochs=10 (Reacher)"),
     workers: int | None = typer.Option(None, "--workers", help="parallel runs (default: cores, "
