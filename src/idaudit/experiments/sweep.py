@@ -22,6 +22,7 @@ from typing import Any
 from idaudit.core.errors import IdauditError
 from idaudit.core.io import write_json
 from idaudit.core.requests import SweepRequest, unknown_options
+from idaudit.core.workers import exit_with_parent
 from idaudit.training.runs import ResolvedRun, resolve
 from idaudit.training.runs import run as run_one
 from idaudit.worlds import KINDS
@@ -38,6 +39,7 @@ _WORKER_DEVICE = "cpu"  # set per pool worker: "cuda:i" when the machine has GPU
 
 def _init_worker(devices) -> None:
     global _WORKER_DEVICE
+    exit_with_parent()
     _WORKER_DEVICE = devices.get()
 
 

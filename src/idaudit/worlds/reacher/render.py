@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from idaudit.core.errors import EXIT_INTERNAL, IdauditError
+from idaudit.core.workers import exit_with_parent
 
 IMAGE_SIZE = 64
 TARGET_POS = (0.1, 0.1)
@@ -237,6 +238,7 @@ def _worker_init(gl: str, size: int = IMAGE_SIZE) -> None:
     """Start a render worker: its renderer, or the one-line reason there is none (a failing
     initializer would only show as a broken pool, without the reason)."""
     global _WORKER, _WORKER_ERROR, IN_RENDER_WORKER
+    exit_with_parent()
     IN_RENDER_WORKER = True
     os.environ["MUJOCO_GL"] = gl
     os.environ.setdefault("OMP_NUM_THREADS", "1")
