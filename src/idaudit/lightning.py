@@ -101,7 +101,7 @@ def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
 class IdentifiabilityMonitor(Callback):
     """A Lightning callback: idaudit's audit of the validation embeddings, each validation.
 
-    **What it reads.** Each validation batch (``on_validation_batch_end``, on rank 0 only):
+    **What it reads.** Each validation batch (``on_validation_batch_end``, on every rank):
     the step's output dict under ``embedding_key`` (h), under ``pair_key`` the positive
     partner's embedding h′ (None: none), and under ``latents_key`` the true latents z (None:
     none), from the output dict where it holds them (as stable-pretraining's forwards hand
@@ -109,8 +109,9 @@ class IdentifiabilityMonitor(Callback):
     h′ and z may be absent from every batch (z on real data); they may not come and go. Each
     is detached, copied to the CPU as float32 and flattened to rows; the last ``max_rows``
     rows are kept (oldest dropped) and the queue is emptied at each validation's start, so
-    the metrics describe the weights being validated. Only the ``dataloader_idx`` validation
-    loader is read (None: every one).
+    the metrics describe the weights being validated. Under DDP the ranks' rows are gathered
+    on rank 0 at the validation's end, interleaved as a DistributedSampler dealt them. Only
+    the ``dataloader_idx`` validation loader is read (None: every one).
 
     **What it logs.** At each validation epoch's end (not the sanity check), rank 0 runs
     :func:`idaudit.audit` on the queued rows: with z, the audit with latents (held-out and
@@ -121,8 +122,9 @@ class IdentifiabilityMonitor(Callback):
     without z, the label-free audit (ε and its floor, effective rank, Gaussianity; with h′
     the pair signals, and with ``rho`` the bound). ``test_fraction`` and ``seed`` are the
     audit's. Every finite number is logged by ``pl_module.log_dict`` as ``prefix + key``
-    (flags as 0/1); :attr:`metrics` holds the last values; docs/metrics.md says what each
-    key means.
+    (flags as 0/1), on every rank alike (rank 0's values broadcast), so a checkpoint or
+    early-stopping callback can monitor one; :attr:`metrics` holds the last values;
+    docs/metrics.md says what each key means.
 
     **The gate.** ``gate``: ``{metric: threshold}`` (a minimum for a metric that is better
     higher, a maximum for one better lower, as ``idaudit metrics`` lists them) or
@@ -242,7 +244,7 @@ class IdentifiabilityMonitor(Callback):
 
     def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if trainer.sanity_checking or not trainer.is_global_zero or self._error is not None:
+        if trainer.sanity_checking or self._error is not None:
             return
         if self.dataloader_idx is not None and dataloader_idx != self.dataloader_idx:
             return
@@ -302,10 +304,19 @@ class IdentifiabilityMonitor(Callback):
         if trainer.sanity_checking:
             return
         decision: tuple[str, str] | None = None  # ("error" | "miss", the line)
+        if trainer.world_size > 1:
+            self._gather()
+        self.metrics = {}
         if trainer.is_global_zero:
-            decision = self._decide(trainer, pl_module)
-        # every rank learns rank 0's decision (a rank that stopped alone would hang the rest)
-        decision = trainer.strategy.broadcast(decision, src=0)
+            decision = self._decide(trainer)
+        # every rank learns rank 0's numbers and decision (a rank that stopped alone would hang
+        # the rest), and logs the numbers: the same on every rank, so "max" across them is
+        # each value exactly, and they can drive other callbacks (a checkpoint's monitor)
+        decision, self.metrics = trainer.strategy.broadcast((decision, self.metrics), src=0)
+        if self.metrics:
+            pl_module.log_dict({self.prefix + k: v for k, v in self.metrics.items()},
+                               on_step=False, on_epoch=True, sync_dist=trainer.world_size > 1,
+                               reduce_fx="max")
         if decision is None:
             return
         kind, line = decision
@@ -317,8 +328,40 @@ class IdentifiabilityMonitor(Callback):
         rank_zero_info(f"{line}: stopping")
         trainer.should_stop = True
 
-    def _decide(self, trainer: Any, pl_module: Any) -> tuple[str, str] | None:
-        """Rank 0: audit the queued rows, log them, and say whether the gate is missed."""
+    def _gather(self) -> None:
+        """Several processes: rank 0's queue becomes every rank's rows, interleaved row by row
+        (rank 0's first row, rank 1's first, …) — a DistributedSampler's order, so the audit
+        sees the rows one process would have seen — where the ranks hold equally many, else
+        rank after rank; the last ``max_rows`` are kept. A rank's bad batch is rank 0's error."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        mine = (self.queue.arrays(), self._error)
+        got: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        dist.gather_object(mine, got, dst=0)
+        if got is None:
+            return
+        self._error = next((error for _, error in got if error is not None), None)
+        parts = [arrays for arrays, _ in got if arrays]
+        self.queue.clear()
+        if self._error is not None or not parts:
+            return
+        if any(set(p) != set(parts[0]) for p in parts):
+            self._error = ("IdentifiabilityMonitor: the ranks' validation steps give different "
+                           f"keys: {sorted({tuple(sorted(p)) for p in parts})}")
+            return
+        sizes = {len(p["h"]) for p in parts}
+        for k in parts[0]:
+            arrays = [p[k] for p in parts]
+            rows = (np.stack(arrays, axis=1).reshape(-1, arrays[0].shape[1]) if len(sizes) == 1
+                    else np.concatenate(arrays))
+            parts[0] = {**parts[0], k: rows}
+        self.queue.add(parts[0])
+
+    def _decide(self, trainer: Any) -> tuple[str, str] | None:
+        """Rank 0: audit the queued rows (into :attr:`metrics`) and say whether the gate is
+        missed."""
         if self._error is not None:
             return "error", self._error
         try:
@@ -326,9 +369,6 @@ class IdentifiabilityMonitor(Callback):
         except IdauditError as exc:
             return "error", f"IdentifiabilityMonitor: {exc}"
         self.metrics = _scalars(metrics)
-        if self.metrics:
-            pl_module.log_dict({self.prefix + k: v for k, v in self.metrics.items()},
-                               on_step=False, on_epoch=True, rank_zero_only=True)
         epoch = trainer.current_epoch
         if reason is not None:
             rank_zero_warn(f"IdentifiabilityMonitor: epoch {epoch}: the audit is inconclusive: "
