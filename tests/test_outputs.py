@@ -384,34 +384,40 @@ def test_sigterm_to_a_sweep_stops_its_workers(tmp_path):
             proc.wait()
 
 
-def _gone_within(pids, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline and pids & set(_children()):
-        time.sleep(0.2)
-    return pids - set(_children())
+def _sigkill_leaves_no_worker(proc, find_workers) -> None:
+    """SIGKILL ``proc`` once ``find_workers()`` has named its workers: all of them must end
+    within 20 s (the kernel tells them; nothing runs in the killed process)."""
+    workers = set()
+    try:
+        workers = find_workers()
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 20
+        while time.time() < deadline and workers & set(_children()):
+            time.sleep(0.2)
+        assert not workers & set(_children()), "left running"
+    finally:
+        for pid in workers & set(_children()):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 def test_sigkill_to_a_sweep_ends_its_workers_too(tmp_path):
-    # nothing can run in a process killed by SIGKILL: the kernel tells its workers
     proc = subprocess.Popen([*IDAUDIT, "sweep", "2d", "--steps", "100000", "--seeds", "1",
                              "--workers", "2", "--out", str(tmp_path / "o")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    workers = set()
-    try:
-        deadline = time.time() + 120
+
+    def training_workers():
+        workers, deadline = set(), time.time() + 120
         while time.time() < deadline and len(workers) < 2 and proc.poll() is None:
             workers = {p for p in _descendants(proc.pid)
                        if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")}
             time.sleep(0.2)
         assert len(workers) == 2, "no workers"
         time.sleep(2)  # the workers are training now
-        proc.kill()
-        proc.wait()
-        assert _gone_within(workers, 20) == workers
-    finally:
-        for pid in workers & set(_children()):
-            os.kill(pid, signal.SIGKILL)
+        return workers
+
+    _sigkill_leaves_no_worker(proc, training_workers)
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("dm_control") is None
@@ -425,16 +431,13 @@ def test_sigkill_to_a_renderer_ends_its_render_workers(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
-    workers = set()
-    try:
+
+    def render_workers():
         workers = {int(p) for p in proc.stdout.readline().split()}
         assert len(workers) >= 1 and workers <= set(_children())
-        proc.kill()
-        proc.wait()
-        assert _gone_within(workers, 20) == workers
-    finally:
-        for pid in workers & set(_children()):
-            os.kill(pid, signal.SIGKILL)
+        return workers
+
+    _sigkill_leaves_no_worker(proc, render_workers)
 
 
 # ---- 6. no stale checkpoint graded as new ----------------------------------------------
