@@ -351,13 +351,9 @@ class IdentifiabilityMonitor(Callback):
             self._error = ("IdentifiabilityMonitor: the ranks' validation steps give different "
                            f"keys: {sorted({tuple(sorted(p)) for p in parts})}")
             return
-        sizes = {len(p["h"]) for p in parts}
-        for k in parts[0]:
-            arrays = [p[k] for p in parts]
-            rows = (np.stack(arrays, axis=1).reshape(-1, arrays[0].shape[1]) if len(sizes) == 1
-                    else np.concatenate(arrays))
-            parts[0] = {**parts[0], k: rows}
-        self.queue.add(parts[0])
+        equal = len({len(p["h"]) for p in parts}) == 1
+        self.queue.add({k: np.stack([p[k] for p in parts], axis=1).reshape(-1, parts[0][k].shape[1])
+                        if equal else np.concatenate([p[k] for p in parts]) for k in parts[0]})
 
     def _decide(self, trainer: Any) -> tuple[str, str] | None:
         """Rank 0: audit the queued rows (into :attr:`metrics`) and say whether the gate is

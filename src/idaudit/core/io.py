@@ -223,10 +223,7 @@ def _stat(path: Path, flag: str) -> os.stat_result | None:
 def _too_long(flag: str, path: Path, exc: OSError) -> IdauditError:
     longest = max(path.parts, key=lambda part: len(os.fsencode(part)))
     size = len(os.fsencode(longest))
-    try:
-        name_max = os.pathconf(_first_existing(path.parent), "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)
-        name_max = 255
+    name_max = _pathconf(_first_existing(path.parent), "PC_NAME_MAX", 255)
     if size > name_max:
         return _refuse(flag, path, f"a name in it is {size} bytes long, more than the file "
                        f"system allows ({name_max})", exc)
@@ -254,11 +251,12 @@ def _creation_error(flag: str, path: Path, directory: Path, exc: OSError) -> Ida
     return _refuse(flag, path, f"{_first_existing(directory)} is not writable", exc)
 
 
-def _path_max(directory: Path) -> int:
+def _pathconf(directory: Path, name: str, default: int) -> int:
+    """The file system's limit ``name`` (PC_NAME_MAX, PC_PATH_MAX) at ``directory``."""
     try:
-        return os.pathconf(directory, "PC_PATH_MAX")
+        return os.pathconf(directory, name)
     except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)
-        return 4096
+        return default
 
 
 def _probe(path: Path, flag: str, directory: bool) -> None:
@@ -281,7 +279,7 @@ def _probe(path: Path, flag: str, directory: bool) -> None:
     first = missing[-1] if missing else target_dir / name
     # the write's longest path string: TARGET_DIR/.NAME.PID.RANDOM.tmp/NAME (see atomic_write)
     longest = target_dir / f"{_temp_prefix(target_dir / name)}{os.getpid()}.xxxxxxxx.tmp" / name
-    if len(os.fsencode(str(longest))) >= _path_max(base):
+    if len(os.fsencode(str(longest))) >= _pathconf(base, "PC_PATH_MAX", 4096):
         raise _too_long(flag, path, OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG)))
     try:
         sandbox = tempfile.mkdtemp(prefix=f"{_temp_prefix(first)}{os.getpid()}.", suffix=".tmp",
