@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 # idaudit before torch: its OpenMP settings (waiting threads sleep) must be in place when torch
 # loads the runtime; a suite that imported torch first trained up to 10× slower beside busy
 # processes (benchmarks/bench_numba_pool.py --torch-first)
@@ -84,3 +86,12 @@ def why_not_importable(name: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - a broken install raises anything
         return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     return None
+
+
+@pytest.fixture
+def in_cage(monkeypatch):
+    """Open programs from files in this process, as the cage's own process opens them (its
+    code, run here unconfined): for tests that look inside the network a file builds."""
+    import idaudit.loading.loaders as loaders
+
+    monkeypatch.setattr(loaders, "IN_CAGE", True)

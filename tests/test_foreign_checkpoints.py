@@ -288,7 +288,7 @@ def test_hf_vit_directory_with_pool_cls(tmp_path):
             load_target, tmp_path / "vit", LoadOptions(key="state_dict"))
 
 
-def test_hf_directory_with_pytorch_model_bin_and_bf16(tmp_path):
+def test_hf_directory_with_pytorch_model_bin_and_bf16(tmp_path, in_cage):
     model = tiny_vit(seed=1)
     folder = tmp_path / "bin"
     model.config.save_pretrained(str(folder))
@@ -372,7 +372,7 @@ def lewm_config():
             "predictor": {"_target_": "torch.nn.Linear", "in_features": 3, "out_features": 3}}
 
 
-def test_lewm_shaped_model_through_embed(project):
+def test_lewm_shaped_model_through_embed(project, in_cage):
     mp = user_module()
     torch.manual_seed(8)
     model = mp.JEPA(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3), torch.nn.Linear(3, 3))
@@ -450,7 +450,7 @@ def test_lewm_config_interpolations_are_refused(project, where):
     assert victim.read_text() == "precious\n"
 
 
-def test_lewm_config_may_call_only_listed_network_factories(project, monkeypatch):
+def test_lewm_config_may_call_only_listed_network_factories(project, monkeypatch, in_cage):
     """Untrusted, a ``_target_`` may name a function only where idaudit lists it as a network
     factory (stable-worldmodel's lewm.yaml builds its encoder with stable_pretraining's
     ``vit_hf``, a function): called with keywords only, never one that downloads, its result
@@ -512,7 +512,7 @@ def save_epochs(folder, mp, epochs):
     return states
 
 
-def test_lewm_directory_with_a_weights_file_per_epoch(project):
+def test_lewm_directory_with_a_weights_file_per_epoch(project, in_cage):
     mp = user_module()
     states = save_epochs(project / "run", mp, (1, 2, 10))
     refused(["holds several weights files beside its config.json (weights_epoch_1.pt, "
@@ -732,6 +732,8 @@ def test_a_broken_dependency_is_named_in_the_one_line_error(project, tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.modules["transformers.models.vit.modeling_vit"] = None
+        import idaudit.loading.loaders
+        idaudit.loading.loaders.IN_CAGE = True  # the loader's own code, as its cage runs it
         from idaudit.core.errors import IdauditError
         from idaudit.loading.loaders import LoadOptions, load_target
         for trusted in (False, True):  # sized on the meta device first, or loaded at once
@@ -807,7 +809,7 @@ def test_bf16_and_f16_arrays_and_weights(project):
 # ---- pickles: weights_only by default, the user's classes with --trust-pickle --------------
 
 
-def test_user_class_pickle_needs_trust_and_is_found_in_the_working_directory(project):
+def test_user_class_pickle_needs_trust_and_is_found_in_the_working_directory(project, in_cage):
     mp = user_module()
     torch.manual_seed(12)
     net = mp.TokenNet()

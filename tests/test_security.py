@@ -397,7 +397,7 @@ class _Saves(torch.nn.Module):
     (_SetState, "defines __setstate__, which runs while it loads"),
     (_Saves, "calls torch.save, which reaches files"),
 ], ids=["from_file", "setstate", "save"])
-def test_torchscript_that_reaches_files_is_refused(tmp_path, cls, fragment):
+def test_torchscript_that_reaches_files_is_refused(tmp_path, monkeypatch, cls, fragment):
     victim = tmp_path / "victim.txt"
     victim.write_text("original\n")
     path = tmp_path / "enc.pt"
@@ -407,10 +407,16 @@ def test_torchscript_that_reaches_files_is_refused(tmp_path, cls, fragment):
     assert res.exit_code == 2, res.output
     assert fragment in res.output and "--trust-pickle" in res.output, res.output
     assert victim.read_text() == "original\n"
-    # the hazard is real: trusted, the program does what it says
+    # the hazard is real: trusted, the program does what it says — in its cage, refused by
+    # the kernel; with no cage (turned off) and --trust-code, done in this process
     if cls is from_file_module:
         res = run("audit", path, "--world", "coupling", "--dim", "4", "--n-eval", "200",
                   "--trust-pickle")
+        assert res.exit_code == 2 and "the cage refused it" in res.output, res.output
+        assert victim.read_text() == "original\n"
+        monkeypatch.setenv("IDAUDIT_CAGE", "off")
+        res = run("audit", path, "--world", "coupling", "--dim", "4", "--n-eval", "200",
+                  "--trust-code")
         assert res.exit_code == 0, res.output
         assert victim.read_text().startswith("AAAA")
 

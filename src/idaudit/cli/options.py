@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from idaudit.core.defaults import WORLD, WORLD_DEFAULTS, default_text
+from idaudit.core.defaults import CAGE_SECONDS, WORLD, WORLD_DEFAULTS, default_text
 from idaudit.core.requests import ENCODER_FORMS
 
 # ---- shared options --------------------------------------------------------------------
@@ -61,10 +61,15 @@ ArchOpt = typer.Option(None, "--arch", help="the network plain weights belong to
                        "module.path:factory (searched in installed packages, then the working "
                        "directory) or timm:NAME (timm.create_model, no download)")
 ArchKwargsOpt = typer.Option(None, "--arch-kwargs", help="JSON kwargs for the factory")
-TrustOpt = typer.Option(False, "--trust-pickle", help="unpickle a whole module or an object "
-                        "of your own class, and a .pt2 archive idaudit cannot vet as code-free "
-                        "(pickled weights, AOTInductor code, another torch than 2.13): runs "
-                        "arbitrary code from the file")
+TrustOpt = typer.Option(False, "--trust-code", "--trust-pickle", help="run code from the "
+                        "file: unpickle a whole module or an object of your own class, load a "
+                        ".pt2 archive or TorchScript idaudit cannot vet as code-free (still in "
+                        "the cage where it can be built); where no cage can be built, run "
+                        "programs from files in this process with your permissions")
+TimeLimitOpt = typer.Option(None, "--time-limit", help="seconds a program from a file "
+                            "(TorchScript, .pt2, Hugging Face, timm, LeWM, --trust-code) may run "
+                            f"in its cage, load and forwards together (default "
+                            f"{default_text(CAGE_SECONDS)})")
 KeyOpt = typer.Option(None, "--key", help="the entry of a torch.save dict holding the weights, "
                       "dots nesting (state_dict, target_encoder); asked for when it holds "
                       "several")
@@ -107,7 +112,7 @@ ENCODER_FLAGS = (
     ("trust_pickle", "bool", TrustOpt), ("key", "str | None", KeyOpt),
     ("prefix", "str | None", PrefixOpt), ("pool", "str | None", PoolOpt),
     ("output", "str | None", OutputOpt), ("embed", "str | None", EmbedOpt),
-    ("weights", "str | None", WeightsOpt),
+    ("weights", "str | None", WeightsOpt), ("time_limit", "float | None", TimeLimitOpt),
     ("world", "str | None", EvalWorldOpt), ("dim", "int | None", DimOpt),
     ("source", "str | None", SourceOpt), ("alpha", "float | None", AlphaOpt),
     ("rho", "float | None", RhoOpt), ("layers", "int | None", LayersOpt),

@@ -30,6 +30,10 @@ TEST_FRACTION = 0.5
 #: fewest whose band — then their whole range — holds one more with probability ≥ 0.95 (39/41)
 FLOOR_DRAWS = 40
 
+#: seconds a program from a file may run in its cage (``--time-limit``): its whole life, load
+#: and every forward together, on the wall clock and in CPU time per thread
+CAGE_SECONDS = 3600.0
+
 #: training options (the fields of :class:`~idaudit.training.config.TrainConfig`); None: none
 #: unless the world has one (``epochs`` on dataset worlds, ``clip`` on Reacher, ``encoder``:
 #: the world's own)

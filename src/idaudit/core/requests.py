@@ -38,8 +38,9 @@ class LoadOptions:
     """How an encoder file is opened and which of its outputs is the embedding.
 
     ``arch`` (``module.path:factory`` or ``timm:NAME``) and ``arch_kwargs``: the network plain
-    weights belong to; ``trust_pickle``: unpickle whole modules and objects of the user's
-    classes (runs code from the file); ``key``: the entry of a torch.save dict holding the
+    weights belong to; ``trust_pickle`` (``--trust-code``): unpickle whole modules and objects
+    of the user's classes (runs code from the file), and where no cage can be built run
+    programs from files in this process; ``key``: the entry of a torch.save dict holding the
     weights (dots nest: ``state_dict``, ``target_encoder``); ``prefix``: keep the keys under
     it and strip it (``model.backbone.``); ``pool``: ``cls`` | ``mean`` | ``none`` for token
     outputs (batch, tokens, dim); ``output``: a field of the output (``last_hidden_state``,
@@ -57,6 +58,7 @@ class LoadOptions:
     output: str | int | None = None
     embed: str | None = None
     weights: str | None = None
+    time_limit: float | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -96,6 +98,11 @@ class LoadOptions:
                                          self.weights or self.weights in (".", "..")):
             raise IdauditError("--weights names a file of the LeWM directory (weights_epoch_2.pt), "
                                f"not a path, got {self.weights!r}")
+        if self.time_limit is not None and (
+                isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float))
+                or not 0 < self.time_limit < float("inf")):
+            raise IdauditError(f"--time-limit must be a number of seconds > 0, got "
+                               f"{self.time_limit!r}")
         if self.embed is not None:
             mod, sep, attr = self.embed.partition(":")
             if not (sep and mod and attr):
@@ -122,7 +129,7 @@ class LoadOptions:
         if self.arch is not None:
             raise IdauditError(f"--arch goes with plain weights, not arrays ({path} holds "
                                "arrays)")
-        self.refuse(("arch_kwargs", "prefix", "pool", "output", "embed"),
+        self.refuse(("arch_kwargs", "prefix", "pool", "output", "embed", "time_limit"),
                     f"arrays ({path} holds arrays: they are audited as they are)")
 
 

@@ -501,6 +501,28 @@ def _vet_torchscript_graphs(module) -> None:
                     raise _Unvetted(f"its {name} calls {kind}, which reaches files")
 
 
+def vet_torchscript_file(path: Path) -> None:
+    """The vetting of a TorchScript file's source that :func:`load_torchscript` does before
+    ``torch.jit.load``, alone: a one-line error for what it refuses."""
+    try:
+        _vet_torchscript_source(path)
+    except _Unvetted as exc:
+        raise IdauditError(f"{path} is a TorchScript program idaudit will not run untrusted: "
+                           f"{exc}; {_TRUST_HINT}") from None
+    except _Unreadable as exc:
+        raise IdauditError(f"cannot load {path} as TorchScript ({exc})") from None
+
+
+def vet_export_file(path: Path) -> None:
+    """The vetting of a torch.export archive that :func:`load_export_program` does before
+    ``torch.export.load``, alone."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
+    _vet_pt2(path, data)
+
+
 def load_torchscript(path: Path, trust_pickle: bool = False):
     """A TorchScript module; untrusted, its source is vetted before ``torch.jit.load`` and its
     graphs after, before anything calls it (see above)."""

@@ -569,7 +569,143 @@ def open_target(target: Any, options: LoadOptions | None = None, embedding: bool
     if kind is not FileKind.LEWM_DIR:
         opts.refuse(("weights",), f"{path} (it chooses the weights file of a LeWM directory "
                     "that holds several)")
-    return _OPENERS[kind](path, opts, embedding)
+    program = _program(path, kind, opts)
+    if program is None:
+        opts.refuse(("time_limit",), f"{path} (it limits programs from files, which run in "
+                    "the cage; this file holds no program)")
+        return _OPENERS[kind](path, opts, embedding)
+    return _open_program(path, kind, opts, embedding, program)
+
+
+#: set in a cage's own process: there programs are opened as they are
+IN_CAGE = False
+
+_PROGRAMS = {FileKind.TORCHSCRIPT: "a TorchScript program", FileKind.EXPORT:
+             "a torch.export program", FileKind.HF_DIR: "a Hugging Face model directory (its "
+             "network is built from its config)", FileKind.LEWM_DIR: "a stable-worldmodel "
+             "directory (its network is built from its config)"}
+
+
+def _program(path: Path, kind: FileKind, opts: LoadOptions) -> str | None:
+    """What makes ``path`` a program — code that runs when it is loaded or called: TorchScript,
+    torch.export, a network built from a config (Hugging Face, LeWM, ``--arch timm:``), a
+    pickle unpickled whole (``--trust-code``) — or None for data."""
+    if IN_CAGE:
+        return None
+    if kind in _PROGRAMS:
+        return _PROGRAMS[kind]
+    timm = (opts.arch or "").startswith("timm:")
+    if kind is FileKind.TORCH_SAVE and (opts.trust_pickle or timm):
+        return "a torch.save file unpickled whole (--trust-code)" if opts.trust_pickle else \
+            f"weights for {opts.arch} (timm builds the network)"
+    if kind is FileKind.SAFETENSORS and timm and \
+            read_metadata(path).get("format") not in (CHECKPOINT, PAIRS_FORMAT):
+        return f"weights for {opts.arch} (timm builds the network)"
+    return None
+
+
+def _vet_program(path: Path, kind: FileKind, opts: LoadOptions) -> None:
+    """The first layer: what each reader checks of a program's file without running any of
+    it, here, before a cage's process starts (the cage's process checks it all again)."""
+    from idaudit.loading.architectures import (
+        cwd_importable,
+        hf_weight_files,
+        lewm_weights,
+        optional_module,
+        read_config,
+        vet_targets,
+    )
+    from idaudit.loading.trust import check_torch_file
+
+    if kind in (FileKind.TORCHSCRIPT, FileKind.EXPORT):
+        _program_options(opts)
+    elif kind is FileKind.HF_DIR:
+        opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
+        for f in hf_weight_files(path):
+            if f.suffix == ".bin":
+                check_torch_file(f, opts.trust_pickle)
+    elif kind is FileKind.LEWM_DIR:
+        opts.refuse(("arch", "arch_kwargs"), f"a stable-worldmodel directory ({path}: its "
+                    "config.json names the network)")
+        check_torch_file(lewm_weights(path, opts.weights), opts.trust_pickle)
+        optional_module("hydra", "hydra", f"{path} (a stable-worldmodel directory)")
+        if not opts.trust_pickle:
+            with cwd_importable():
+                vet_targets(read_config(path), str(path / "config.json"))
+    elif kind is FileKind.TORCH_SAVE:
+        check_torch_file(path, opts.trust_pickle)
+    if opts.trust_pickle:
+        return
+    from idaudit.loading.export_archive import vet_export_file, vet_torchscript_file
+
+    if kind is FileKind.TORCHSCRIPT:
+        vet_torchscript_file(path)
+    elif kind is FileKind.EXPORT:
+        vet_export_file(path)
+
+
+def _project_paths(path: Path, kind: FileKind, opts: LoadOptions) -> list[str]:
+    """The user's own modules in the working directory a program's load imports (``--embed``,
+    a LeWM config's ``_target_``s): the files a cage may read there."""
+    from idaudit.loading.architectures import read_config
+
+    tops = {opts.embed.partition(":")[0].split(".")[0]} if opts.embed else set()
+    if kind is FileKind.LEWM_DIR:
+        def targets(node: Any) -> None:
+            if isinstance(node, dict):
+                if isinstance(node.get("_target_"), str):
+                    tops.add(node["_target_"].split(".")[0])
+                for v in node.values():
+                    targets(v)
+            elif isinstance(node, list):
+                for v in node:
+                    targets(v)
+        targets(read_config(path))
+    cwd = Path.cwd()
+    return [str(p) for top in sorted(tops) for p in (cwd / f"{top}.py", cwd / top)
+            if p.is_file() or (p / "__init__.py").is_file()]
+
+
+def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool,
+                  what: str) -> Arrays | LoadedEncoder | np.ndarray:
+    """A program from a file, loaded and called in its cage (:mod:`idaudit.loading.cage`);
+    where no cage can be built, refused unless trusted (then opened here)."""
+    from idaudit.loading.confine import why_no_cage
+
+    why = why_no_cage()
+    if why is not None:
+        if not opts.trust_pickle:
+            raise IdauditError(f"{path} is {what}: idaudit runs a program from a file only in "
+                               f"its cage, and none can be built here ({why}); --trust-code "
+                               "runs it in this process with your permissions (for a file you "
+                               "trust)")
+        opts.refuse(("time_limit",), f"{path} run without a cage (--trust-code where none "
+                    "can be built)")
+        return _OPENERS[kind](path, opts, embedding)
+    from idaudit.core.defaults import CAGE_SECONDS
+    from idaudit.loading.cage import Cage, CagedModule, zygote
+
+    zygote()  # its start (torch imported there) overlaps the vetting and what follows
+    _vet_program(path, kind, opts)
+
+    project = _project_paths(path, kind, opts)
+    cwd = str(Path.cwd())
+    cage = Cage(path.resolve(), dataclasses.asdict(opts), embedding,
+                read=[str(path.resolve())] + ([cwd] if opts.trust_pickle else project),
+                listing=[cwd] if project or opts.trust_pickle else [],
+                seconds=opts.time_limit or CAGE_SECONDS)
+    if kind is FileKind.TORCH_SAVE:  # unpickled whole: arrays, or a module
+        opened = cage.result()
+        if "arrays" in opened:
+            cage.close()
+            return arrays_from_mapping(opened["arrays"], str(path))
+        if "embedding" in opened:
+            cage.close()
+            return numeric_array(opened["embedding"], f"{path}: array 'h'")
+    loaded = LoadedEncoder(CagedModule(cage), None, {}, path)
+    if kind is FileKind.HF_DIR and (path / "preprocessor_config.json").is_file():
+        loaded.preprocessor = path / "preprocessor_config.json"
+    return loaded
 
 
 def load_target(target: str | Path, options: LoadOptions | None = None

@@ -197,6 +197,16 @@ def pick_device(name: str = "auto") -> torch.device:
 EMBED_CHUNK = 8192  # rows per forward pass (1024 for images)
 
 
+class EncoderFailed(IdauditError):
+    """The encoder's own call raised (not idaudit's choice of its output): ``reason`` is the
+    line the exception gave, ``error`` the exception."""
+
+    def __init__(self, message: str, reason: str, error: BaseException) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.error = error
+
+
 def _module_device(encoder: Any) -> torch.device | None:
     if isinstance(encoder, nn.Module):
         for p in encoder.parameters():
@@ -248,7 +258,9 @@ def embed(encoder: Callable[[torch.Tensor], Any], x: Any, device: torch.device |
                 fed = getattr(encoder, "describe_input", None)  # an ImageAdapter converts images first
                 given = fed(tuple(part.shape)) if callable(fed) else \
                     f"inputs of shape {tuple(part.shape)}"
-                raise IdauditError(f"the encoder failed on {given}: {_error_line(exc)}") from None
+                reason = _error_line(exc)
+                raise EncoderFailed(f"the encoder failed on {given}: {reason}", reason,
+                                    exc) from None
             y = select_embedding(y, part.shape[0], choice)
             if y.is_complex() or not (y.is_floating_point() or y.dtype in (torch.int32,
                                                                               torch.int64)):

@@ -1,0 +1,179 @@
+"""The processes of the cage: the zygote, and the confined processes it forks.
+
+The **zygote** is started once per idaudit process (:mod:`idaudit.loading.cage`), imports
+torch and idaudit's readers while it runs nothing from any file, and forks a process for each
+program from a file. It never reads what a program makes: it takes requests on its socket
+(``spawn``: fork one, with the pipes and the stderr file passed as descriptors; ``status``:
+how one ended) from idaudit alone.
+
+A **forked process** keeps only its two pipes (descriptors 3 and 4: a print in a forward
+goes to stderr, not into the protocol) and its stderr file, confines itself
+(:func:`idaudit.loading.confine.confine`) while it has one thread, then serves
+:mod:`idaudit.loading.wire` frames: ``load`` (the target opened as in-process, its vetting
+included), ``embed`` (inputs → embeddings (batch, m), float32), ``close``. Every answer is
+data; a refusal is ``{"error", "exit"}``, a failure of the encoder's own call
+``{"failed": reason}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+_IN, _OUT = 3, 4
+#: the text an error is given where the cage refused what the program tried
+CAGE_REFUSED = ("the cage refused it: a program from a file may read only its inputs and the "
+                "Python environment, write only its private temporary directory, and has no "
+                "network and no processes of its own")
+_MAX_REQUEST = 1 << 20
+
+
+def _die_with_parent(sig: int) -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def zygote(setup: dict[str, Any]) -> None:
+    """Serve spawn and status requests on the socket descriptor ``setup["fd"]`` until it
+    closes (or the idaudit process that started it dies)."""
+    _die_with_parent(signal.SIGKILL)
+    if os.getppid() != setup["parent"]:
+        os._exit(0)
+    import numpy  # noqa: F401 - warm: every forked process needs them
+    import torch  # noqa: F401
+
+    import idaudit.loading.loaders  # noqa: F401
+    import idaudit.models.embedding_choice  # noqa: F401
+    import idaudit.models.encoders  # noqa: F401
+
+    sock = socket.socket(fileno=setup["fd"])
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        request = json.loads(data)
+        if request["op"] == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                _confined(request, fds)  # never returns
+            for fd in fds:
+                os.close(fd)
+            answer = {"pid": pid}
+        else:
+            try:
+                _, status = os.waitpid(int(request["pid"]), 0)
+                answer = {"status": os.waitstatus_to_exitcode(status)}
+            except ChildProcessError:
+                answer = {"status": None}
+        sock.sendall(json.dumps(answer).encode() + b"\n")
+
+
+def _confined(request: dict[str, Any], fds: list[int]) -> None:
+    """The forked process: its descriptors, its environment, the cage, then the protocol."""
+    code = 0
+    try:
+        _die_with_parent(signal.SIGKILL)
+        import fcntl
+
+        to_child, from_child, err = (fcntl.fcntl(fd, fcntl.F_DUPFD, 16) for fd in fds)
+        os.dup2(err, 2)
+        os.dup2(err, 1)
+        os.dup2(to_child, _IN)
+        os.dup2(from_child, _OUT)
+        os.closerange(_OUT + 1, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+        private = request["private"]
+        for name in ("HOME", "TMPDIR", "HF_HOME", "TORCH_HOME", "XDG_CACHE_HOME",
+                     "MPLCONFIGDIR"):
+            os.environ[name] = private
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import tempfile
+
+        tempfile.tempdir = private
+        from idaudit.loading.confine import confine, system_read_paths
+
+        status = {k.split(":")[0]: k.split(":")[1].split()[0] for k in
+                  open("/proc/self/status").read().splitlines() if k.startswith("Vm")}
+        data_now, size_now = int(status["VmData"]) * 1024, int(status["VmSize"]) * 1024
+        memory = int(request["memory"])
+        confine(system_read_paths() + request["read"], [private], request["listing"],
+                memory_bytes=data_now + memory, address_bytes=size_now + memory + (8 << 30),
+                cpu_seconds=request["cpu_seconds"])
+        _serve(os.fdopen(_IN, "rb"), os.fdopen(_OUT, "wb"), request)
+    except BaseException:  # noqa: BLE001 - the process ends here whatever happened
+        code = 70
+    os._exit(code)
+
+
+def _note(exc: BaseException | None, memory: int) -> str:
+    """What the cage adds to a failure: that it refused a file, a socket or a process, or
+    that memory ran past its limit."""
+    text = f"{type(exc).__name__}: {exc}" if exc is not None else ""
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or \
+            "Cannot allocate memory" in text:
+        return f" (past the cage's memory limit, {memory / 2**30:.1f} GiB)"
+    if isinstance(exc, PermissionError) or "Permission denied" in text or \
+            "Operation not permitted" in text:
+        return f" ({CAGE_REFUSED})"
+    return ""
+
+
+def _serve(inp, out, request: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    import idaudit.loading.loaders as loaders
+    from idaudit.core.errors import IdauditError
+    from idaudit.core.io import first_line
+    from idaudit.core.requests import LoadOptions
+    from idaudit.loading.wire import read_frame, write_frame
+    from idaudit.models.encoders import EncoderFailed, embed
+
+    loaders.IN_CAGE = True
+    torch.set_num_threads(max(1, int(request["threads"])))
+    memory = int(request["memory"])
+    loaded: Any = None
+    while True:
+        msg = read_frame(inp, float("inf"))  # from idaudit itself
+        op = msg.get("op")
+        try:
+            if op == "close":
+                return
+            if op == "load":
+                opts = LoadOptions(**msg["options"])
+                got = loaders.open_target(msg["target"], opts, msg["embedding"])
+                if isinstance(got, loaders.LoadedEncoder):
+                    loaded = got
+                    answer: dict[str, Any] = {"encoder": True}
+                elif isinstance(got, loaders.Arrays):
+                    answer = {"arrays": {k: np.asarray(v) for k in loaders.ARRAY_KEYS
+                                         if (v := getattr(got, k, None)) is not None}}
+                else:
+                    answer = {"embedding": np.asarray(got)}
+            else:
+                answer = {"h": embed(loaded.module, torch.from_numpy(msg["x"])).numpy()}
+        except EncoderFailed as exc:
+            answer = {"failed": exc.reason + _note(exc.error, memory)}
+        except IdauditError as exc:
+            answer = {"error": str(exc) + _note(exc.__context__, memory),
+                      "exit": exc.exit_code}
+        except (MemoryError, Exception) as exc:  # a program from a file can raise anything
+            answer = {"error": f"{type(exc).__name__}: {first_line(exc)}{_note(exc, memory)}",
+                      "exit": 2}
+        write_frame(out, answer)
+
+
+def main() -> None:
+    """The zygote's entry: ``python -I -c … SETUP`` (see :mod:`idaudit.loading.cage`)."""
+    zygote(json.loads(sys.argv[1]))
