@@ -690,7 +690,8 @@ def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool
 
     project = _project_paths(path, kind, opts)
     cwd = str(Path.cwd())
-    cage = Cage(path.resolve(), dataclasses.asdict(opts), embedding,
+    inside = dataclasses.replace(opts, time_limit=None)  # the cage applies it
+    cage = Cage(path.resolve(), dataclasses.asdict(inside), embedding,
                 read=[str(path.resolve())] + ([cwd] if opts.trust_pickle else project),
                 listing=[cwd] if project or opts.trust_pickle else [],
                 seconds=opts.time_limit or CAGE_SECONDS)

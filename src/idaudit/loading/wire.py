@@ -89,7 +89,8 @@ def _decode(value: Any, arrays: list[Any], depth: int = 0) -> Any:
 
 
 def read_frame(stream: BinaryIO, max_bytes: float) -> Any:
-    """The next frame's message, its arrays as (writable) numpy arrays; :class:`WireError` for a frame that breaks the format or sends more
+    """The next frame's message, its arrays as (writable) numpy arrays; :class:`WireError`
+    for a frame that breaks the format or sends more
     than ``max_bytes``, EOFError where the stream ends."""
     n = int.from_bytes(_read_exactly(stream, 8), "little")
     if n > MAX_HEADER:
