@@ -167,6 +167,21 @@ def _check_vision() -> list[dict[str, Any]]:
     return checks
 
 
+def _check_cage() -> dict[str, Any]:
+    """Whether programs from files (TorchScript, .pt2, Hugging Face, timm, LeWM) run in the
+    cage here; ``ok`` either way (without it they are refused unless --trust-code)."""
+    from idaudit.loading.confine import landlock_abi, why_no_cage
+
+    why = why_no_cage()
+    if why is None:
+        return _check("cage", True, f"Landlock ABI {landlock_abi()} + seccomp + rlimits: "
+                      "programs from files run confined")
+    return _check("cage", True, f"not available: {why}; programs from files are refused "
+                  "unless --trust-code runs them in this process",
+                  None if "turned off" in why else "Linux 6.2+ with Landlock enabled, and "
+                  "pip install py-landlock")
+
+
 def run_checks() -> list[dict[str, Any]]:
     """Run every check; each result is ``{"name", "ok", "detail", "fix"}``."""
     from idaudit.core.version import __version__
@@ -196,6 +211,7 @@ def run_checks() -> list[dict[str, Any]]:
                              None if mod else f'pip install "{req}"'))
 
     checks += _check_vision()
+    checks.append(_check_cage())
 
     have_reacher = True
     imported = _import_without_gl(("mujoco", "dm_control"))

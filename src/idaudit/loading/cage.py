@@ -34,12 +34,17 @@ from torch import nn
 
 from idaudit.core.errors import EXIT_INCONCLUSIVE, EXIT_USAGE, IdauditError, printable
 from idaudit.loading.confine import why_no_cage  # noqa: F401 - the cage's one availability test
-from idaudit.loading.trust import memory_budget, size_text
+from idaudit.loading.trust import memory_budget
 
 #: environment variables a cage never sees (their names hold one of these words)
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE")
 _BOOT = ("import json, sys; s = json.loads(sys.argv[1]); sys.path[:] = s['sys_path']; "
          "from idaudit.loading.cage_child import main; main()")
+
+
+def _import_path() -> list[str]:
+    """This process's import path, absolute (a cage imports as this process does)."""
+    return [os.path.abspath(p or os.getcwd()) for p in sys.path]
 
 
 def _environment() -> dict[str, str]:
@@ -53,8 +58,7 @@ class _Zygote:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
-        setup = {"fd": theirs.fileno(), "parent": os.getpid(),
-                 "sys_path": [os.path.abspath(p or os.getcwd()) for p in sys.path]}
+        setup = {"fd": theirs.fileno(), "parent": os.getpid(), "sys_path": _import_path()}
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-c", _BOOT, json.dumps(setup)], pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL, env=_environment(), close_fds=True)
@@ -183,6 +187,7 @@ class Cage:
         from_r, from_w = os.pipe()
         err = os.open(os.path.join(self.private, "stderr.txt"), os.O_WRONLY | os.O_CREAT, 0o600)
         request = {"op": "spawn", "private": self.private, "read": read, "listing": listing,
+                   "cwd": os.getcwd(), "sys_path": _import_path(),
                    "memory": self.memory, "threads": threads,
                    "cpu_seconds": int(seconds * max(threads, 1)) + 1}
         z = zygote()
@@ -313,12 +318,3 @@ class CagedModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.cage.target}, in its cage"
-
-
-def cage_text() -> str:
-    """One line for ``idaudit doctor``: whether programs from files run confined here."""
-    why = why_no_cage()
-    if why is not None:
-        return f"not available: {why}; programs from files are refused without --trust-code"
-    return (f"Landlock + seccomp + rlimits (memory {size_text(memory_budget())}): programs "
-            "from files run confined")

@@ -94,6 +94,8 @@ def _confined(request: dict[str, Any], fds: list[int]) -> None:
         os.dup2(from_child, _OUT)
         os.closerange(_OUT + 1, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
         private = request["private"]
+        os.chdir(request["cwd"])  # the working directory and import path idaudit has now
+        sys.path[:] = request["sys_path"]
         for name in ("HOME", "TMPDIR", "HF_HOME", "TORCH_HOME", "XDG_CACHE_HOME",
                      "MPLCONFIGDIR"):
             os.environ[name] = private
