@@ -23,7 +23,7 @@ import torch
 from conftest import run
 
 from idaudit.core.errors import IdauditError
-from idaudit.loading import cage, confine, wire
+from idaudit.loading import confine, wire
 from idaudit.loading.loaders import LoadOptions, load_target
 
 pytestmark = pytest.mark.skipif(confine.why_no_cage() is not None,
