@@ -15,13 +15,9 @@ unless trusted (:func:`idaudit.loading.loaders.open_target`).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import weakref
@@ -35,85 +31,7 @@ from torch import nn
 from idaudit.core.errors import EXIT_INCONCLUSIVE, EXIT_USAGE, IdauditError, printable
 from idaudit.loading.confine import why_no_cage  # noqa: F401 - the cage's one availability test
 from idaudit.loading.trust import memory_budget
-
-#: environment variables a cage never sees (their names hold one of these words)
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE")
-_BOOT = ("import json, sys; s = json.loads(sys.argv[1]); sys.path[:] = s['sys_path']; "
-         "from idaudit.loading.cage_child import main; main()")
-
-
-def _import_path() -> list[str]:
-    """This process's import path, absolute (a cage imports as this process does)."""
-    return [os.path.abspath(p or os.getcwd()) for p in sys.path]
-
-
-def _environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not any(w in k.upper() for w in SECRET_WORDS)}
-
-
-class _Zygote:
-    """The process that forks cages (see the module's docstring). Requests are answered in
-    order: :meth:`send` returns a request's number, :meth:`answer` waits for its answer, so
-    a cage is asked for at once and waited for only when it is needed."""
-
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair()
-        setup = {"fd": theirs.fileno(), "parent": os.getpid(), "sys_path": _import_path()}
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _BOOT, json.dumps(setup)], pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL, env=_environment(), close_fds=True)
-        theirs.close()
-        self.sock = ours
-        self.answers = ours.makefile("rb")
-        self.lock = threading.Lock()
-        self.sent = self.read = 0
-        self.waiting: dict[int, dict[str, Any]] = {}
-
-    def send(self, request: dict[str, Any], fds: list[int] = ()) -> int:
-        with self.lock:
-            try:
-                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
-            except OSError:
-                raise self._gone() from None
-            self.sent += 1
-            return self.sent
-
-    def answer(self, number: int) -> dict[str, Any]:
-        with self.lock:
-            while number not in self.waiting:
-                try:
-                    line = self.answers.readline()
-                except OSError:
-                    line = b""
-                if not line:
-                    raise self._gone()
-                self.read += 1
-                self.waiting[self.read] = json.loads(line)
-            return self.waiting.pop(number)
-
-    def ask(self, request: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
-        return self.answer(self.send(request, fds))
-
-    @staticmethod
-    def _gone() -> IdauditError:
-        return IdauditError("the cage's zygote process ended (see the lines above); programs "
-                            "from files cannot run", 5)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-
-_ZYGOTE: _Zygote | None = None
-_ZYGOTE_LOCK = threading.Lock()
-
-
-def zygote() -> _Zygote:
-    """This process's zygote, started on first use (again if it died)."""
-    global _ZYGOTE
-    with _ZYGOTE_LOCK:
-        if _ZYGOTE is None or not _ZYGOTE.alive():
-            _ZYGOTE = _Zygote()
-        return _ZYGOTE
+from idaudit.loading.zygote import _Zygote, import_path, zygote
 
 
 def _signal_name(code: int) -> str:
@@ -187,7 +105,7 @@ class Cage:
         from_r, from_w = os.pipe()
         err = os.open(os.path.join(self.private, "stderr.txt"), os.O_WRONLY | os.O_CREAT, 0o600)
         request = {"op": "spawn", "private": self.private, "read": read, "listing": listing,
-                   "cwd": os.getcwd(), "sys_path": _import_path(),
+                   "cwd": os.getcwd(), "sys_path": import_path(),
                    "memory": self.memory, "threads": threads,
                    "cpu_seconds": int(seconds * max(threads, 1)) + 1}
         z = zygote()

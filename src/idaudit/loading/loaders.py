@@ -682,10 +682,12 @@ def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool
         opts.refuse(("time_limit",), f"{path} run without a cage (--trust-code where none "
                     "can be built)")
         return _OPENERS[kind](path, opts, embedding)
-    from idaudit.core.defaults import CAGE_SECONDS
-    from idaudit.loading.cage import Cage, CagedModule, zygote
+    from idaudit.loading.zygote import zygote
 
-    zygote()  # its start (torch imported there) overlaps the vetting and what follows
+    zygote()  # started first: its torch import overlaps this process's, and the vetting
+    from idaudit.core.defaults import CAGE_SECONDS
+    from idaudit.loading.cage import Cage, CagedModule
+
     _vet_program(path, kind, opts)
 
     project = _project_paths(path, kind, opts)

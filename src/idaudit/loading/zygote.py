@@ -1,0 +1,98 @@
+"""The zygote: the one process per idaudit process that forks cages
+(:mod:`idaudit.loading.cage`; its own side is :func:`idaudit.loading.cage_child.zygote`).
+
+It imports torch and idaudit's readers once, so that a cage costs a fork; it is started
+before this process imports torch itself, so that the two imports overlap. Nothing here
+imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from idaudit.core.errors import IdauditError
+
+#: environment variables a cage never sees (their names hold one of these words)
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE")
+_BOOT = ("import json, sys; s = json.loads(sys.argv[1]); sys.path[:] = s['sys_path']; "
+         "from idaudit.loading.cage_child import main; main()")
+
+
+def import_path() -> list[str]:
+    """This process's import path, absolute (a cage imports as this process does)."""
+    return [os.path.abspath(p or os.getcwd()) for p in sys.path]
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not any(w in k.upper() for w in SECRET_WORDS)}
+
+
+class _Zygote:
+    """The process that forks cages (see the module's docstring). Requests are answered in
+    order: :meth:`send` returns a request's number, :meth:`answer` waits for its answer, so
+    a cage is asked for at once and waited for only when it is needed."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        setup = {"fd": theirs.fileno(), "parent": os.getpid(), "sys_path": import_path()}
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", _BOOT, json.dumps(setup)], pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL, env=_environment(), close_fds=True)
+        theirs.close()
+        self.sock = ours
+        self.answers = ours.makefile("rb")
+        self.lock = threading.Lock()
+        self.sent = self.read = 0
+        self.waiting: dict[int, dict[str, Any]] = {}
+
+    def send(self, request: dict[str, Any], fds: list[int] = ()) -> int:
+        with self.lock:
+            try:
+                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+            except OSError:
+                raise self._gone() from None
+            self.sent += 1
+            return self.sent
+
+    def answer(self, number: int) -> dict[str, Any]:
+        with self.lock:
+            while number not in self.waiting:
+                try:
+                    line = self.answers.readline()
+                except OSError:
+                    line = b""
+                if not line:
+                    raise self._gone()
+                self.read += 1
+                self.waiting[self.read] = json.loads(line)
+            return self.waiting.pop(number)
+
+    def ask(self, request: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
+        return self.answer(self.send(request, fds))
+
+    @staticmethod
+    def _gone() -> IdauditError:
+        return IdauditError("the cage's zygote process ended (see the lines above); programs "
+                            "from files cannot run", 5)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+_ZYGOTE: _Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def zygote() -> _Zygote:
+    """This process's zygote, started on first use (again if it died)."""
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is None or not _ZYGOTE.alive():
+            _ZYGOTE = _Zygote()
+        return _ZYGOTE
