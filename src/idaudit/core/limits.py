@@ -4,6 +4,10 @@ applies (as scikit-learn's ``validate_params`` declares a parameter's constraint
 
 A refusal is one line naming the flag, the limit and the value, e.g. "--n-eval must be an
 integer ≥ 10, got 5" or "--rho must lie strictly between 0 and 1, got 1.5" (exit 2).
+
+The sizes an array brought to an audit may declare are here too (:data:`ARRAY_ELEMENTS`,
+:func:`check_elements`, :func:`check_view`): the file readers check them from headers and
+pickles before anything is read.
 """
 
 from __future__ import annotations
@@ -92,3 +96,33 @@ def check_runs(count: int) -> None:
     """Consistency compares at least two runs."""
     if not LIMITS["runs"].holds(count):
         raise IdauditError(f"consistency needs at least two runs, got {count}")
+
+
+#: the most elements one array brought to an audit may declare (z, h, h′, x … from a file or
+#: from Python): every check and metric passes over each element, several times over, and the
+#: audit's float64 copy of 2³² elements alone is 32 GiB
+ARRAY_ELEMENTS = 2**32
+
+
+def check_elements(shape: tuple[int, ...], what: str) -> int:
+    """The number of elements of an array declaring ``shape``, or a one-line refusal (exit 2)
+    beyond :data:`ARRAY_ELEMENTS`; ``what`` names the array ("a.npz: array 'h'")."""
+    n = math.prod(shape)
+    if n > ARRAY_ELEMENTS:
+        raise IdauditError(f"{what} declares shape {tuple(shape)}: {n} elements, more than the "
+                           f"{ARRAY_ELEMENTS} (2³²) an array brought to an audit may hold")
+    return n
+
+
+def check_view(shape: tuple[int, ...], strides: tuple[int, ...] | None, storage: int,
+               what: str) -> None:
+    """Refuse (exit 2, one line) an array that declares more elements than the ``storage``
+    elements it views: zero or overlapping ``strides`` repeat its elements (an expanded or
+    ``as_strided`` tensor), so its shape says nothing of the data it holds."""
+    n = math.prod(shape)
+    if n > storage:
+        laid = f", strides {tuple(strides)}" if strides is not None else ""
+        raise IdauditError(f"{what} declares shape {tuple(shape)} ({n} elements{laid}) over a "
+                           f"storage of {storage} element{'s' * (storage != 1)}: zero or "
+                           "overlapping strides repeat its elements; idaudit reads only arrays "
+                           "that hold every element they declare")

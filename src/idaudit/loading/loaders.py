@@ -21,7 +21,9 @@ torch.save files are read with ``torch.load(weights_only=True)``: no code runs w
 from __future__ import annotations
 
 import dataclasses
+import math
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -33,7 +35,8 @@ from idaudit.core.errors import IdauditError, check_seed, latent_indices
 from idaudit.core.io import CHECKPOINT_FORMAT as CHECKPOINT
 from idaudit.core.io import PAIRS_FORMAT, read_metadata
 from idaudit.core.io import first_line as _first_line
-from idaudit.core.jsontext import parse_json_object  # noqa: F401 - the CLI imports it from here
+from idaudit.core.jsontext import parse_json_object  # the CLI imports it from here too
+from idaudit.core.limits import check_elements, check_view
 from idaudit.core.requests import ENCODER_FORMS, LoadOptions
 from idaudit.loading.architectures import build_arch, import_factory  # noqa: F401 - re-exported
 
@@ -149,16 +152,39 @@ def sniff(path: Path) -> str:
     return "unknown"
 
 
+def _layout(a: Any) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """(shape, strides in elements, the elements its storage holds) of a torch tensor or a
+    numpy array — for numpy, the elements its strides reach —, or None for anything else."""
+    try:
+        if hasattr(a, "untyped_storage") and hasattr(a, "stride"):
+            size = a.element_size()
+            return tuple(a.shape), tuple(a.stride()), a.untyped_storage().nbytes() // size
+        if isinstance(a, np.ndarray) and a.itemsize:
+            steps = tuple(s // a.itemsize for s in a.strides)
+            reach = 1 + sum((d - 1) * abs(t) for d, t in zip(a.shape, steps)) if a.size else 0
+            return a.shape, steps, reach
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        return None  # a sparse or meta tensor: to_numpy refuses it
+    return None
+
+
 def numeric_array(a: Any, what: str) -> np.ndarray:
-    """A real float or integer ndarray (integers become float64), or a one-line error."""
+    """A real float or integer ndarray (integers become float64), or a one-line error; first
+    its declared size (:func:`~idaudit.core.limits.check_view`, ``check_elements``)."""
     from idaudit.maths.linear import to_numpy
 
+    layout = _layout(a)
+    if layout is not None:
+        check_view(layout[0], layout[1], layout[2], what)
+        check_elements(layout[0], what)
     if str(getattr(a, "dtype", "")) in ("torch.bfloat16", "torch.float16"):
         a = a.float()  # numpy has no bfloat16: half precision is read as float32
     try:
         arr = to_numpy(a)
     except (TypeError, ValueError) as exc:
         raise IdauditError(f"{what} is not numeric ({exc})") from None
+    if layout is None:
+        check_elements(arr.shape, what)
     if arr.dtype == np.float16:
         return arr.astype(np.float32)
     if arr.dtype.kind == "f":
@@ -166,6 +192,63 @@ def numeric_array(a: Any, what: str) -> np.ndarray:
     if arr.dtype.kind in "iu":
         return arr.astype(np.float64)
     raise IdauditError(f"{what} has dtype {arr.dtype}, not real numbers")
+
+
+_Entry = tuple[tuple[int, ...], np.dtype | None]  # a shape and a dtype (None: none numpy has)
+#: a file's arrays as their headers declare them (or as they were read): name → shape, dtype
+Declared = Mapping[str, _Entry]
+
+
+def _as_read(dtype: np.dtype | None) -> np.dtype | None:
+    """The dtype :func:`numeric_array` makes of ``dtype`` (None: one it refuses)."""
+    if dtype is None or dtype.kind not in "fiu":
+        return None
+    if dtype.kind in "iu":
+        return np.dtype(np.float64)
+    return np.dtype(np.float32) if dtype.itemsize == 2 else dtype
+
+
+def audit_bytes(declared: Declared) -> int:
+    """The bytes an audit of these arrays allocates beyond reading them, from their declared
+    shapes and dtypes: :func:`numeric_array`'s copies (integers to float64, half precision to
+    float32) and the copies of z, h and x its pass of moments makes in its own dtype
+    (:func:`~idaudit.maths.metrics.fit_dtype`)."""
+    from idaudit.maths.metrics import fit_dtype
+
+    read = {k: (math.prod(shape), dtype, _as_read(dtype)) for k, (shape, dtype) in
+            declared.items() if k in ARRAY_KEYS}
+    total = sum(n * after.itemsize for n, dtype, after in read.values()
+                if after is not None and after != dtype)
+    if "z" in read and "h" in read and read["z"][2] is not None and read["h"][2] is not None:
+        work = fit_dtype(read["z"][2], read["h"][2])
+        total += sum(read[k][0] * work.itemsize for k in ("z", "h", "x")
+                     if k in read and read[k][2] is not None and read[k][2] != work)
+    return total
+
+
+def check_declared(declared: Declared, source: str, read: int = 0) -> None:
+    """Before a file's arrays are read: each declared shape within
+    :data:`~idaudit.core.limits.ARRAY_ELEMENTS`, and ``read`` (the bytes reading them takes)
+    with :func:`audit_bytes` within the memory left — one line (exit 2) otherwise."""
+    from idaudit.core.io import check_memory
+
+    for name, (shape, _) in declared.items():
+        check_elements(shape, f"{source}: array {name!r}")
+    check_memory(read + audit_bytes(declared), f"{source}: reading its arrays and the audit's "
+                 "float copies of them", bound="up to ")
+
+
+def _declared_of(arrays: Mapping[str, Any]) -> dict[str, _Entry]:
+    """:data:`Declared` of arrays already read (numpy arrays and torch tensors)."""
+    out: dict[str, _Entry] = {}
+    for name, a in arrays.items():
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            text = str(a.dtype).removeprefix("torch.").replace("bfloat16", "float16")
+            try:
+                out[str(name)] = tuple(a.shape), np.dtype(text)
+            except TypeError:
+                out[str(name)] = tuple(a.shape), None
+    return out
 
 
 def _npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype] | None:
@@ -179,9 +262,18 @@ def _npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype] | None:
         return None
 
 
+def _mapped(info: zipfile.ZipInfo, header_bytes: int, header: tuple[Any, bool, np.dtype]
+            ) -> bool:
+    """Whether a ``.npy`` member of a zip is memory-mapped rather than read: large,
+    uncompressed (as ``numpy.savez`` writes) and holding exactly what its header declares."""
+    shape, _, dtype = header
+    return info.compress_type == zipfile.ZIP_STORED and info.file_size >= (1 << 20) and \
+        not dtype.hasobject and header_bytes + math.prod(shape) * dtype.itemsize == info.file_size
+
+
 def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
-    """A read-only memory map of a large uncompressed ``.npy`` member of a zip (what
-    ``numpy.savez`` writes), or None when the member is small or cannot be mapped so."""
+    """A read-only memory map of a ``.npy`` member of a zip that :func:`_mapped` says is
+    mapped, or None."""
     if info.compress_type != zipfile.ZIP_STORED or info.file_size < (1 << 20):
         return None
     with open(path, "rb") as f:
@@ -197,41 +289,40 @@ def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
             return None
         shape, fortran, dtype = header
         offset = f.tell()
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if dtype.hasobject or offset - start + nbytes != info.file_size:
+    if not _mapped(info, offset - start, header):
         return None
     mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
                        order="F" if fortran else "C")
     return mapped.view(np.ndarray)
 
 
-def _npz_bytes_to_read(path: Path, zf: zipfile.ZipFile) -> int:
-    """Bytes the members of an .npz take once read into memory (compressed members, and small
-    stored ones; large stored members are memory-mapped), from each member's .npy header, so
-    that a small file that inflates to many GiB is refused before it is read."""
-    total = 0
+def _npz_declared(zf: zipfile.ZipFile) -> tuple[dict[str, _Entry], int]:
+    """Each member's shape and dtype from its ``.npy`` header, and the bytes reading the
+    members takes (all but the memory-mapped ones, :func:`_mapped`): so that a small file
+    that declares or inflates to many GiB is refused before a member is read. A member
+    whose header cannot be read is left out (numpy's reading it says what is wrong)."""
+    declared: dict[str, _Entry] = {}
+    read = 0
     for info in zf.infolist():
-        if info.compress_type == zipfile.ZIP_STORED and info.file_size >= (1 << 20):
-            continue  # memory-mapped (or, if not mappable, read below by numpy: counted there)
         with zf.open(info) as member:
             header = _npy_header(member)
-        if header is not None:
-            shape, _, dtype = header
-            n = 1
-            for d in shape:
-                n *= int(d)
-            total += n * dtype.itemsize
-    return total
+            header_bytes = member.tell()
+        if header is None:
+            continue
+        shape, _, dtype = header
+        declared[info.filename.removesuffix(".npy")] = tuple(shape), dtype
+        if not _mapped(info, header_bytes, header):
+            read += math.prod(shape) * dtype.itemsize
+    return declared, read
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an .npz; uncompressed members are memory-mapped (no copy into fresh
-    memory), the others read by numpy once their headers say they fit in memory."""
-    from idaudit.core.io import check_memory
-
+    """The arrays of an .npz, once their headers pass :func:`check_declared`; large
+    uncompressed members are memory-mapped (no copy into fresh memory), the others read."""
     out: dict[str, np.ndarray] = {}
     with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
-        check_memory(_npz_bytes_to_read(path, zf), str(path), bound="", purpose=" to read")
+        declared, read = _npz_declared(zf)
+        check_declared(declared, str(path), read)
         for name in f.files:
             arr = None
             try:
@@ -256,6 +347,39 @@ def load_array_file(path: Path, kind: str | None = None) -> Arrays:
     if (kind or sniff(path)) == "npz":
         return arrays_from_mapping(_npz_arrays(path), str(path))
     return arrays_from_mapping(_read_safetensors_arrays(path), str(path))
+
+
+#: safetensors' dtypes numpy has (bfloat16 as float16: both two-byte floats that
+#: :func:`numeric_array` makes float32)
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "float16",
+                       "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+                       "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
+                       "BOOL": "bool"}
+
+
+def _safetensors_declared(path: Path) -> tuple[dict[str, str], Declared, int] | None:
+    """(metadata, each tensor's shape and dtype, the bytes reading its tensors takes: its data
+    section, which safetensors checks they cover) from a safetensors header, read without
+    mapping the file; None where the header is not one (safetensors' reading says why)."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = parse_json_object(f.read(n).decode(), f"the header of {path}") \
+                if 0 < n < 100_000_000 else None
+        data = path.stat().st_size - 8 - n
+    except (OSError, ValueError, IdauditError):  # UnicodeDecodeError is a ValueError
+        return None
+    meta = None if header is None else header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        return None
+    declared: dict[str, _Entry] = {}
+    for name, entry in header.items():
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            return None
+        kind = _SAFETENSORS_DTYPES.get(entry.get("dtype"))
+        declared[name] = tuple(shape), None if kind is None else np.dtype(kind)
+    return meta, declared, max(data, 0)
 
 
 def _read_safetensors_arrays(path: Path) -> dict[str, Any]:
@@ -468,6 +592,7 @@ def _open_npy(path: Path, opts: LoadOptions, embedding: bool) -> np.ndarray:
         arr = np.load(path, allow_pickle=False, mmap_mode="r")
     except (ValueError, OSError) as exc:
         raise IdauditError(f"cannot read {path} as .npy ({_first_line(exc)})") from None
+    check_declared({"h": (arr.shape, arr.dtype)}, str(path))  # mapped: its copy only
     return numeric_array(arr, str(path))
 
 
@@ -480,7 +605,13 @@ def _open_npz(path: Path, opts: LoadOptions, embedding: bool) -> Arrays | np.nda
 
 def _open_safetensors(path: Path, opts: LoadOptions, embedding: bool
                       ) -> Arrays | np.ndarray | LoadedEncoder:
-    """An idaudit checkpoint, arrays with h, or — with ``--arch`` — plain weights."""
+    """An idaudit checkpoint, arrays with h (their declared sizes checked from the header
+    before the file is mapped, :func:`check_declared`), or — with ``--arch`` — plain
+    weights."""
+    header = _safetensors_declared(path)
+    if header is not None and opts.arch is None and \
+            header[0].get("format") not in (PAIRS_FORMAT, CHECKPOINT) and "h" in header[1]:
+        check_declared(header[1], str(path), header[2])
     meta = read_metadata(path)
     if meta.get("format") == PAIRS_FORMAT:
         raise IdauditError(f"{path} is a world dataset, not an embedding or an encoder"
@@ -506,9 +637,10 @@ def _open_safetensors(path: Path, opts: LoadOptions, embedding: bool
 
 def _open_torch_save(path: Path, opts: LoadOptions, embedding: bool
                      ) -> Arrays | np.ndarray | LoadedEncoder:
-    got = _torch_save_file(path, opts)
+    got = _torch_save_file(path, opts)  # its tensors' views checked before torch.load
     if isinstance(got, LoadedEncoder):
         return got
+    check_declared(_declared_of(got), str(path))  # read already: the audit's copies
     return numeric_array(got["h"], f"{path}: array 'h'") if embedding else \
         arrays_from_mapping(got, str(path))
 

@@ -12,7 +12,9 @@ torch.save never compresses a member (:func:`compressed_members` finds those tha
 :class:`pickle.Unpickler` whose ``find_class`` returns inert stand-ins (:class:`_Stub`), so no
 global of the file is imported or called; it only records what would be allocated. A file
 whose storages declare more bytes than it holds is refused outright: torch writes every
-storage whole.
+storage whole. So is a tensor that declares more elements than its storage holds (the shape
+and strides its ``_rebuild_tensor_v2`` call is given: a zero stride, as ``expand`` saves, or
+overlapping ones), named by where it lies in the file: its shape says nothing of its data.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from idaudit.core.errors import IdauditError
 from idaudit.core.io import first_line
+from idaudit.core.limits import check_view
 
 #: the memory the objects unpickled from one byte of pickle can take, at most: an empty set
 #: (216 bytes) and its APPEND cost two bytes of pickle; torch's pure-Python unpickler adds its
@@ -46,26 +49,37 @@ LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
 @dataclass
 class _Scan:
-    """What the dry run saw: storages (key → declared bytes) and arrays/buffers (bytes)."""
+    """What the dry run saw: storages (key → declared bytes), arrays/buffers (bytes) and the
+    tensors built on storages (their rebuild calls, :class:`_Stub`)."""
 
     storages: dict[str, int] = field(default_factory=dict)
     buffers: int = 0
+    tensors: list[_Stub] = field(default_factory=list)
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    """A pickled shape or stride (a tuple of ints, or a stand-in torch.Size holding one), or
+    None when it is not one."""
+    if isinstance(value, _Stub) and value.args:
+        value = value.args[0]
+    if isinstance(value, (tuple, list)) and all(type(d) is int for d in value):
+        return tuple(value)
+    return None
 
 
 def _count(shape: Any) -> int:
-    """The number of elements of a pickled shape (a tuple of ints, or a stand-in torch.Size
-    holding one); 0 when it is not a shape."""
-    if isinstance(shape, _Stub) and shape.args:
-        shape = shape.args[0]
-    if not isinstance(shape, (tuple, list)) or not all(type(d) is int for d in shape):
-        return 0
-    return math.prod(max(d, 0) for d in shape)
+    """The number of elements of a pickled shape; 0 when it is not a shape."""
+    dims = _shape(shape)
+    return 0 if dims is None else math.prod(max(d, 0) for d in dims)
 
 
 _SHAPED = {  # global → which of its arguments is a shape (counted at MAX_ELEMENT_BYTES each)
     "numpy.core.multiarray._reconstruct": 1, "numpy._core.multiarray._reconstruct": 1,
     "torch._utils._rebuild_qtensor": 2,
 }
+#: torch's tensor constructors: (storage, storage offset, size, stride, …) each
+_REBUILDS = ("torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
+             "torch._utils._rebuild_tensor_v3")
 
 
 class _Stub:
@@ -74,6 +88,9 @@ class _Stub:
 
     name = ""
     scan: _Scan
+    args: tuple[Any, ...] = ()  # what it was called with (none where NEWOBJ made it)
+    items: list[tuple[Any, Any]] | tuple[()] = ()  # what SETITEM(S) put in it (OrderedDict)
+    elements: int | None = None  # a storage's, as its persistent id declares them
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.args = args
@@ -82,12 +99,14 @@ class _Stub:
             self.scan.buffers += _count(args[where]) * MAX_ELEMENT_BYTES
         elif self.name == "builtins.bytearray" and args and type(args[0]) is int:
             self.scan.buffers += max(args[0], 0)
+        elif self.name in _REBUILDS and len(args) >= 4:
+            self.scan.tensors.append(self)
 
     def __setstate__(self, state: Any) -> None:
         pass
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        pass
+        self.__dict__.setdefault("items", []).append((key, value))
 
     def append(self, value: Any) -> None:
         pass
@@ -115,7 +134,46 @@ class _DryRun(pickle.Unpickler):
                 if isinstance(cls, type) else MAX_ELEMENT_BYTES
             key = str(pid[2])
             self.scan.storages[key] = max(self.scan.storages.get(key, 0), max(pid[4], 0) * size)
+            storage = _Stub()
+            storage.elements = max(pid[4], 0)
+            return storage
         return _Stub()
+
+
+def _names(root: Any) -> dict[int, str]:
+    """Where each object of a dry run's result lies (id → ``key.key…``, the keys of dicts and
+    OrderedDicts, the indices of lists and tuples; a wrapper's arguments, as a parameter's
+    tensor, share its name), found breadth first, each object once."""
+    names: dict[int, str] = {}
+    queue = [(root, "")]
+    for obj, name in queue:
+        if id(obj) in names:
+            continue
+        names[id(obj)] = name
+        if isinstance(obj, dict):
+            children = [(str(k), v) for k, v in obj.items()]
+        elif isinstance(obj, (list, tuple)):
+            children = [(str(i), v) for i, v in enumerate(obj)]
+        elif isinstance(obj, _Stub):
+            queue += [(v, name) for v in obj.args]
+            children = [(str(k), v) for k, v in obj.items]
+        else:
+            continue
+        queue += [(v, f"{name}.{k}" if name else k) for k, v in children]
+    return names
+
+
+def _check_views(scan: _Scan, root: Any, path: Path) -> None:
+    """Refuse a tensor that declares more elements than its storage holds
+    (:func:`~idaudit.core.limits.check_view`), named by where it lies in the file."""
+    for t in scan.tensors:
+        storage, size = t.args[0], _shape(t.args[2])
+        if not isinstance(storage, _Stub) or storage.elements is None or size is None or \
+                _count(size) <= storage.elements:
+            continue  # what is no tensor on a storage, torch.load refuses itself
+        name = _names(root).get(id(t))
+        check_view(size, _shape(t.args[3]), storage.elements,
+                   f"{path}: tensor {name!r}" if name else f"{path}: a tensor")
 
 
 def _dry_run(f: Any, scan: _Scan, source: str) -> Any:
@@ -139,7 +197,8 @@ def _zip_bytes(zf: zipfile.ZipFile, path: Path, budget: int) -> int:
         return objects + members  # too big already: never inflate data.pkl to look further
     scan = _Scan()
     with zf.open(pkl[0]) as f:
-        _dry_run(io.BytesIO(f.read()), scan, str(path))
+        root = _dry_run(io.BytesIO(f.read()), scan, str(path))
+    _check_views(scan, root, path)
     records = {i.filename[len(prefix) + len("data/"):]: i.file_size for i in infos
                if i.filename.startswith(prefix + "data/")}
     for key, declared in scan.storages.items():
@@ -159,8 +218,11 @@ def _legacy_bytes(path: Path, size: int, budget: int) -> int:
         if _dry_run(f, scan, str(path)) != LEGACY_MAGIC:
             raise IdauditError(f"cannot read {path} as a torch.save file (no torch.save "
                                "magic number)")
-        for _ in range(4):  # protocol version, system info, the object, the storage keys
-            _dry_run(f, scan, str(path))
+        _dry_run(f, scan, str(path))  # the protocol version
+        _dry_run(f, scan, str(path))  # system info
+        root = _dry_run(f, scan, str(path))  # the object
+        _dry_run(f, scan, str(path))  # the storage keys
+    _check_views(scan, root, path)
     declared = sum(scan.storages.values())
     if declared > size:
         raise IdauditError(f"{path}: its storages declare {declared} bytes but the file holds "

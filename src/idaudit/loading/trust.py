@@ -37,13 +37,15 @@ CONFIG_FACTORIES: dict[str, dict[str, Any]] = {
 #: file kind → (untrusted: what idaudit does, trusted: what ``--trust-pickle`` adds)
 POLICY: dict[str, tuple[str, str]] = {
     "idaudit checkpoint, safetensors, .npz": (
-        "tensors and JSON only; sizes from the headers, checked against free memory",
+        "tensors and JSON only; sizes from the headers: an array of more than 2³² elements "
+        "refused, the rest (with the audit's float copies of them) checked against free memory",
         "nothing: there is no code to trust"),
     "torch.save (.pt, .pth, .pth.tar, .ckpt, pytorch_model.bin)": (
         "torch.load(weights_only=True), numpy arrays of numbers allowed; compressed zip "
         "members (torch.save writes none) refused; first the bytes it would allocate (zip "
         "members, declared storages, array shapes, pickle objects) from a dry run that "
-        "imports nothing, refused beyond free memory",
+        "imports nothing, refused beyond free memory; a tensor that declares more elements "
+        "than its storage holds (zero or overlapping strides) refused",
         "full unpickling (runs the file's code), without the memory check"),
     "TorchScript": (
         "its source vetted before torch.jit.load and its graphs after: aten and prim "
@@ -146,8 +148,9 @@ def size_text(nbytes: float) -> str:
 
 def check_torch_file(path: Path, trusted: bool) -> None:
     """Before ``torch.load``: refuse an untrusted file with compressed zip members (torch.save
-    writes none), or whose zip members, declared storages, arrays and pickle objects
-    (:func:`idaudit.loading.torch_file_sizes.torch_file_bytes`) would not fit in memory."""
+    writes none), whose zip members, declared storages, arrays and pickle objects
+    (:func:`idaudit.loading.torch_file_sizes.torch_file_bytes`) would not fit in memory, or
+    with a tensor that declares more elements than its storage holds."""
     if trusted:
         return
     from idaudit.core.errors import IdauditError

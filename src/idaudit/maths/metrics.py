@@ -113,11 +113,18 @@ class Fit:
         return self.pop * procrustes_from_cov(s_zz, s_zh, s_hh)  # linear in Σ
 
 
+def fit_dtype(z_dtype: Any, h_dtype: Any) -> np.dtype:
+    """The dtype of the audit's one pass of moments, which z, h and x are copied to where they
+    are of another: float32 where z and h both are, else float64."""
+    f32 = np.dtype(np.float32)
+    return f32 if np.dtype(z_dtype) == f32 and np.dtype(h_dtype) == f32 else np.dtype(np.float64)
+
+
 def _fit(zt: np.ndarray, ht: np.ndarray, h_prime: Any, rho: float | None, x: Any,
          circular: Any, test_fraction: float, seed: int, test_rows: Any,
          options: dict[str, Any]) -> Fit:
     """One pass of moments over [z | sin/cos z_circ | h | x] on the split's rows."""
-    dtype = np.float32 if (zt.dtype == np.float32 and ht.dtype == np.float32) else np.float64
+    dtype = fit_dtype(zt.dtype, ht.dtype)
     rows, n, m = zt.shape[0], zt.shape[1], ht.shape[1]
     blocks = [zt.astype(dtype, copy=False)]
     circ = [int(i) for i in circular]
