@@ -1,7 +1,10 @@
 """The one rule every loader of other projects' files reads.
 
 **Nothing in a file may choose code to run, files to write or memory to take, unless
-``--trust-pickle`` says the file is trusted.** What that means for each kind of file is
+``--trust-code`` (alias ``--trust-pickle``) says the file is trusted** — and a program from a
+file (TorchScript, ``.pt2``, a network built from a config, a pickle unpickled whole) runs,
+trusted or not, only in the cage (:mod:`idaudit.loading.cage`), where the kernel holds it to
+its inputs; where no cage can be built it is refused unless trusted. What that means for each kind of file is
 :data:`POLICY` (docs/checkpoints.md prints the same table; tests/test_untrusted_sizes.py checks
 that they agree). Every refusal ends with :func:`untrusted`'s hint, and every loader asks
 :func:`check_file_memory` before it allocates what a file declares.
@@ -46,31 +49,33 @@ POLICY: dict[str, tuple[str, str]] = {
         "members, declared storages, array shapes, pickle objects) from a dry run that "
         "imports nothing, refused beyond free memory; a tensor that declares more elements "
         "than its storage holds (zero or overlapping strides) refused",
-        "full unpickling (runs the file's code), without the memory check"),
+        "full unpickling (runs the file's code) in the cage, without the memory check"),
     "TorchScript": (
         "its source vetted before torch.jit.load and its graphs after: aten and prim "
-        "operators only, none that reaches files (from_file, save …), no __setstate__",
-        "loaded as it is: its forward may read and write files"),
+        "operators only, none that reaches files (from_file, save …), no __setstate__; then "
+        "loaded and called in the cage",
+        "loaded as it is, in the cage: what it tries beyond its inputs the kernel refuses"),
     "torch.export (.pt2)": (
         "loaded only if it is what torch.export.save writes for a plain program (no pickles, "
         "opaque objects, AOTInductor libraries or code strings), nodes held to TorchScript's "
-        "operator list; on the torch versions reviewed only",
-        "torch.export.load as it is"),
+        "operator list; on the torch versions reviewed only; in the cage",
+        "torch.export.load as it is, in the cage"),
     "Hugging Face directory": (
         "local files only, no remote code, weights_only; weight files named by an index must "
         "lie in the directory; the network sized on the meta device and refused beyond free "
-        "memory",
-        "no memory check"),
+        "memory; built and called in the cage",
+        "no memory check (the cage's limit still holds)"),
     "stable-worldmodel / LeWM directory": (
         "every _target_ an nn.Module class of torch, timm, transformers, stable_worldmodel, "
         "stable_pretraining, lejepa or the working directory's project, or a network factory "
         "idaudit lists (stable_pretraining's vit_hf, pretrained false; its result checked to "
         "be an nn.Module), no interpolation (${…}); the network sized on the meta device "
-        "before it is built; weights as torch.save",
-        "any _target_ and interpolation (runs the code they name), no memory check"),
+        "before it is built; weights as torch.save; built and called in the cage",
+        "any _target_ and interpolation (runs the code they name) in the cage, no memory "
+        "check"),
     "timm:NAME (--arch)": (
         "a model name only: hf-hub:/local-dir: sources (a download, a config from anywhere) "
-        "and weight-fetching kwargs refused",
+        "and weight-fetching kwargs refused; built and called in the cage",
         "the same: the weights always come from the file audited"),
 }
 
