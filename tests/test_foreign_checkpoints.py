@@ -917,7 +917,7 @@ def test_load_options_are_checked(options, fragment):
 # ---- timm (runs where timm imports; skipped, with the reason, where it does not) -------------
 
 
-def test_timm_vit_saved_as_ijepa(project):
+def test_timm_vit_saved_as_ijepa(project, in_cage):
     why = why_not_importable("timm")
     if why is not None:
         pytest.skip(f"timm cannot be imported: {why}")
@@ -936,7 +936,7 @@ def test_timm_vit_saved_as_ijepa(project):
     np.testing.assert_array_equal(embed(loaded.module, images).numpy(), want.numpy())
 
 
-def test_timm_vit_mean_over_patch_tokens(project):
+def test_timm_vit_mean_over_patch_tokens(project, in_cage):
     """A timm ViT saved with its default head: ``num_classes: 0`` pools already (the class
     token), so ``--pool mean`` is refused, pointing at what works; ``global_pool: "avg"``
     alone moves the final norm after the pooling (fc_norm.* against the file's norm.*), also
