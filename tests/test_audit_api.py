@@ -388,7 +388,7 @@ def test_dataset_from_idaudit_world(tmp_path):
 def test_pickled_module_needs_trust_pickle(tmp_path):
     path = tmp_path / "pickled.pt"
     torch.save(random_linear(seed=1), str(path))
-    refused("--trust-pickle", audit=audit_world, target=path)
+    refused("--trust-code", audit=audit_world, target=path)
     report = audit_world(path, trust_pickle=True)
     assert report.exit_code == 0
     m = report.metrics

@@ -407,3 +407,10 @@ def test_doctor_says_whether_the_cage_works(monkeypatch):
     monkeypatch.setenv("IDAUDIT_CAGE", "off")
     got = _check_cage()
     assert got["ok"] and got["detail"].startswith("not available: the cage is turned off")
+
+
+def test_trust_pickle_stays_an_alias_of_trust_code(scene):
+    root, victim, secret = scene
+    path = _pickle(root, "Write", victim, secret)
+    out = _attack([str(path), "--trust-pickle"], root, victim, secret)
+    assert "the encoder failed" in out

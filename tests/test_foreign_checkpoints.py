@@ -400,7 +400,7 @@ def test_lewm_directory_refusals(project, monkeypatch):
     marker = project / "ran"
     (folder / "config.json").write_text(json.dumps(
         {"_target_": "os.system", "_args_": [f"touch {marker}"]}))
-    refused(["_target_ 'os.system' is not in torch", "--trust-pickle"],
+    refused(["_target_ 'os.system' is not in torch", "--trust-code"],
             load_target, folder)
     assert not marker.exists()
     # a module outside the ML packages and the project is never imported (its import runs
@@ -412,7 +412,7 @@ def test_lewm_directory_refusals(project, monkeypatch):
     monkeypatch.syspath_prepend(str(sitedir))
     (folder / "config.json").write_text(json.dumps(
         {"_target_": "sideeffect.Net", "in_features": 2, "out_features": 2}))
-    refused(["_target_ 'sideeffect.Net' is not in torch", "--trust-pickle"], load_target, folder)
+    refused(["_target_ 'sideeffect.Net' is not in torch", "--trust-code"], load_target, folder)
     assert not marker.exists() and "sideeffect" not in sys.modules
     config = lewm_config()
     config["encoder"] = {"_target_": "myproject.make_mlp", "dim": 4}  # a function
@@ -446,7 +446,7 @@ def test_lewm_config_interpolations_are_refused(project, where):
     else:
         config["encoder"]["note"] = "\\" + payload  # an escaped one is refused too
     (folder / "config.json").write_text(json.dumps(config))
-    refused(["interpolation", "--trust-pickle"], load_target, folder)
+    refused(["interpolation", "--trust-code"], load_target, folder)
     assert victim.read_text() == "precious\n"
 
 
@@ -470,7 +470,7 @@ def test_lewm_config_may_call_only_listed_network_factories(project, monkeypatch
     config["projector"]["in_features"] = 4
     (folder / "config.json").write_text(json.dumps(config))
     refused(["_target_ 'myproject.make_mlp' is a function; calling it runs code the file names",
-             "network factories stable_pretraining.backbone.utils.vit_hf", "--trust-pickle"],
+             "network factories stable_pretraining.backbone.utils.vit_hf", "--trust-code"],
             load_target, folder)
     monkeypatch.setitem(trust.CONFIG_FACTORIES, "myproject.make_mlp", {"pretrained": False})
     monkeypatch.setitem(trust.CONFIG_FACTORIES, "myproject.make_state", {})
@@ -574,7 +574,7 @@ def test_a_lewm_run_as_stable_worldmodel_saves_it(tmp_path):
     config["encoder"]["pretrained"] = True  # vit_hf would download google/vit-…
     (run_dir / "config.json").write_text(json.dumps(config))
     refused(["_target_ 'stable_pretraining.backbone.utils.vit_hf' is given pretrained: True; "
-             "idaudit never downloads", "--trust-pickle"], load_target, run_dir,
+             "idaudit never downloads", "--trust-code"], load_target, run_dir,
             LoadOptions(weights="weights_epoch_2.pt"))
 
 
@@ -806,7 +806,7 @@ def test_bf16_and_f16_arrays_and_weights(project):
         assert_same_state(loaded.module, state)
 
 
-# ---- pickles: weights_only by default, the user's classes with --trust-pickle --------------
+# ---- pickles: weights_only by default, the user's classes with --trust-code --------------
 
 
 def test_user_class_pickle_needs_trust_and_is_found_in_the_working_directory(project, in_cage):
@@ -816,7 +816,7 @@ def test_user_class_pickle_needs_trust_and_is_found_in_the_working_directory(pro
     torch.save(net, str(project / "whole.pt"))
     sys.modules.pop("myproject")  # a fresh process: the class is not imported yet
     before = list(sys.path)
-    refused(["holds an object of class myproject.TokenNet", "unpickling it runs code", "--trust-pickle"],
+    refused(["holds an object of class myproject.TokenNet", "unpickling it runs code", "--trust-code"],
             load_target, "whole.pt")
     assert "myproject" not in sys.modules  # nothing ran
     loaded = load_target("whole.pt", LoadOptions(trust_pickle=True, pool="mean"))
@@ -836,7 +836,7 @@ class _RunsCode:
 def test_only_numpy_arrays_of_numbers_are_let_through(tmp_path):
     marker = tmp_path / "ran"
     torch.save({"h": np.zeros((4, 2)), "hook": _RunsCode(marker)}, str(tmp_path / "evil.pt"))
-    refused([f"holds an object of class {os.system.__module__}.system", "--trust-pickle"], load_target,
+    refused([f"holds an object of class {os.system.__module__}.system", "--trust-code"], load_target,
             tmp_path / "evil.pt")
     assert not marker.exists()
     torch.save({"z": np.zeros((4, 2)), "h": np.array([None] * 4, dtype=object)},

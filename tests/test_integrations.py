@@ -205,8 +205,8 @@ def test_lewm_model_through_embed(project):
     one_line(run("audit", "lewm", *REACHER), 2, "_target_ 'myproject.make_projector' is a "
              "function; calling it runs code the file names (an untrusted config may call only "
              "the network factories stable_pretraining.backbone.utils.vit_hf); idaudit does "
-             "that only with --trust-pickle")
-    assert through_embed == audit_json("lewm", "--trust-pickle", "--embed", "myproject:encode_fn",
+             "that only with --trust-code")
+    assert through_embed == audit_json("lewm", "--trust-code", "--embed", "myproject:encode_fn",
                                        *REACHER)
 
 
@@ -225,7 +225,7 @@ def test_lewm_directory_without_embed_uses_encode(project):
 def test_a_lewm_run_as_stable_worldmodel_saves_it(project, tmp_path):
     """A LeWM run built from lewm.yaml's model section (its encoder by stable_pretraining's
     function vit_hf) and saved after two epochs by stable-worldmodel's own save_pretrained, as
-    its SaveCkptCallback does: audited without --trust-pickle, the epoch chosen by --weights,
+    its SaveCkptCallback does: audited without --trust-code, the epoch chosen by --weights,
     with the numbers the trusted route gives."""
     pytest.importorskip("stable_pretraining", reason="stable-pretraining is not installed")
     pytest.importorskip("stable_worldmodel", reason="stable-worldmodel is not installed (it "
@@ -239,7 +239,7 @@ def test_a_lewm_run_as_stable_worldmodel_saves_it(project, tmp_path):
     args = ("--normalize", "imagenet", *REACHER)
     second = audit_json(run_dir, "--weights", "weights_epoch_2.pt", *args)
     assert second["embed_dim"] == 32
-    assert second == audit_json(run_dir, "--weights", "weights_epoch_2.pt", "--trust-pickle",
+    assert second == audit_json(run_dir, "--weights", "weights_epoch_2.pt", "--trust-code",
                                 *args)
     first = audit_json(run_dir, "--weights", "weights_epoch_1.pt", *args)
     assert first["r2_h_to_z_heldout"] != second["r2_h_to_z_heldout"]

@@ -141,11 +141,11 @@ def test_array_files_by_content_not_name(files, tmp_path):
     save_file({"z": torch.from_numpy(z), "h": torch.from_numpy(z.copy())},
               str(tmp_path / "arrays"))
     res = run("audit", tmp_path / "arrays", "--gauss-sims", "0")
-    assert res.exit_code == 0 and "--trust-pickle" not in res.output, res.output
+    assert res.exit_code == 0 and "--trust-code" not in res.output, res.output
     (tmp_path / "text.pt").write_text("hello")
     res = run("audit", tmp_path / "text.pt", "--world", "spiral")
     one_line(res, 2, "is not a file idaudit reads")
-    assert "--trust-pickle" not in res.output
+    assert "--trust-code" not in res.output
 
 
 class EmptyList(torch.nn.Module):

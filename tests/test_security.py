@@ -5,7 +5,7 @@ imports the factory's module without leaving the working directory importable.
 Every hostile archive here is built from a real torch.export.save archive, rewritten so that
 loading it with torch.export.load alone creates a marker file (test_the_hostile_archives_are_live
 shows that each one does); idaudit must refuse each with exit 2, one line naming the problem
-and --trust-pickle, and the marker must not exist afterwards.
+and --trust-code, and the marker must not exist afterwards.
 """
 
 import io
@@ -225,7 +225,7 @@ def test_the_hostile_archives_are_live(legit, tmp_path, name):
 def test_pt2_that_would_run_code_is_refused(legit, tmp_path, name):
     path, marker = hostile(legit, tmp_path, name)
     res = run("audit", path, *AUDIT)
-    assert_refused(res, HOSTILE[name][1], "--trust-pickle")
+    assert_refused(res, HOSTILE[name][1], "--trust-code")
     assert not marker.exists()
 
 
@@ -236,7 +236,7 @@ def test_pickled_weight_in_pt2_is_refused_by_every_command(legit, tmp_path, comm
             "plan": ("plan", path, *WORLD, "--pairs", "5"),
             "consistency": ("consistency", legit, path, *WORLD, "--n-eval", "500")}[command]
     res = run(*args)
-    assert_refused(res, "stored as a pickle (use_pickle: true", "--trust-pickle")
+    assert_refused(res, "stored as a pickle (use_pickle: true", "--trust-code")
     assert not marker.exists()
 
 
@@ -255,24 +255,24 @@ def test_plain_pt2_still_audits_plans_and_agrees_with_itself(legit, tmp_path):
 @pytest.mark.parametrize("version", ["2.12.1", "2.15.0", "3.0.0a0+git1234", "unknown"])
 def test_pt2_on_an_unreviewed_torch_is_refused_in_one_line(legit, monkeypatch, version):
     """On a torch whose loader was not reviewed, even a plain archive is refused, in one line
-    naming the versions idaudit knows and --trust-pickle."""
+    naming the versions idaudit knows and --trust-code."""
     monkeypatch.setattr(torch, "__version__", version)
     res = run("audit", legit, *AUDIT)
     assert_refused(res, "idaudit vets .pt2 archives for torch 2.13 and 2.14 only",
-                   f"this is torch {version};", "--trust-pickle")
+                   f"this is torch {version};", "--trust-code")
 
 
 def test_trust_pickle_loads_an_archive_with_pickled_weights(legit, tmp_path):
     """use_pickle weights are legal torch.export output (tensor subclasses): refused untrusted,
-    loaded with --trust-pickle."""
+    loaded with --trust-code."""
     def edit(m, _):
         edit_json(m, WEIGHTS, lambda d: d["config"]["weight"].update(use_pickle=True))
         buf = io.BytesIO()
         torch.save(torch.nn.Parameter(torch.eye(4)), buf)
         m["data/weights/weight_0"] = buf.getvalue()
     path = rewrite(legit, tmp_path / "pickled.pt2", edit)
-    assert_refused(run("audit", path, *AUDIT), "use_pickle", "--trust-pickle")
-    res = run("audit", path, *AUDIT, "--trust-pickle", "--min-r2", "0.5")
+    assert_refused(run("audit", path, *AUDIT), "use_pickle", "--trust-code")
+    res = run("audit", path, *AUDIT, "--trust-code", "--min-r2", "0.5")
     assert res.exit_code == 0, res.output
 
 
@@ -405,13 +405,13 @@ def test_torchscript_that_reaches_files_is_refused(tmp_path, monkeypatch, cls, f
     assert victim.read_text() == "original\n"  # saving ran nothing
     res = run("audit", path, "--world", "coupling", "--dim", "4", "--n-eval", "200")
     assert res.exit_code == 2, res.output
-    assert fragment in res.output and "--trust-pickle" in res.output, res.output
+    assert fragment in res.output and "--trust-code" in res.output, res.output
     assert victim.read_text() == "original\n"
     # the hazard is real: trusted, the program does what it says — in its cage, refused by
     # the kernel; with no cage (turned off) and --trust-code, done in this process
     if cls is from_file_module:
         res = run("audit", path, "--world", "coupling", "--dim", "4", "--n-eval", "200",
-                  "--trust-pickle")
+                  "--trust-code")
         assert res.exit_code == 2 and "the cage refused it" in res.output, res.output
         assert victim.read_text() == "original\n"
         monkeypatch.setenv("IDAUDIT_CAGE", "off")

@@ -144,7 +144,7 @@ def test_a_pickle_that_inflates_is_refused_with_a_small_peak(tmp_path):
     peak, exit_code = res.stdout.split()[-2:]
     assert exit_code == "2", res.stdout + res.stderr
     err = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(err) == 1 and "data.pkl is compressed" in err[0] and "--trust-pickle" in err[0], err
+    assert len(err) == 1 and "data.pkl is compressed" in err[0] and "--trust-code" in err[0], err
     assert int(peak) < 1 << 30, peak
 
 
@@ -166,7 +166,7 @@ def test_a_deflated_storage_bomb_is_refused_before_loading(tmp_path, monkeypatch
     one_line(run("audit", "big.pt", "--arch", "torch.nn:Identity", *AUDIT), 2,
              "would take up to 40 MiB of memory")
     for name in ("bomb.pt", "big.pt"):  # trusted, read as it is: no state dict for Identity
-        one_line(run("audit", name, "--arch", "torch.nn:Identity", "--trust-pickle", *AUDIT), 2,
+        one_line(run("audit", name, "--arch", "torch.nn:Identity", "--trust-code", *AUDIT), 2,
                  "1 unexpected keys (t)")
 
 
@@ -256,6 +256,6 @@ def test_trust_pickle_skips_the_checks_only_when_given(tmp_path, small_budget):
     linear_pt(src)
     inflating_pickle(tmp_path / "b.pt", src, 1 << 20)
     assert torch_file_bytes(tmp_path / "b.pt") >= OBJECT_BYTES_PER_PICKLE_BYTE << 20
-    with pytest.raises(IdauditError, match="--trust-pickle"):
+    with pytest.raises(IdauditError, match="--trust-code"):
         trust.check_torch_file(tmp_path / "b.pt", trusted=False)
     assert trust.check_torch_file(tmp_path / "b.pt", trusted=True) is None  # vouched for

@@ -396,7 +396,7 @@ def vet_targets(config: dict[str, Any], source: str) -> dict[str, Any]:
     :func:`call_network_factory`, which checks its result), of a module
     :func:`idaudit.loading.trust.config_module_allowed` takes; anything else (``os.system``,
     another function, a module outside those, an interpolation) runs code the file chose,
-    refused in one line naming it and ``--trust-pickle``. The rule itself:
+    refused in one line naming it and ``--trust-code``. The rule itself:
     :func:`idaudit.loading.trust.config_target_refusal`."""
     from idaudit.loading.trust import (
         CONFIG_PACKAGES,

@@ -4,8 +4,8 @@ Without ``trust_pickle`` an archive is loaded only if it is what ``torch.export.
 for a plain program (raw tensor weights and constants, aten operators, plain names, sympy
 expressions of literals and symbols), checked on the very bytes then handed to torch, with
 every ``torch.load`` inside forced to ``weights_only``. Anything else is refused with one line
-naming what was found and ``--trust-pickle``. The checks follow torch's own loader, reviewed
-for torch 2.13 and 2.14; on any other torch every archive needs ``--trust-pickle``.
+naming what was found and ``--trust-code``. The checks follow torch's own loader, reviewed
+for torch 2.13 and 2.14; on any other torch every archive needs ``--trust-code``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ _SYM_CALLS = frozenset({
     "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt",
     "RoundDecimal", "ToFloat", "Identity"})
 _SYM_CONSTANTS = frozenset({"true", "false", "oo", "zoo", "nan", "int_oo"})
-_TRUST_HINT = "pass --trust-pickle only if you trust the file"
+_TRUST_HINT = "pass --trust-code only if you trust the file"
 
 
 class _Unvetted(Exception):
@@ -113,7 +113,7 @@ def _check_torch_reviewed() -> None:
     names = known[0] if len(known) == 1 else ", ".join(known[:-1]) + " and " + known[-1]
     raise _UnreviewedTorch(
         f"idaudit vets .pt2 archives for torch {names} only, and this is torch "
-        f"{torch.__version__}; pass --trust-pickle if you trust the file, or use one of those "
+        f"{torch.__version__}; pass --trust-code if you trust the file, or use one of those "
         "torch versions")
 
 
@@ -315,7 +315,7 @@ def _describe_member(name: str) -> _Unvetted:
 
 
 def _vet_pt2(path: Path, data: bytes) -> None:
-    """Refuse, with a line naming the reason and --trust-pickle, a torch.export archive that
+    """Refuse, with a line naming the reason and --trust-code, a torch.export archive that
     torch.export.load could not read without running code it holds (see the note above)."""
     try:
         _vet_pt2_bytes(data)

@@ -21,7 +21,7 @@ from typing import Any
 
 from idaudit.core.io import memory_left
 
-FLAG = "--trust-pickle"
+FLAG = "--trust-code"
 
 #: packages whose modules an untrusted LeWM config may name (importing them builds networks);
 #: a module of the working directory (the user's project) may be named too
@@ -37,7 +37,7 @@ CONFIG_FACTORIES: dict[str, dict[str, Any]] = {
     "stable_pretraining.backbone.utils.vit_hf": {"pretrained": False},
 }
 
-#: file kind → (untrusted: what idaudit does, trusted: what ``--trust-pickle`` adds)
+#: file kind → (untrusted: what idaudit does, trusted: what ``--trust-code`` adds)
 POLICY: dict[str, tuple[str, str]] = {
     "idaudit checkpoint, safetensors, .npz": (
         "tensors and JSON only; sizes from the headers: an array of more than 2³² elements "
