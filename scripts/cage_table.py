@@ -21,9 +21,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 
-import torch  # noqa: E402
-
 import test_cage as tc  # noqa: E402
+import torch  # noqa: E402
 
 
 def _tree(root: Path) -> dict[str, str]:
