@@ -414,3 +414,18 @@ def test_trust_pickle_stays_an_alias_of_trust_code(scene):
     path = _pickle(root, "Write", victim, secret)
     out = _attack([str(path), "--trust-pickle"], root, victim, secret)
     assert "the encoder failed" in out
+
+
+def test_a_secret_in_the_working_directory_stays_unread_under_python_m(scene):
+    """``python -m idaudit`` puts the working directory on the import path; the cage still
+    reads none of its files (only the modules a load names)."""
+    import subprocess
+
+    root, victim, secret = scene
+    (root / "inside.txt").write_text(SECRET)
+    path = _pickle(root, "Read", root / "victim.txt", root / "inside.txt")
+    res = subprocess.run([sys.executable, "-m", "idaudit", "audit", str(path), "--world",
+                          "coupling", "--dim", "4", "--n-eval", "100", "--trust-code"],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "the cage refused it" in res.stderr, res.stderr
+    assert SECRET not in res.stderr + res.stdout

@@ -190,11 +190,13 @@ def confine(read: Iterable[str], write: Iterable[str], listing: Iterable[str] = 
 
 
 def system_read_paths() -> list[str]:
-    """What any Python process here reads: its interpreter and import path, the system's
-    shared libraries, and the few /proc, /sys and /dev files that libraries consult."""
+    """What any Python process here reads: its interpreter and import path (less the working
+    directory, which ``python -m`` puts on it), the system's shared libraries, and the few
+    /proc, /sys and /dev files that libraries consult."""
     paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable),
              os.path.realpath(sys.executable)]
-    paths += [p for p in sys.path if p and os.path.isabs(p)]
+    here = os.getcwd()  # on the import path under ``python -m``: its files are not the
+    paths += [p for p in sys.path if p and os.path.isabs(p) and p != here]  # environment
     paths += ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share/zoneinfo",
               "/etc/ld.so.cache", "/etc/localtime", "/proc/self", "/proc/cpuinfo",
               "/proc/meminfo", "/sys/devices/system/cpu", "/sys/fs/cgroup", "/dev/null",

@@ -778,7 +778,8 @@ def _vet_program(path: Path, kind: FileKind, opts: LoadOptions) -> None:
 
 def _project_paths(path: Path, kind: FileKind, opts: LoadOptions) -> list[str]:
     """The user's own modules in the working directory a program's load imports (``--embed``,
-    a LeWM config's ``_target_``s): the files a cage may read there."""
+    a LeWM config's ``_target_``s; trusted, every module there, as a pickle may name any):
+    the files a cage may read there, its data files never."""
     from idaudit.loading.architectures import read_config
 
     tops = {opts.embed.partition(":")[0].split(".")[0]} if opts.embed else set()
@@ -794,6 +795,9 @@ def _project_paths(path: Path, kind: FileKind, opts: LoadOptions) -> list[str]:
                     targets(v)
         targets(read_config(path))
     cwd = Path.cwd()
+    if opts.trust_pickle:  # a whole pickle may name any class of the project: all its modules
+        return [str(p) for p in sorted(cwd.iterdir()) if (p.suffix == ".py" and p.is_file())
+                or (p / "__init__.py").is_file()]
     return [str(p) for top in sorted(tops) for p in (cwd / f"{top}.py", cwd / top)
             if p.is_file() or (p / "__init__.py").is_file()]
 
@@ -826,8 +830,7 @@ def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool
     cwd = str(Path.cwd())
     inside = dataclasses.replace(opts, time_limit=None)  # the cage applies it
     cage = Cage(path.resolve(), dataclasses.asdict(inside), embedding,
-                read=[str(path.resolve())] + ([cwd] if opts.trust_pickle else project),
-                listing=[cwd] if project or opts.trust_pickle else [],
+                read=[str(path.resolve())] + project, listing=[cwd] if project else [],
                 seconds=opts.time_limit or CAGE_SECONDS)
     if kind is FileKind.TORCH_SAVE:  # unpickled whole: arrays, or a module
         opened = cage.result()
