@@ -96,3 +96,41 @@ def zygote() -> _Zygote:
         if _ZYGOTE is None or not _ZYGOTE.alive():
             _ZYGOTE = _Zygote()
         return _ZYGOTE
+
+
+#: the commands whose targets may be programs from files
+EMBEDDING_COMMANDS = ("audit", "plan", "embed", "consistency")
+
+
+def _looks_like_program(arg: str) -> bool:
+    """Whether a command-line argument names what runs in the cage: TorchScript or .pt2
+    (their zip members), a model directory (config.json), or a timm architecture."""
+    import zipfile
+
+    if arg.startswith("timm:") or arg in ("--trust-code", "--trust-pickle"):
+        return True
+    try:
+        if os.path.isdir(arg):
+            return os.path.isfile(os.path.join(arg, "config.json"))
+        if not os.path.isfile(arg):
+            return False
+        with open(arg, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                return False
+        with zipfile.ZipFile(arg) as z:
+            return any("/code/" in n or n.endswith("archive_format") for n in z.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
+def start_early(argv: list[str]) -> None:
+    """Start the zygote at once when ``argv`` (the command line) will need one, so that its
+    torch import overlaps all of this process's start, not only its tail; nothing otherwise
+    (and never where no cage can be built)."""
+    if not argv or argv[0] not in EMBEDDING_COMMANDS or \
+            not any(_looks_like_program(a) for a in argv[1:]):
+        return
+    from idaudit.loading.confine import why_no_cage
+
+    if why_no_cage() is None:
+        zygote()
