@@ -356,17 +356,6 @@ def _remove_stale(path: Path, flag: str) -> None:
         raise IdauditError(f"{flag} {path}: cannot replace it ({exc.strerror})") from None
 
 
-def same_file(a: str | Path, b: str | Path) -> bool:
-    """Whether two paths name one file: the same path once resolved (symbolic links
-    followed), or — both existing — the same inode (hard links, bind mounts)."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
-
-
 def _identity(path: str | Path) -> tuple[str, tuple[int, int] | None]:
     """(the resolved path, (st_dev, st_ino) where something is there)."""
     try:
