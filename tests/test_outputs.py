@@ -79,16 +79,17 @@ def test_gate_data_and_other_commands_inputs_are_protected(files, tmp_path):
     one_line(run("plan", good, "--data", pairs, "--plot", pairs), 2, "same file as --data")
     assert unchanged(good, files) and unchanged(pairs, files, "w.safetensors")
     assert gate.read_text() == "[min]\nr2_h_to_z_heldout = 0.5\n"
-    # a file of an input directory (a Reacher dataset's meta.json) is the input too; a new
-    # file there is not
+    # a file of an input directory (a Reacher dataset's meta.json) is the input too, and a
+    # new file is never written there (issue 41)
     dataset = tmp_path / "dataset"
     dataset.mkdir()
     (dataset / "meta.json").write_text("{}")
     one_line(run("audit", good, "--data", dataset, "--json", dataset / "meta.json"), 2,
              "is a file of --data")
     assert (dataset / "meta.json").read_text() == "{}"
-    res = run("audit", good, "--data", dataset, "--json", dataset / "new.json")
-    assert "is a file of" not in res.output and not (dataset / "new.json").exists()
+    one_line(run("audit", good, "--data", dataset, "--json", dataset / "new.json"), 2,
+             "lies inside --data")
+    assert not (dataset / "new.json").exists()
 
 
 def test_train_never_replaces_its_data_with_the_checkpoint_or_its_log(files, tmp_path):

@@ -146,6 +146,66 @@ def _write(tmp_path, text):
     return path
 
 
+def _grid(*lengths):
+    """A suite file's text whose [grid] has lists of these lengths (seed, steps, inits …)."""
+    keys = ("seed", "steps", "inits", "batch")
+    return '[fixed]\nworld = "spiral"\n[grid]\n' + "".join(
+        f"{key} = [{', '.join(str(i + 1) for i in range(n))}]\n" for key, n in zip(keys, lengths))
+
+
+def test_a_grid_is_counted_before_it_is_expanded(tmp_path):
+    """Issue 41: a grid beyond the limit is refused by its product of lengths, naming both;
+    one at the limit is a sweep; memory does not grow with the grid's size."""
+    import tracemalloc
+
+    from idaudit.core.limits import LIMITS
+
+    high = int(LIMITS["sweep_runs"].high)
+    assert high == 10_000 and len(load_suite(str(_write(tmp_path, _grid(100, 100))))) == high
+    with pytest.raises(IdauditError, match=r"^suite file .*: its \[grid\] makes 10 001 runs "
+                       r"\(73 × 137\), more than one sweep takes \(10 000\)"):
+        load_suite(str(_write(tmp_path, _grid(73, 137))))
+    huge = _write(tmp_path, _grid(1000, 1000, 1000))
+    tracemalloc.start()
+    try:
+        with pytest.raises(IdauditError, match=r"makes 1 000 000 000 runs \(1000 × 1000 × 1000\)"):
+            load_suite(str(huge))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, peak  # the parsed file, not 10⁹ runs
+
+
+def _sweep_list_rss(suite):
+    """(exit code, stderr, seconds, peak RSS in MiB) of ``idaudit sweep SUITE --list`` in a
+    process of its own, measured by a parent that has no other child."""
+    import subprocess
+    import sys
+
+    probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+             "r = subprocess.run([sys.executable, '-m', 'idaudit.cli', 'sweep', sys.argv[1], "
+             "'--list'], capture_output=True, text=True); "
+             "print(r.returncode, time.perf_counter() - t, "
+             "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024); "
+             "print(r.stderr.strip())")
+    out = subprocess.run([sys.executable, "-c", probe, str(suite)], capture_output=True,
+                         text=True, timeout=300).stdout.splitlines()
+    code, seconds, rss = out[0].split()
+    return int(code), "\n".join(out[1:]), float(seconds), float(rss)
+
+
+def test_a_billion_run_grid_is_refused_fast_in_flat_memory(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    huge = _write(tmp_path / "a", _grid(1000, 1000, 1000))
+    small = _write(tmp_path / "b", _grid(73, 137))
+    code, err, seconds, rss = _sweep_list_rss(huge)
+    assert code == 2 and err.startswith("error: suite file") and "1 000 000 000 runs" in err, err
+    assert len(err.splitlines()) == 1 and seconds < 60, (err, seconds)
+    code_small, _, _, rss_small = _sweep_list_rss(small)
+    assert code_small == 2 and rss < rss_small + 32, (rss, rss_small)  # MiB: flat in the size
+
+
 def test_ray_executor_gives_the_same_numbers(tmp_path):
     pytest.importorskip("ray")
     runs = load_suite(str(_write(tmp_path, TINY)))[:2]

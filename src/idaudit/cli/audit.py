@@ -8,7 +8,7 @@ import typer
 
 from idaudit.cli.application import app, cli_errors
 from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
-from idaudit.cli.output import check_reports, encoder_inputs, finish
+from idaudit.cli.output import check_reports, finish
 from idaudit.core.defaults import FLOOR_DRAWS, TEST_FRACTION
 from idaudit.core.errors import check_seed
 from idaudit.core.requests import ENCODER_FORMS, AuditRequest, default
@@ -64,10 +64,11 @@ def audit(
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
     from idaudit.evaluations.audit import run_audit
+    from idaudit.evaluations.pipeline import files_read
     from idaudit.evaluations.report import audit_table
 
     check_seed(seed)
-    check_reports(report, [*((t, "the input") for t in targets), *encoder_inputs(encoder)])
+    check_reports(report, files_read(list(targets), encoder, report["gate"], "the input"))
     result = run_audit(AuditRequest.from_options(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),

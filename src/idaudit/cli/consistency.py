@@ -8,7 +8,7 @@ import typer
 
 from idaudit.cli.application import app, cli_errors
 from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
-from idaudit.cli.output import check_reports, encoder_inputs, finish
+from idaudit.cli.output import check_reports, finish
 from idaudit.core.errors import check_seed
 from idaudit.core.requests import ConsistencyRequest, default
 
@@ -42,13 +42,14 @@ def consistency(
     input or usage, 3 inconclusive (a collapsed run, NaN/Inf, different numbers of inputs).
     """
     from idaudit.evaluations.consistency import run_consistency
+    from idaudit.evaluations.pipeline import files_read
     from idaudit.evaluations.report import consistency_table
 
     check_seed(seed)
     from idaudit.core.limits import check_runs
 
     check_runs(len(targets))
-    check_reports(report, [*((t, "the run") for t in targets), *encoder_inputs(encoder)])
+    check_reports(report, files_read(list(targets), encoder, report["gate"], "the run"))
     result = run_consistency(ConsistencyRequest.from_options(
         targets=list(targets), **encoder, n_eval=n_eval, seed=seed, test_fraction=test_fraction,
         min_r2=min_r2, max_orthogonality_error=max_orth, min=report["min"], max=report["max"],

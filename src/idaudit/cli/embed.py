@@ -8,9 +8,7 @@ import typer
 
 from idaudit.cli.application import app, cli_errors, out
 from idaudit.cli.options import EncoderArg, encoder_flags, n_eval_option
-from idaudit.cli.output import encoder_inputs
 from idaudit.core.errors import check_seed
-from idaudit.core.io import check_outputs
 
 
 @app.command()
@@ -32,12 +30,10 @@ def embed(
     as an .npz: what audit would measure, to look at, store, compare (`idaudit consistency`)
     or audit later (`idaudit audit OUT.npz` gives the same numbers). Options as audit's."""
     from idaudit.core.requests import EmbedRequest
-    from idaudit.evaluations.pipeline import check_embed_out, run_embed
+    from idaudit.evaluations.pipeline import check_embed_outputs, run_embed
 
     check_seed(seed)
-    check_embed_out(out_path)  # before check_outputs removes a stale file there
-    check_outputs([(out_path, "--out")], [(target, "the target"), *encoder_inputs(encoder)],
-                  remove_stale=True)
+    check_embed_outputs(target, out_path, encoder)  # a stale file gone even if an option is bad
     inp = run_embed(EmbedRequest.from_options(target=target, out=out_path, n_eval=n_eval, seed=seed,
                                  **encoder))
     pairs = "" if inp.h_prime is None else f", h_prime (ρ = {inp.rho:g})"

@@ -39,18 +39,13 @@ def emit(path: Path, text: str) -> None:
         atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def encoder_inputs(encoder: dict) -> list[tuple[Path | None, str]]:
-    """The paths an encoder's evaluation reads or fills (``--data``, ``--cache-dir``): no
-    output may be one of them."""
-    return [(encoder["data"], "--data"), (encoder["cache_dir"], "--cache-dir")]
-
-
 def check_reports(flags: dict, inputs: list) -> None:
-    """The report files of ``flags`` checked writable (and not an input, the gate file
-    included) before any work; a stale report at their paths removed."""
+    """The report files of ``flags`` checked writable and none of ``inputs`` (every file the
+    command reads: :func:`idaudit.evaluations.pipeline.files_read`) before any work; a stale
+    report at their paths removed."""
     check_outputs(report_outputs([(flags["json_path"], "--json"), (flags["junit"], "--junit"),
                                    (flags["markdown"], "--markdown")]),
-                  [*inputs, (flags["gate"], "--gate")], remove_stale=True)
+                  inputs, remove_stale=True)
 
 
 def finish(report, table, flags: dict, kind: str = "audit") -> None:

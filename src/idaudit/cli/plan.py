@@ -8,7 +8,7 @@ import typer
 
 from idaudit.cli.application import app, cli_errors, err, out
 from idaudit.cli.options import EncoderArg, encoder_flags, world_default
-from idaudit.cli.output import emit, encoder_inputs, report_outputs, to_stdout
+from idaudit.cli.output import emit, report_outputs, to_stdout
 from idaudit.core.io import check_outputs, json_text
 from idaudit.core.requests import PlanRequest, default
 
@@ -37,11 +37,12 @@ def plan(
     an array file with a gallery of z and h (starts and goals are drawn from its rows). A
     median cost ratio near 1 means the embedding plans like the true latents.
     """
+    from idaudit.evaluations.pipeline import files_read
     from idaudit.evaluations.plan import run_plan
     from idaudit.evaluations.report import plan_table
 
     check_outputs(report_outputs([(json_path, "--json")]) + [(plot, "--plot")],
-                  [(target, "the target"), *encoder_inputs(encoder)], remove_stale=True)
+                  files_read([target], encoder, name="the target"), remove_stale=True)
     report = run_plan(PlanRequest.from_options(
         target=target, **encoder, seed=seed,
         pairs=pairs, waypoints=waypoints, gallery=gallery))

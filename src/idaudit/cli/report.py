@@ -19,11 +19,24 @@ def report(
 ) -> None:
     """Aggregate a sweep: mean ± std over seeds as summary.csv and summary.md (the paper's
     table layouts), and the figures the runs support as PNGs under DIR/figures."""
-    from idaudit.experiments.aggregate import aggregate, load_results, write_tables
+    from idaudit.core.io import check_outputs
+    from idaudit.experiments.aggregate import (
+        TABLES,
+        aggregate,
+        load_results,
+        record_paths,
+        write_tables,
+    )
 
     ok, failed = load_results(out_dir)
     if not ok:
         raise IdauditError(f"{out_dir} has no finished runs")
+    outputs = [(out_dir / name, "the table") for name in TABLES.values()]
+    if figures:
+        from idaudit.experiments.figures import FIGURES
+
+        outputs += [(out_dir / "figures" / name, "the figure") for name in FIGURES]
+    check_outputs(outputs, [(p, "the run record") for p in record_paths(out_dir)])
     rows = aggregate(ok)
     paths = write_tables(rows, out_dir)
     out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)

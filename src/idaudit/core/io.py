@@ -356,27 +356,48 @@ def _remove_stale(path: Path, flag: str) -> None:
         raise IdauditError(f"{flag} {path}: cannot replace it ({exc.strerror})") from None
 
 
-def same_file(a: str | Path, b: str | Path) -> bool:
-    """Whether two paths name one file: the same path once resolved (symbolic links
-    followed), or — both existing — the same inode (hard links, bind mounts)."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
+def _identity(path: str | Path) -> tuple[str, tuple[int, int] | None]:
+    """(the resolved path, (st_dev, st_ino) where something is there)."""
     try:
-        return os.path.samefile(a, b)
+        st = os.stat(path)
+        inode = (st.st_dev, st.st_ino)
     except (OSError, ValueError):
-        return False
+        inode = None
+    return os.path.realpath(path), inode
 
 
-def _file_of(output: Path, directory: str | Path) -> bool:
-    """Whether ``output`` is an existing file inside the input directory ``directory`` (a
-    dataset's meta.json or chunk, say): replacing it would break the input."""
-    try:
-        if not os.path.isdir(directory) or not os.path.lexists(output):
-            return False
-    except (OSError, ValueError):
-        return False
-    inside = os.path.realpath(directory).rstrip(os.sep) + os.sep
-    return os.path.realpath(output).startswith(inside)
+def refuse_clashes(outputs: Sequence[tuple[str | Path | None, str]],
+                   inputs: Sequence[tuple[str | Path | None, str]] = ()) -> None:
+    """Refuse (one line naming both) an output that is an input — the same path, a symbolic
+    or a hard link (the same st_dev and st_ino) —, lies inside an input directory (a
+    dataset's file, or a new one there), or is the same file as another output. ``outputs``
+    and ``inputs`` are (path or None, what it is: the flag, "the input", "--data" …); each
+    input is resolved once, so a sweep's thousands of run files cost one look each."""
+    given = [(Path(p), flag) for p, flag in outputs
+             if p is not None and str(p).strip() not in ("", ".")]
+    known = [(Path(p), what, *_identity(p), os.path.isfile(p)) for p, what in inputs
+             if p is not None and str(p).strip()]
+    seen: dict[str, tuple[Path, str]] = {}
+    inodes: dict[tuple[int, int], tuple[Path, str]] = {}
+    for out, flag in given:
+        real, inode = _identity(out)
+        other = seen.get(real) or (inodes.get(inode) if inode is not None else None)
+        if other is not None:
+            raise IdauditError(f"{other[1]} and {flag} name the same file ({out}); give "
+                               "each output its own path")
+        seen[real] = (out, flag)
+        if inode is not None:
+            inodes[inode] = (out, flag)
+        for inp, what, inp_real, inp_inode, is_file in known:
+            if real == inp_real or (inode is not None and inode == inp_inode):
+                raise IdauditError(f"{flag} {out}: is the same file as {what} ({inp}); an "
+                                   "output never replaces an input (choose another path)")
+            if not is_file and real.startswith(inp_real.rstrip(os.sep) + os.sep):
+                if inode is not None:
+                    raise IdauditError(f"{flag} {out}: is a file of {what} ({inp}); an output "
+                                       "never replaces an input (choose another path)")
+                raise IdauditError(f"{flag} {out}: lies inside {what} ({inp}); an output "
+                                   "never goes into an input directory (choose another path)")
 
 
 def check_outputs(outputs: Sequence[tuple[str | Path | None, str]],
@@ -385,32 +406,17 @@ def check_outputs(outputs: Sequence[tuple[str | Path | None, str]],
     """The check every command makes of its outputs before any work: ``outputs`` and
     ``inputs`` are (path or None, what it is — the flag, "the input", "--data"…).
 
-    First, before anything is touched, an output that is the same file as an input (it would
-    be deleted or overwritten before it is read), an existing file inside an input directory
-    (a dataset's), or the same file as another output is refused; then
-    every output is checked as :func:`check_writable` does, and with ``remove_stale`` an
-    existing file at an output is deleted once all of them passed."""
-    given = [(Path(p), flag) for p, flag in outputs
-             if p is not None and str(p).strip() not in ("", ".")]
-    for i, (out, flag) in enumerate(given):
-        for other, other_flag in given[:i]:
-            if same_file(out, other):
-                raise IdauditError(f"{other_flag} and {flag} name the same file ({out}); give "
-                                   "each output its own path")
-        for inp, what in inputs:
-            if inp is None or not str(inp).strip():
-                continue
-            if same_file(out, inp):
-                raise IdauditError(f"{flag} {out}: is the same file as {what} {inp}; an output "
-                                   "never replaces an input (choose another path)")
-            if _file_of(out, inp):
-                raise IdauditError(f"{flag} {out}: is a file of {what} {inp}; an output never "
-                                   "replaces an input (choose another path)")
+    First, before anything is touched, :func:`refuse_clashes` (an output that is an input,
+    lies inside an input directory or is another output); then every output is checked as
+    :func:`check_writable` does, and with ``remove_stale`` an existing file at an output is
+    deleted once all of them passed."""
+    refuse_clashes(outputs, inputs)
     for path, flag in outputs:
         check_writable(path, flag, directory=directory)
     if remove_stale and not directory:
-        for path, flag in given:
-            _remove_stale(path, flag)
+        for path, flag in outputs:
+            if path is not None and str(path).strip() not in ("", "."):
+                _remove_stale(Path(path), flag)
 
 
 def jsonable(obj: Any) -> Any:

@@ -489,6 +489,19 @@ class SweepRequest:
     checkpoints: bool = False
 
 
+def flat_options(obj: Any) -> dict[str, Any]:
+    """The options of a request (or a part) under their flat names, as the CLI's flags and
+    :meth:`Composed.from_options` name them, each read at its first place
+    (:func:`option_paths`)."""
+    out = {}
+    for name, paths in option_paths(type(obj)).items():
+        value = obj
+        for step in paths[0]:
+            value = getattr(value, step)
+        out[name] = value
+    return out
+
+
 def default(request: type, name: str) -> Any:
     """The default of option ``name`` in ``request`` (what the CLI shows and uses), wherever
     in its parts the option lies."""

@@ -6,14 +6,17 @@ embedded on (``eval_set_for``: the data, the world, or a checkpoint's own), the 
 
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from idaudit.core.errors import IdauditError, check_seed, printable
-from idaudit.core.requests import EmbedRequest, EncoderOptions
+from idaudit.core.io import check_outputs
+from idaudit.core.requests import EmbedRequest, EncoderOptions, WorldChoice, flat_options
 from idaudit.evaluations.inputs import AuditInputs, check_embedding_options
 from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, where_to_embed
 from idaudit.maths.linear import to_numpy
@@ -157,6 +160,61 @@ def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int 
                        world=spec.to_dict(), seed=seed)
 
 
+def files_read(targets: list[Any], options: dict[str, Any] | EncoderOptions,
+               gate: Any = None, name: str = "the input") -> list[tuple[Path, str]]:
+    """Every file and directory an evaluation of ``targets`` reads (or fills), with what it
+    is (``name``: what the targets are called): the targets; the modules ``--arch`` and
+    ``--embed`` import; ``--cache-dir``; the data they are embedded on — ``--data``, else
+    the files of ``--world`` (Reacher's evaluation cache), else what each checkpoint
+    remembers (its pairs file or dataset, found relative to it as its loader finds it) —; the
+    ``gate`` file. ``options``: the encoder options (:class:`EncoderOptions`, or flat as the
+    CLI's flags name them). Known before any output is touched; nothing here raises for bad
+    input (the evaluation then refuses it, before reading any of these)."""
+    from idaudit.loading.architectures import module_files
+    from idaudit.models.checkpoint import checkpoint_world
+    from idaudit.worlds import KINDS, World, WorldSpec, make_spec
+
+    opts = flat_options(options) if isinstance(options, EncoderOptions) else options
+    paths = [t for t in targets if isinstance(t, (str, os.PathLike))]
+    files = [(Path(t), name) for t in paths]
+    for flag in ("arch", "embed"):
+        files += [(p, f"the module --{flag} imports") for p in module_files(opts.get(flag))]
+    world, data, cache_dir = opts.get("world"), opts.get("data"), opts.get("cache_dir")
+    if cache_dir is not None:
+        files.append((Path(cache_dir), "--cache-dir"))
+    if data is not None:
+        files.append((Path(data), "--data"))
+    elif world is not None:
+        choice = WorldChoice(**{f.name: opts.get(f.name) for f in fields(WorldChoice)})
+        try:
+            spec = world.spec if isinstance(world, World) else world \
+                if isinstance(world, WorldSpec) else make_spec(world, **choice.world_options())
+            files += [(p, f"what world {spec.name!r} reads")
+                      for p in KINDS.get(spec.name).files(spec, cache_dir=cache_dir)]
+        except (ValueError, TypeError):  # refused by the evaluation (IdauditError is a ValueError)
+            pass
+    else:
+        for t in paths:
+            spec = checkpoint_world(t)
+            if spec is not None and spec.name in KINDS:
+                files += [(p, f"the data {t} was trained on") for p in
+                          KINDS.get(spec.name).files(spec, Path(t).parent, cache_dir=cache_dir)]
+    if isinstance(gate, (str, os.PathLike)):
+        files.append((Path(gate), "--gate"))
+    return files
+
+
+def check_embed_outputs(target: Any, out: str | Path | None,
+                        options: dict[str, Any] | EncoderOptions) -> Path | None:
+    """``embed --out`` checked before any work: an ``.npz`` (:func:`check_embed_out`), none of
+    the files :func:`files_read` names, writable; a stale file there removed. ``options``:
+    the encoder options, as for :func:`files_read`."""
+    path = check_embed_out(out)  # before check_outputs removes a stale file there
+    check_outputs([(path, "--out")], files_read([target], options, name="the target"),
+                  remove_stale=True)
+    return path
+
+
 def check_embed_out(out: str | Path | None) -> Path | None:
     """``embed --out`` must name an .npz file; checked before anything at that path is
     touched (a stale output is removed only after this)."""
@@ -177,10 +235,10 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
     from idaudit.core.io import atomic_write
 
     check_seed(req.seed)
+    out = check_embed_outputs(req.target, req.out, req.encoder)
     if req.target is None:
         raise IdauditError("embed needs an encoder")
     check_embedding_options(req.n_eval, req.encoder.normalize)
-    out = check_embed_out(req.out)
     loaded = open_target(req.target, req.encoder.load)
     if isinstance(loaded, Arrays):
         raise IdauditError(f"{req.target} holds arrays already: audit it as it is")

@@ -25,6 +25,15 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
     return {**metrics, **extra}
 
 
+#: the tables :func:`write_tables` writes in a sweep's directory
+TABLES = {"csv": "summary.csv", "markdown": "summary.md"}
+
+
+def record_paths(out_dir: str | Path) -> list[Path]:
+    """A sweep's run records, finished and failed (``DIR/runs/*.json``), by name."""
+    return sorted((Path(out_dir) / "runs").glob("*.json"))
+
+
 def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The finished and the failed run records of a sweep (``DIR/runs/*.json`` and
     ``*.failed.json``).
@@ -41,7 +50,7 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
     if not runs_dir.is_dir():
         raise IdauditError(f"{out_dir} has no runs/ directory (run `idaudit sweep` first)")
     ok, failed = [], []
-    for path in sorted(runs_dir.glob("*.json")):
+    for path in record_paths(out_dir):
         is_failed = path.name.endswith(".failed.json")
         try:
             if not path.is_file():
@@ -274,7 +283,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
     w.writeheader()
     w.writerows(rows)
     text_csv = buf.getvalue()
-    atomic_write(out_dir / "summary.csv", lambda tmp: Path(tmp).write_text(text_csv))
+    atomic_write(out_dir / TABLES["csv"], lambda tmp: Path(tmp).write_text(text_csv))
 
     def pm(row: dict[str, Any] | None, m: str) -> str:
         if row is None or f"{m}_mean" not in row:
@@ -311,5 +320,5 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
                   "monotonically):", "", "| λ | Spearman(R², ρ) |", "|---:|---:|"]
         lines += [f"| {lam:g} | {rs:+.2f} |" for lam, rs in trends]
     text_md = "\n".join(lines) + "\n"
-    atomic_write(out_dir / "summary.md", lambda tmp: Path(tmp).write_text(text_md))
-    return {"csv": out_dir / "summary.csv", "markdown": out_dir / "summary.md"}
+    atomic_write(out_dir / TABLES["markdown"], lambda tmp: Path(tmp).write_text(text_md))
+    return {kind: out_dir / name for kind, name in TABLES.items()}

@@ -243,13 +243,15 @@ def plot_bound(records: list[Record], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+#: every figure :func:`draw_figures` may write in ``OUT/figures``, in its order
+FIGURES = ("embeddings.png", "r2_vs_n.png", "r2_vs_alpha.png", "grid_heatmaps.png", "bound.png")
+
+
 def draw_figures(records: list[Record], rows: list[Row], out_dir: str | Path) -> list[Path]:
     """Every figure the results support, as PNGs under ``OUT/figures``; return their paths."""
     fig_dir = Path(out_dir) / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    made = [plot_embeddings(records, fig_dir / "embeddings.png"),
-            plot_r2_vs_n(rows, fig_dir / "r2_vs_n.png"),
-            plot_r2_vs_alpha(rows, fig_dir / "r2_vs_alpha.png"),
-            plot_grid_heatmaps(rows, fig_dir / "grid_heatmaps.png"),
-            plot_bound(records, fig_dir / "bound.png")]
+    drawn = ((plot_embeddings, records), (plot_r2_vs_n, rows), (plot_r2_vs_alpha, rows),
+             (plot_grid_heatmaps, rows), (plot_bound, records))
+    made = [draw(data, fig_dir / name) for name, (draw, data) in zip(FIGURES, drawn)]
     return [p for p in made if p is not None]

@@ -7,12 +7,14 @@ keeps part of a suite and overrides options for a quick look.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from idaudit.core.defaults import TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError
+from idaudit.core.limits import check_sweep_size
 from idaudit.training.runs import RUN_OPTIONS
 from idaudit.worlds import KINDS, world_name
 from idaudit.worlds.spec import check_fields, check_type
@@ -81,13 +83,17 @@ SUITES: dict[str, Callable[[], list[dict[str, Any]]]] = {
 }
 
 def load_suite(name: str) -> list[dict[str, Any]]:
-    """A built-in suite by name, or a TOML file: ``[fixed]`` options and ``[grid]`` lists.
+    """A built-in suite by name, or a TOML file: ``[fixed]`` options and ``[grid]`` lists,
+    their product counted first (a sweep takes at most
+    :data:`~idaudit.core.limits.LIMITS` ``["sweep_runs"]`` runs).
 
     The file's layout is checked here (tables, known options, non-empty lists); the values'
     types and ranges when the runs are resolved (:func:`idaudit.training.runs.resolve`), every run
     before any starts."""
     if name in SUITES:
-        return SUITES[name]()
+        runs = SUITES[name]()
+        check_sweep_size(len(runs), f"suite {name}")
+        return runs
     path = Path(name)
     if not path.exists():
         raise IdauditError(f"unknown suite {name!r}; valid: {', '.join(SUITES)} or a .toml file")
@@ -100,6 +106,9 @@ def load_suite(name: str) -> list[dict[str, Any]]:
     check_options([*fixed, *grid], where)
     if not all(isinstance(v, list) and v for v in grid.values()):
         raise IdauditError(f"{where}: every [grid] entry must be a non-empty list")
+    lengths = [len(v) for v in grid.values()]  # counted, never expanded, before the limit
+    check_sweep_size(math.prod(lengths), f"{where}: its [grid]",
+                     f" ({' × '.join(map(str, lengths))})" if len(lengths) > 1 else "")
     return _runs(fixed, grid)
 
 

@@ -115,21 +115,53 @@ def plan_workers(gpus: int, workers: int | None, n_runs: int) -> tuple[int, list
     return n, devices[:n]
 
 
+def sweep_inputs(runs: list[dict[str, Any]], suite: str | Path | None = None
+                 ) -> list[tuple[Path, str]]:
+    """The files a sweep reads: its ``suite`` file (a TOML, not a built-in suite's name) and
+    every run's data."""
+    from idaudit.experiments.suites import SUITES
+
+    files = [] if suite is None or str(suite) in SUITES else [(Path(suite), "the suite file")]
+    return files + [(Path(data), "a run's data") for data in
+                    dict.fromkeys(str(r["data"]) for r in runs if r.get("data") is not None)]
+
+
+def run_files(out_dir: str | Path, ids: list[str], checkpoints: bool = False
+              ) -> list[tuple[Path, str]]:
+    """Every file a sweep under ``out_dir`` may write for runs ``ids``: a record (or a failed
+    one) each, and with ``checkpoints`` a checkpoint and its log."""
+    runs, kept = Path(out_dir) / "runs", Path(out_dir) / "checkpoints"
+    files = []
+    for rid in dict.fromkeys(ids):
+        files += [(runs / f"{rid}.json", "--out (a run's record)"),
+                  (runs / f"{rid}.failed.json", "--out (a run's record)")]
+        if checkpoints:
+            files += [(kept / f"{rid}.safetensors", "--out (a run's checkpoint)"),
+                      (kept / f"{rid}.log.json", "--out (a run's checkpoint log)")]
+    return files
+
+
 def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
               progress: bool = False, executor: str = "local", address: str | None = None,
-              checkpoints: bool = False) -> dict[str, int]:
+              checkpoints: bool = False,
+              reads: list[tuple[Path, str]] | None = None) -> dict[str, int]:
     """Execute the runs whose result file is missing; return counts.
 
     ``executor`` local: a spawn process pool, one single-threaded run per core, or one run per
     GPU when the machine has GPUs; ray: Ray tasks (one CPU each, one GPU each when the cluster
     has GPUs), on the cluster at ``address`` or a local Ray instance. Reacher datasets are
     rendered first, under ``OUT/data``. ``checkpoints`` keeps every trained encoder as
-    ``OUT/checkpoints/ID.safetensors`` (for ``idaudit audit``/``plan`` afterwards).
+    ``OUT/checkpoints/ID.safetensors`` (for ``idaudit audit``/``plan`` afterwards). No file
+    a run may write is one of ``reads`` (by default :func:`sweep_inputs` of ``runs``).
     """
+    from idaudit.core.io import refuse_clashes
     from idaudit.core.progress import ProgressBar
 
     if executor not in ("local", "ray"):
         raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
+    ids = [run_id(r) for r in runs]  # every run checked before any starts
+    refuse_clashes(run_files(out_dir, ids, checkpoints),
+                   sweep_inputs(runs) if reads is None else reads)
     out = Path(out_dir) / "runs"
     out.mkdir(parents=True, exist_ok=True)
     data_root = Path(out_dir) / "data"
@@ -137,7 +169,6 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     if checkpoints:
         (Path(out_dir) / "checkpoints").mkdir(parents=True, exist_ok=True)
         ckpt_dir = str(Path(out_dir) / "checkpoints")
-    ids = [run_id(r) for r in runs]  # every run checked before any starts
     todo = [r for r, rid in zip(runs, ids) if not (out / f"{rid}.json").exists()]
     counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
     gpus = _gpu_count()
@@ -208,9 +239,11 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
     from idaudit.core.io import check_outputs
 
     runs = runs if runs is not None else sweep_runs(req)
-    check_outputs([(Path(req.out), "--out")], directory=True)
+    reads = sweep_inputs(runs, req.suite)
+    check_outputs([(Path(req.out), "--out")], reads, directory=True)
     return run_sweep(runs, req.out, workers=req.workers, progress=progress,
-                     executor=req.executor, address=req.address, checkpoints=req.checkpoints)
+                     executor=req.executor, address=req.address, checkpoints=req.checkpoints,
+                     reads=reads)
 
 
 def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[str, int]:

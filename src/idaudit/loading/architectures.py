@@ -84,6 +84,30 @@ def import_factory(spec: str, flag: str = "--arch", what: str = "factory"):
     return fn
 
 
+def module_files(spec: str | None) -> list[Path]:
+    """The file, or the package's directories, that :func:`import_factory` imports the module
+    of ``spec`` (``module.path:callable``) from, found as it finds them (the working directory
+    searched after the installed packages) without importing anything; none for ``timm:NAME``,
+    a module not found or one that is no file."""
+    if not spec or spec.startswith("timm:"):
+        return []
+    top = spec.partition(":")[0].partition(".")[0]
+    if not top:
+        return []
+    import importlib.util
+
+    with cwd_importable():
+        try:
+            found = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return []
+    if found is None:
+        return []
+    if found.submodule_search_locations:
+        return [Path(p) for p in found.submodule_search_locations]
+    return [Path(found.origin)] if found.has_location and found.origin else []
+
+
 def optional_module(name: str, extra: str, what: str) -> Any:
     """``import name`` for a feature of an extra, or a one-line error saying why it cannot be
     imported (not installed, or its own import failing) and which extra to install."""

@@ -12,6 +12,7 @@ checkpoint's folder), ``train`` (the resolved TrainConfig), ``metrics`` (at save
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,27 @@ def _check_metadata(enc: Any, train: Any, metrics: Any) -> None:
         raise ValueError(f"train.seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
 
 
+def _world_of(meta: dict[str, str]) -> WorldSpec:
+    """The world spec of a checkpoint's metadata, validated (a ValueError names the fault)."""
+    return validate_spec(WorldSpec.from_dict(parse_json_object(meta.get("world", "{}"),
+                                                               "section 'world'")))
+
+
+def checkpoint_world(path: str | Path) -> WorldSpec | None:
+    """The world the idaudit checkpoint at ``path`` was trained on, from its metadata alone
+    (no weights read); None where ``path`` is no idaudit checkpoint or its world is
+    malformed (:func:`load_checkpoint` then says why)."""
+    try:
+        if not os.path.isfile(path):
+            return None
+        meta = read_metadata(path)
+        if meta.get("format") != FORMAT or meta.get("format_version") != str(FORMAT_VERSION):
+            return None
+        return _world_of(meta)
+    except (ValueError, TypeError, OSError):  # IdauditError is a ValueError
+        return None
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Rebuild the encoder and world spec from an idaudit checkpoint."""
     from safetensors.torch import load_file
@@ -93,9 +115,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         missing = [k for k in ("encoder", "world") if k not in meta]
         if missing:
             raise ValueError(f"no {missing[0]!r} section")
-        enc, world, train, metrics = (parse_json_object(meta.get(k, "{}"), f"section {k!r}")
-                                      for k in ("encoder", "world", "train", "metrics"))
-        world = validate_spec(WorldSpec.from_dict(world))
+        enc = parse_json_object(meta.get("encoder", "{}"), "section 'encoder'")
+        world = _world_of(meta)
+        train, metrics = (parse_json_object(meta.get(k, "{}"), f"section {k!r}")
+                          for k in ("train", "metrics"))
         _check_metadata(enc, train, metrics)
     except (ValueError, TypeError) as exc:  # IdauditError is a ValueError
         raise IdauditError(f"{path} has malformed idaudit metadata ({first_line(exc)})") \

@@ -329,8 +329,9 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     checkpoint and ``NAME.log.json`` beside it. ``say`` gets a line with the expected
     training time when the run will take more than two minutes. ``label_free`` adds the
     label-free signals of the evaluation set (:mod:`idaudit.maths.labelfree`) to the record.
-    ``out`` and its log are checked (never the ``data`` file) and an earlier run's removed
-    before any work, so a run that fails leaves no stale checkpoint to be audited."""
+    ``out`` and its log are checked (never the ``data`` file, nor inside the world's data)
+    and an earlier run's removed before any work, so a run that fails leaves no stale
+    checkpoint to be audited."""
     if not isinstance(options, ResolvedRun):
         from idaudit.models.encoders import pick_device  # the device this run trains on chooses the recipe
 
@@ -338,8 +339,11 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     resolved = options
     if out is not None:
         out = Path(out)
-        check_outputs([(out, "--out"), (log_path_for(out), "--out (its log)")],
-                      [(resolved.options.get("data"), "--data")], remove_stale=True)
+        reads = [(resolved.options.get("data"), "--data")] + [
+            (p, f"what world {resolved.world.name!r} reads") for p in
+            KINDS.get(resolved.world.name).files(resolved.world, data_root=Path(data_root))]
+        check_outputs([(out, "--out"), (log_path_for(out), "--out (its log)")], reads,
+                      remove_stale=True)
     if say is not None and resolved.recipe_note:
         say(resolved.recipe_note)
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,

@@ -90,11 +90,23 @@ def relative_path(path: str | Path, base_dir: Path | None) -> str:
         return str(path)
 
 
+def _candidates(stored: str, base_dir: Path | None) -> list[Path]:
+    """Where a dataset path from a spec is looked for, in order: relative to ``base_dir``
+    (the checkpoint's folder), then as given."""
+    return [Path(stored)] if Path(stored).is_absolute() else \
+        ([Path(base_dir) / stored] if base_dir is not None else []) + [Path(stored)]
+
+
+def stored_at(stored: str, base_dir: Path | None) -> Path:
+    """The path :func:`locate` finds (the first place looked at when nothing is there)."""
+    candidates = _candidates(stored, base_dir)
+    return next((c for c in candidates if c.exists()), candidates[0])
+
+
 def locate(stored: str, base_dir: Path | None, what: str) -> Path:
     """A dataset path from a spec: relative to ``base_dir`` (the checkpoint's folder), as
     given, or an error that says to pass ``--data``."""
-    candidates = [Path(stored)] if Path(stored).is_absolute() else \
-        ([Path(base_dir) / stored] if base_dir is not None else []) + [Path(stored)]
+    candidates = _candidates(stored, base_dir)
     for c in candidates:
         if c.exists():
             return c
@@ -174,6 +186,10 @@ class PairsKind(WorldKind):
 
     def from_spec(self, spec: WorldSpec, base_dir: Path | None = None) -> PairsFileWorld:
         return PairsFileWorld(spec, locate(spec.extra["data"], base_dir, "pairs file"))
+
+    def files(self, spec: WorldSpec, base_dir: Path | None = None, **_: Any) -> list[Path]:
+        """The pairs file, where :meth:`from_spec` finds it."""
+        return [stored_at(spec.extra["data"], base_dir)]
 
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
         """The encoder of the synthetic world that wrote the file (a spec is built first:

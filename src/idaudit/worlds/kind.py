@@ -70,6 +70,16 @@ class WorldKind(ABC):
         default ``world(spec)``, for worlds that need no files."""
         return self.world(spec)  # type: ignore[call-arg]
 
+    def files(self, spec: WorldSpec, base_dir: Path | None = None, *,
+              cache_dir: str | Path | None = None, data_root: Path | None = None
+              ) -> list[Path]:
+        """The files and directories a world of ``spec`` reads or fills: its stored data,
+        found as :meth:`from_spec` finds it (relative to ``base_dir`` first), else where
+        :meth:`prepare` renders it under ``data_root`` or :meth:`evaluation_set` caches it
+        under ``cache_dir``; none by default (a world that reads no files). No output may be
+        one of them or lie inside one."""
+        return []
+
     def built(self, world: World | WorldSpec) -> World:
         """``world`` itself, or the world its spec describes."""
         return world if isinstance(world, World) else self.from_spec(world)

@@ -16,7 +16,7 @@ import numpy as np
 from idaudit.core.defaults import WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError
 from idaudit.worlds.base import EvalSet, World
-from idaudit.worlds.dataset import locate
+from idaudit.worlds.dataset import locate, stored_at
 from idaudit.worlds.kind import KINDS, Recipe, WorldKind
 from idaudit.worlds.reacher.data import ReacherSpec, build_dataset, read_meta
 from idaudit.worlds.reacher.world import NAME, ReacherWorld, dataset_of
@@ -121,6 +121,21 @@ class ReacherKind(WorldKind):
             raise IdauditError(f"{root} is only partly rendered; rerun the same `idaudit world "
                                "reacher` command to finish it")
         return ReacherWorld(spec_from_dataset(ReacherSpec(**meta["spec"]), root, meta), root)
+
+    def files(self, spec: WorldSpec, base_dir: Path | None = None, *,
+              cache_dir: str | Path | None = None, data_root: Path | None = None
+              ) -> list[Path]:
+        """The dataset directory (found as :meth:`from_spec` finds it, or where
+        :meth:`prepare` renders it under ``data_root``), else the cache of rendered
+        evaluation pairs (:meth:`evaluation_set`)."""
+        data = spec.extra.get("data")
+        if data:
+            return [stored_at(data, base_dir)]
+        if data_root is not None:
+            return [default_dir(dataset_of(spec), data_root)]
+        from idaudit.worlds.reacher.eval_pairs import cache_root
+
+        return [cache_root(cache_dir)]
 
     def write(self, spec: WorldSpec, out: Path, pairs: int, seed: int, workers: int | None,
               progress: bool = False) -> str:
