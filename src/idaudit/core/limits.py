@@ -99,7 +99,6 @@ def check_runs(count: int) -> None:
         raise IdauditError(f"consistency needs at least two runs, got {count}")
 
 
-<<<<<<< HEAD
 #: the most elements one array brought to an audit may declare (z, h, h′, x … from a file or
 #: from Python): every check and metric passes over each element, several times over, and the
 #: audit's float64 copy of 2³² elements alone is 32 GiB
@@ -128,7 +127,8 @@ def check_view(shape: tuple[int, ...], strides: tuple[int, ...] | None, storage:
                            f"storage of {storage} element{'s' * (storage != 1)}: zero or "
                            "overlapping strides repeat its elements; idaudit reads only arrays "
                            "that hold every element they declare")
-=======
+
+
 def check_sweep_size(count: int, where: str, shape: str = "") -> None:
     """A sweep takes at most ``LIMITS["sweep_runs"].high`` runs: ``count`` (a grid's product
     of lengths, counted before it is expanded; ``shape`` says it, " (1000 × 1000)") beyond
@@ -140,4 +140,3 @@ def check_sweep_size(count: int, where: str, shape: str = "") -> None:
         raise IdauditError(f"{where} makes {default_text(count)} runs{shape}, more than one "
                            f"sweep takes ({default_text(high)}); keep fewer values, or split "
                            "it into several suites")
->>>>>>> h-41
