@@ -412,14 +412,7 @@ def load_export_program(path: Path, trust_pickle: bool = False) -> Any:
 
     import torch
 
-    source: Any = str(path)
-    if not trust_pickle:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
-        _vet_pt2(path, data)
-        source = io.BytesIO(data)
+    source: Any = str(path) if trust_pickle else io.BytesIO(vet_export_file(path))
     try:
         if trust_pickle:
             program = torch.export.load(source)
@@ -513,14 +506,15 @@ def vet_torchscript_file(path: Path) -> None:
         raise IdauditError(f"cannot load {path} as TorchScript ({exc})") from None
 
 
-def vet_export_file(path: Path) -> None:
-    """The vetting of a torch.export archive that :func:`load_export_program` does before
-    ``torch.export.load``, alone."""
+def vet_export_file(path: Path) -> bytes:
+    """The vetting of a torch.export archive before ``torch.export.load``: its bytes, read
+    once and vetted (:func:`_vet_pt2`), what an untrusted load then loads."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
     _vet_pt2(path, data)
+    return data
 
 
 def load_torchscript(path: Path, trust_pickle: bool = False):
@@ -528,9 +522,9 @@ def load_torchscript(path: Path, trust_pickle: bool = False):
     graphs after, before anything calls it (see above)."""
     import torch
 
+    if not trust_pickle:
+        vet_torchscript_file(path)
     try:
-        if not trust_pickle:
-            _vet_torchscript_source(path)
         module = torch.jit.load(str(path), map_location="cpu")
         if not trust_pickle:
             _vet_torchscript_graphs(module)
