@@ -539,7 +539,7 @@ def test_lewm_directory_with_a_weights_file_per_epoch(project, in_cage):
             weights="weights_epoch_2.pt")
 
 
-def test_a_lewm_run_as_stable_worldmodel_saves_it(tmp_path):
+def test_a_lewm_run_as_stable_worldmodel_saves_it(tmp_path, in_cage):
     """The real thing: a LeWM run built from lewm.yaml's model section (its encoder made by
     stable_pretraining's function vit_hf) and saved each epoch as stable-worldmodel's
     SaveCkptCallback saves it. idaudit opens it untrusted, each epoch by --weights, and embeds

@@ -10,7 +10,8 @@ every thread and process it makes later inherits them:
   beneath one private directory, nothing else — no write, truncate, link, rename or remove
   anywhere else, and no ``execve`` at all; TCP bind/connect with no port allowed (ABI ≥ 4);
   signals and abstract Unix sockets scoped to the cage (ABI ≥ 6).
-* **seccomp** (a BPF filter written here): no ``socket`` (no network of any kind), no new
+* **seccomp** (a BPF filter written here): no ``socket`` (no network of any kind;
+  ``socketpair``, a connected pair inside the process as asyncio makes, stays), no new
   process (``fork``, ``vfork``, ``execve``, ``clone`` without ``CLONE_THREAD``; ``clone3``
   answers ENOSYS so that C libraries fall back to ``clone``, which is checked), and none of
   the calls that reach past the file rules (``io_uring``, ``ptrace``, ``process_vm_*``,
@@ -45,15 +46,15 @@ _CLONE_THREAD = 0x00010000
 
 #: per architecture: (AUDIT_ARCH, seccomp syscall number, denied calls, clone, clone3)
 _ARCHES: dict[str, tuple[int, int, tuple[int, ...], int, int]] = {
-    # socket 41, socketpair 53, fork 57, vfork 58, execve 59, execveat 322, io_uring 425-427,
+    # socket 41, fork 57, vfork 58, execve 59, execveat 322, io_uring 425-427,
     # ptrace 101, process_vm_readv/writev 310/311, unshare 272, setns 308, mount 165,
     # bpf 321, userfaultfd 323, perf_event_open 298, keyctl 250, add_key 248, request_key 249
-    "x86_64": (0xC000003E, 317, (41, 53, 57, 58, 59, 322, 425, 426, 427, 101, 310, 311, 272,
+    "x86_64": (0xC000003E, 317, (41, 57, 58, 59, 322, 425, 426, 427, 101, 310, 311, 272,
                                  308, 165, 321, 323, 298, 250, 248, 249), 56, 435),
-    # socket 198, socketpair 199, execve 221, execveat 281, io_uring 425-427, ptrace 117,
+    # socket 198, execve 221, execveat 281, io_uring 425-427, ptrace 117,
     # process_vm 270/271, unshare 97, setns 268, mount 40, bpf 280, userfaultfd 282,
     # perf_event_open 241, keyctl 219, add_key 217, request_key 218
-    "aarch64": (0xC00000B7, 277, (198, 199, 221, 281, 425, 426, 427, 117, 270, 271, 97, 268,
+    "aarch64": (0xC00000B7, 277, (198, 221, 281, 425, 426, 427, 117, 270, 271, 97, 268,
                                   40, 280, 282, 241, 219, 217, 218), 220, 435),
 }
 
@@ -161,6 +162,9 @@ def _apply_landlock(read: Iterable[str], write: Iterable[str], listing: Iterable
             rules.add_path_rule(path, access=AccessFs.READ_DIR)
     for path in dict.fromkeys(write):
         rules.allow_read_write(path)
+    # /dev/null writable: libraries open it to silence output (dill does at import)
+    rules.add_path_rule("/dev/null", access=AccessFs.READ_FILE | AccessFs.WRITE_FILE |
+                        AccessFs.TRUNCATE)
     rules.apply()
 
 
