@@ -499,11 +499,16 @@ def vet_torchscript_file(path: Path) -> None:
     ``torch.jit.load``, alone: a one-line error for what it refuses."""
     try:
         _vet_torchscript_source(path)
-    except _Unvetted as exc:
-        raise IdauditError(f"{path} is a TorchScript program idaudit will not run untrusted: "
-                           f"{exc}; {_TRUST_HINT}") from None
-    except _Unreadable as exc:
-        raise IdauditError(f"cannot load {path} as TorchScript ({exc})") from None
+    except (_Unvetted, _Unreadable) as exc:
+        raise _torchscript_refusal(path, exc) from None
+
+
+def _torchscript_refusal(path: Path, exc: Exception) -> IdauditError:
+    """The one line for a TorchScript file the vetting refuses or cannot read."""
+    if isinstance(exc, _Unvetted):
+        return IdauditError(f"{path} is a TorchScript program idaudit will not run untrusted: "
+                            f"{exc}; {_TRUST_HINT}")
+    return IdauditError(f"cannot load {path} as TorchScript ({exc})")
 
 
 def vet_export_file(path: Path) -> bytes:
@@ -528,11 +533,8 @@ def load_torchscript(path: Path, trust_pickle: bool = False):
         module = torch.jit.load(str(path), map_location="cpu")
         if not trust_pickle:
             _vet_torchscript_graphs(module)
-    except _Unvetted as exc:
-        raise IdauditError(f"{path} is a TorchScript program idaudit will not run untrusted: "
-                           f"{exc}; {_TRUST_HINT}") from None
-    except _Unreadable as exc:
-        raise IdauditError(f"cannot load {path} as TorchScript ({exc})") from None
+    except (_Unvetted, _Unreadable) as exc:
+        raise _torchscript_refusal(path, exc) from None
     except Exception as exc:
         raise IdauditError(f"cannot load {path} as TorchScript ({_first_line(exc)})") from None
     return module
