@@ -18,19 +18,23 @@ import numpy as np
 def _sums_impl(c1, s1, knots_minus_one, out_c, out_s):  # pragma: no cover - compiled
     """out_c[k, j] = Σ_i cos((k+1)θ_ji), out_s likewise, from c1 = cos θ, s1 = sin θ (m, n)."""
     m, n = c1.shape
+    zero = np.zeros(1, c1.dtype)[0]  # accumulate in the arrays' dtype: float32 stays 8-wide
+    c = np.empty(n, c1.dtype)
+    s = np.empty(n, c1.dtype)
     for j in range(m):
         cj = c1[j]
         sj = s1[j]
-        c = cj.copy()
-        s = sj.copy()
+        c[:] = cj
+        s[:] = sj
         out_c[0, j] = c.sum()
         out_s[0, j] = s.sum()
         for k in range(1, knots_minus_one):
-            acc_c = c[0] * 0
-            acc_s = c[0] * 0
+            acc_c = zero
+            acc_s = zero
             for i in range(n):
-                cn = c[i] * cj[i] - s[i] * sj[i]
-                sn = s[i] * cj[i] + c[i] * sj[i]
+                x, y, cc, ss = cj[i], sj[i], c[i], s[i]
+                cn = cc * x - ss * y
+                sn = ss * x + cc * y
                 c[i] = cn
                 s[i] = sn
                 acc_c += cn
