@@ -100,8 +100,9 @@ def _chebyshev_sweep(first: torch.Tensor, u: torch.Tensor, v: torch.Tensor, knot
             u, v = v, u
 
 
-def _ep_torch(proj: torch.Tensor, knots: int, t_max: float):
+def _ep_torch(proj_t: torch.Tensor, knots: int, t_max: float):
     """Sums and gradient coefficients with torch ops (any device): two Chebyshev sweeps."""
+    proj = proj_t.T
     n, m = proj.shape
     dev, dt_ = proj.device, proj.dtype
     dt = t_max / (knots - 1)
@@ -118,20 +119,20 @@ def _ep_torch(proj: torch.Tensor, knots: int, t_max: float):
         coef = torch.stack([a * sig, b * sig], 1).unsqueeze(2)  # (knots−1, 2, 1, m)
         acc.zero_()
         _chebyshev_sweep(first, u, v, knots, lambda k, f: acc.addcmul_(f, coef[k - 1]))
-        return acc[0] + acc[1]
+        return (acc[0] + acc[1]).T
 
     return cm, sm, gradient
 
 
-def _ep_numba(proj: torch.Tensor, knots: int, t_max: float):
+def _ep_numba(proj_t: torch.Tensor, knots: int, t_max: float):
     """The same with the numba kernels: one slice's samples stay in cache for all knots."""
-    n, m = proj.shape
-    theta = (proj.T * (t_max / (knots - 1))).contiguous()
+    n = proj_t.shape[1]
+    theta = (proj_t * (t_max / (knots - 1))).contiguous()
     c1, s1 = torch.cos(theta).numpy(), torch.sin(theta).numpy()
     out = torch.from_numpy(_numba.sums(c1, s1, knots - 1)) / n
 
     def gradient(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(_numba.grad(c1, s1, a.numpy(), b.numpy())).T
+        return torch.from_numpy(_numba.grad(c1, s1, a.numpy(), b.numpy()))
 
     return out[0], out[1], gradient
 
@@ -151,24 +152,25 @@ USE_NUMBA = True
 
 
 class _EppsPulley(torch.autograd.Function):
-    """SIGReg on projections P (n, M) without materialising the (n, M, knots) tables.
+    """SIGReg on the projections' transpose Pᵀ (M, n) without materialising the (n, M, knots)
+    tables (each direction's n projections contiguous: the sweeps' order, no transposed copy).
 
     With θ = PΔt, cos(kθ) and sin(kθ) follow from one cos/sin by recurrence; one sweep gives
     the empirical characteristic function, a second sweep its gradient
-    ∂SIG/∂P_ij = (2/M) Σ_k w_k kΔt [sm_kj cos(kθ_ij) − (cm_kj − φ_k) sin(kθ_ij)].
+    ∂SIG/∂Pᵀ_ji = (2/M) Σ_k w_k kΔt [sm_kj cos(kθ_ji) − (cm_kj − φ_k) sin(kθ_ji)].
     """
 
     @staticmethod
-    def forward(ctx, proj: torch.Tensor, knots: int, t_max: float) -> torch.Tensor:
-        n, m = proj.shape
-        _, phi, w = epps_pulley_grid(knots, t_max, proj.device, proj.dtype)
+    def forward(ctx, proj_t: torch.Tensor, knots: int, t_max: float) -> torch.Tensor:
+        m, n = proj_t.shape
+        _, phi, w = epps_pulley_grid(knots, t_max, proj_t.device, proj_t.dtype)
         need = ctx.needs_input_grad[0]
-        sweep = _ep_numba if _use_numba(proj) else _ep_torch
-        cm, sm, gradient = sweep(proj.detach(), knots, t_max)
+        sweep = _ep_numba if _use_numba(proj_t) else _ep_torch
+        cm, sm, gradient = sweep(proj_t.detach(), knots, t_max)
         ec = cm - phi[1:, None]
         loss = (w[1:] @ (ec.square() + sm.square())).sum() * (n / m)  # k = 0 adds 0
         if need:
-            k = torch.arange(1, knots, device=proj.device, dtype=proj.dtype)
+            k = torch.arange(1, knots, device=proj_t.device, dtype=proj_t.dtype)
             scale = ((2.0 / m) * w[1:] * k * (t_max / (knots - 1)))[:, None]
             ctx.save_for_backward(gradient(scale * sm, -scale * ec))
         return loss
@@ -198,7 +200,7 @@ def sigreg(h: torch.Tensor, directions: torch.Tensor, knots: int = N_KNOTS,
     Equals :func:`sigreg_reference` in value and gradient, several times faster.
     """
     flat = h.reshape(-1, h.shape[-1])
-    return _EppsPulley.apply(flat @ directions, knots, t_max)
+    return _EppsPulley.apply(directions.T @ flat.T, knots, t_max)
 
 
 def alignment(h: torch.Tensor) -> torch.Tensor:
