@@ -1,0 +1,201 @@
+"""The speed guard CI runs: each hot path as a ratio against a straightforward baseline in the
+same process, so that a shared, noisy machine slows both sides alike.
+
+* ``train_step`` — a LeJEPA step on the spiral world (``Stepper``) against the step written
+  from the formulas (``bench_train_step.StraightforwardStep``: every loss each step, SIGReg
+  through the (2B, M, knots) cos/sin table and autograd, plain AdamW);
+* ``audit`` — every audit metric (``audit_metrics``) on 4 000 × 256 float32 embeddings against
+  the lstsq/SVD fits of ``bench_audit_metrics.straightforward``;
+* ``render`` — ``ReacherRenderer`` at 32 px (the CPU recipe's size; ``--render-size``) against
+  ``physics.render`` per frame on a physics loaded once (``naive_reacher.naive_render``).
+
+Rounds alternate which side runs first; a round's ratio is baseline time / idaudit time (the
+medians of its repeats), and a check passes when the median of the rounds' ratios is at least
+its floor (:data:`FLOORS`, set from measured spreads with a margin; docs in benchmarks/README.md).
+``--slow CHECK`` does idaudit's side of CHECK twice per timed call: the 2× regression the
+guard must catch. Exit 0: every check at or above its floor; 1: a ratio below its floor;
+2: usage (an unknown check, an unwritable ``--json``).
+
+    python benchmarks/guard.py [--rounds 7] [--only train_step,audit] [--slow train_step] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+#: the lowest median ratio each check may reach (baseline time / idaudit time)
+FLOORS = {"train_step": 3.3, "audit": 2.8, "render": 4.5}
+
+
+def _rounds(rounds: int, base: Callable[[], None], fast: Callable[[], None],
+            repeats: int) -> list[float]:
+    """Per-round ratios median(base)/median(fast), alternating which side goes first; each
+    side's per-call seconds are kept in :data:`SECONDS`."""
+    ratios = []
+    SECONDS.clear()
+    for r in range(rounds):
+        times: dict[str, list[float]] = {"base": [], "fast": []}
+        order = (("base", base), ("fast", fast)) if r % 2 == 0 else (("fast", fast),
+                                                                     ("base", base))
+        for name, fn in order:
+            fn()  # settle: caches and the allocator after the other side
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        ratios.append(statistics.median(times["base"]) / statistics.median(times["fast"]))
+        for name, got in times.items():
+            SECONDS.setdefault(name, []).extend(got)
+    return ratios
+
+
+SECONDS: dict[str, list[float]] = {}  # the last check's per-call times, by side
+
+
+def _twice(fn: Callable[[], None], slow: bool) -> Callable[[], None]:
+    if not slow:
+        return fn
+
+    def doubled() -> None:
+        fn()
+        fn()
+    return doubled
+
+
+def check_train_step(rounds: int, slow: bool) -> list[float]:
+    import torch
+    from bench_train_step import StraightforwardStep
+
+    from idaudit.models.encoders import MLP
+    from idaudit.training import TrainConfig
+    from idaudit.training.loop import Stepper, resolve_config
+    from idaudit.worlds import build_world, make_spec
+
+    world = build_world(make_spec("spiral", rho=0.95))
+    cfg = resolve_config(world, TrainConfig(steps=20_000, lamb=1e-3, seed=0))
+    torch.manual_seed(0)
+    enc = MLP()
+    cpu = torch.device("cpu")
+    source = world.pair_source(cfg.views, cfg.batch, torch.Generator().manual_seed(1), cpu)
+    fast = Stepper(source, enc, cfg, cfg.steps, 1.0, source.gen, cpu)
+    ref = StraightforwardStep(world, copy.deepcopy(enc), cfg, torch.Generator().manual_seed(1))
+    it = [0]
+
+    def step(s) -> Callable[[], None]:
+        def run() -> None:
+            float(s.step(it[0]))  # the loss on the host: the step has finished
+            it[0] += 1
+        return run
+    return _rounds(rounds, step(ref), _twice(step(fast), slow), repeats=15)
+
+
+def check_audit(rounds: int, slow: bool) -> list[float]:
+    import torch
+    from bench_audit_metrics import straightforward
+
+    from idaudit.maths.metrics import audit_metrics
+
+    g = torch.Generator().manual_seed(0)
+    n, dim = 4000, 256
+    z = torch.randn(n, dim, generator=g)
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g))
+    h = torch.tanh(0.3 * z @ q.T) / 0.3 + 0.05 * torch.randn(n, dim, generator=g)
+    hp = h + 0.3 * torch.randn(n, dim, generator=g)
+    audit_metrics(z[:500, :8], h[:500, :8], hp[:500, :8], 0.95)  # numba cache, BLAS
+    return _rounds(rounds, lambda: straightforward(z, h, hp, 0.95),
+                   _twice(lambda: audit_metrics(z, h, hp, 0.95), slow), repeats=3)
+
+
+RENDER_FRAMES = 40  # per call: the naive loop renders ≈ 30 frames/s here
+
+
+def check_render(rounds: int, slow: bool, size: int = 32, frames: int = RENDER_FRAMES
+                 ) -> list[float]:
+    import numpy as np
+    from naive_reacher import naive_physics, naive_render
+
+    from idaudit.worlds.reacher.render import ReacherRenderer
+
+    angles = np.random.default_rng(0).standard_normal((frames, 2))
+    renderer = ReacherRenderer(size)
+    renderer.render(angles[:2])
+    physics = naive_physics()  # loaded once: the loop's per-frame cost is compared
+    naive_render(angles[:2], size, physics)  # the GL start
+    return _rounds(rounds, lambda: naive_render(angles, size, physics),
+                   _twice(lambda: renderer.render(angles), slow), repeats=2)
+
+
+CHECKS: dict[str, Callable[..., list[float]]] = {
+    "train_step": check_train_step, "audit": check_audit, "render": check_render}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--only", default=",".join(CHECKS), help="comma-separated checks")
+    ap.add_argument("--slow", default="", help="checks whose idaudit side runs twice (a 2x "
+                    "regression the guard must catch)")
+    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--render-size", type=int, default=32, help="image size of the render check")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = ap.parse_args()
+    only = [c for c in args.only.split(",") if c]
+    slow = [c for c in args.slow.split(",") if c]
+    unknown = sorted(set(only + slow) - set(CHECKS))
+    if unknown or args.rounds < 1:
+        print(f"guard: unknown check {', '.join(unknown)}; valid: {', '.join(CHECKS)}"
+              if unknown else "guard: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    if args.json is not None:
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.touch()
+        except OSError as exc:
+            print(f"guard: cannot write {args.json}: {exc.strerror}", file=sys.stderr)
+            return 2
+    import torch
+
+    torch.set_num_threads(args.threads)
+    results, failed = {}, []
+    for name in only:
+        t0 = time.perf_counter()
+        kwargs = {"size": args.render_size} if name == "render" else {}
+        ratios = CHECKS[name](args.rounds, name in slow, **kwargs)
+        med = statistics.median(ratios)
+        ok = med >= FLOORS[name]
+        failed += [] if ok else [name]
+        per_call = {side: statistics.median(t) for side, t in SECONDS.items()}
+        results[name] = {"median_ratio": med, "floor": FLOORS[name], "ratios": ratios,
+                         "passed": ok, "slowed": name in slow, "seconds_per_call": per_call,
+                         "seconds": time.perf_counter() - t0}
+        if name == "render":
+            results[name]["frames_per_second"] = {side: RENDER_FRAMES / t
+                                                  for side, t in per_call.items()}
+            results[name]["size"] = args.render_size
+        print(f"{name:10s} {'ok  ' if ok else 'SLOW'} median {med:5.2f}x (floor {FLOORS[name]}x; "
+              f"rounds {min(ratios):.2f}–{max(ratios):.2f}x){'  [slowed 2x]' if name in slow else ''}"
+              f"  {results[name]['seconds']:.0f} s", flush=True)
+        if name == "render":
+            fps = results[name]["frames_per_second"]
+            print(f"{'':10s} {args.render_size} px: {fps['fast']:.0f} frames/s against "
+                  f"{fps['base']:.0f} for physics.render per frame", flush=True)
+    if args.json is not None:
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(json.dumps({"torch": torch.__version__, "threads": args.threads,
+                                   "checks": results}, indent=1))
+        tmp.replace(args.json)
+    if failed:
+        print(f"guard: below the floor: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
