@@ -12,6 +12,7 @@ same process, so that a shared, noisy machine slows both sides alike.
 Rounds alternate which side runs first; a round's ratio is baseline time / idaudit time (the
 medians of its repeats), and a check passes when the median of the rounds' ratios is at least
 its floor (:data:`FLOORS`, set from measured spreads with a margin; docs in benchmarks/README.md).
+Each check runs on the torch threads :data:`THREADS` gives it unless ``--threads`` says otherwise.
 ``--slow CHECK`` does idaudit's side of CHECK twice per timed call: the 2× regression the
 guard must catch. Exit 0: every check at or above its floor; 1: a ratio below its floor;
 2: usage (an unknown check, an unwritable ``--json``).
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import time
@@ -33,6 +33,10 @@ from pathlib import Path
 
 #: the lowest median ratio each check may reach (baseline time / idaudit time)
 FLOORS = {"train_step": 3.3, "audit": 2.8, "render": 4.5}
+#: torch threads per check: one for the step and the render (beside a busy neighbour a 2-thread
+#: step's rounds spread over 0.7–34x, a 1-thread step's over 3.7–6.3x), two for the audit (as
+#: users run it; on one thread beside a neighbour its rounds fell to 0.2x)
+THREADS = {"train_step": 1, "audit": 2, "render": 1}
 
 
 def _rounds(rounds: int, base: Callable[[], None], fast: Callable[[], None],
@@ -143,7 +147,8 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(CHECKS), help="comma-separated checks")
     ap.add_argument("--slow", default="", help="checks whose idaudit side runs twice (a 2x "
                     "regression the guard must catch)")
-    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads for every check (default: THREADS, per check)")
     ap.add_argument("--render-size", type=int, default=32, help="image size of the render check")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     args = ap.parse_args()
@@ -163,10 +168,11 @@ def main() -> int:
             return 2
     import torch
 
-    torch.set_num_threads(args.threads)
     results, failed = {}, []
     for name in only:
         t0 = time.perf_counter()
+        threads = args.threads or THREADS[name]
+        torch.set_num_threads(threads)
         kwargs = {"size": args.render_size} if name == "render" else {}
         ratios = CHECKS[name](args.rounds, name in slow, **kwargs)
         med = statistics.median(ratios)
@@ -175,6 +181,7 @@ def main() -> int:
         per_call = {side: statistics.median(t) for side, t in SECONDS.items()}
         results[name] = {"median_ratio": med, "floor": FLOORS[name], "ratios": ratios,
                          "passed": ok, "slowed": name in slow, "seconds_per_call": per_call,
+                         "threads": threads,
                          "seconds": time.perf_counter() - t0}
         if name == "render":
             results[name]["frames_per_second"] = {side: RENDER_FRAMES / t
@@ -189,8 +196,7 @@ def main() -> int:
                   f"{fps['base']:.0f} for physics.render per frame", flush=True)
     if args.json is not None:
         tmp = args.json.with_name(args.json.name + ".tmp")
-        tmp.write_text(json.dumps({"torch": torch.__version__, "threads": args.threads,
-                                   "checks": results}, indent=1))
+        tmp.write_text(json.dumps({"torch": torch.__version__, "checks": results}, indent=1))
         tmp.replace(args.json)
     if failed:
         print(f"guard: below the floor: {', '.join(failed)}", file=sys.stderr)
