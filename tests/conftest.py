@@ -2,6 +2,13 @@ import os
 
 import pytest
 
+# pytest-xdist's workers (pyproject's addopts) start with COLUMNS=80 and LINES=24 set, which a
+# serial run has not: rich's consoles, made when the CLI is imported, would keep 80 columns
+# where a test sets COLUMNS itself (and wrap the long paths of a worker's tmp_path)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 # idaudit before torch: its OpenMP settings (waiting threads sleep) must be in place when torch
 # loads the runtime; a suite that imported torch first trained up to 10× slower beside busy
 # processes (benchmarks/bench_numba_pool.py --torch-first)
