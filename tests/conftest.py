@@ -2,6 +2,13 @@ import os
 
 import pytest
 
+# pytest-xdist's workers (pyproject's addopts) start with COLUMNS=80 and LINES=24 set, which a
+# serial run has not: rich's consoles, made when the CLI is imported, would keep 80 columns
+# where a test sets COLUMNS itself (and wrap the long paths of a worker's tmp_path)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 # idaudit before torch: its OpenMP settings (waiting threads sleep) must be in place when torch
 # loads the runtime; a suite that imported torch first trained up to 10× slower beside busy
 # processes (benchmarks/bench_numba_pool.py --torch-first)
@@ -95,3 +102,42 @@ def in_cage(monkeypatch):
     import idaudit.loading.loaders as loaders
 
     monkeypatch.setattr(loaders, "IN_CAGE", True)
+
+
+class ForkedCLI:
+    """``python -m idaudit.cli ARGS`` for each of several commands at once, each in a process
+    of its own, forked from one process that imported the CLI (tests/cli_fork.py): the
+    import (torch's ≈ 2–3 s) is paid once per ``ForkedCLI``, not once per process. For tests
+    of what concurrent processes do to shared files; a test of the process's own start-up
+    (its entry point, its environment, its limits) starts it itself."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("cli_fork.py"))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == '"ready"'
+
+    def run_at_once(self, argvs, cwd="."):
+        """[(exit code, stderr)] of the commands ``argvs``, started together."""
+        import json
+        import os
+
+        request = {"cwd": os.path.abspath(cwd), "argvs": [[str(a) for a in v] for v in argvs]}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return [(r["code"], r["stderr"]) for r in json.loads(self.proc.stdout.readline())]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def forked_cli():
+    cli = ForkedCLI()
+    yield cli
+    cli.close()

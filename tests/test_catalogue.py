@@ -170,7 +170,8 @@ def test_metrics_command_lists_every_key_and_its_json_round_trips(tmp_path):
              if line.startswith("│") and line.split("│")[1].strip()}
     assert shown == set(BY_KEY)
     out = tmp_path / "metrics.json"
-    res = runner.invoke(app, ["metrics", "--json", str(out)])
+    # wide: the path of an xdist worker's tmp_path would wrap at 80 columns
+    res = runner.invoke(app, ["metrics", "--json", str(out)], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and f"wrote {out}" in " ".join(res.output.split()), res.output
     data = json.loads(out.read_text())
     assert [d["key"] for d in data] == [m.key for m in CATALOGUE]

@@ -170,7 +170,8 @@ def test_output_on_a_checkpoint_without_projector_is_refused(tmp_path):
 
 
 def test_a_short_official_run_beats_the_raw_mixing():
-    record = idaudit.train(world="spiral", steps=1500, eval_every=0, n_eval=4000,
+    # 1000 steps: held-out R² 0.967 here (800: 0.946; 500: 0.42, before the fit sets in)
+    record = idaudit.train(world="spiral", steps=1000, eval_every=0, n_eval=4000,
                            form="official", n_views=4)
     m = record.metrics
     assert m["r2_h_to_z_heldout"] > m["mixing_r2_x_to_z"] + 0.5

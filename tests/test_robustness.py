@@ -403,14 +403,11 @@ def test_symlinked_output_replaces_the_link_not_its_target(files, tmp_path):
     assert target.read_text() == "keep me"
 
 
-def test_four_audits_writing_one_report_at_once(files, tmp_path):
+def test_four_audits_writing_one_report_at_once(files, tmp_path, forked_cli):
     report = tmp_path / "r.json"
-    cmd = [_idaudit_exe(), "audit", str(files / "good.npz"), "--json", str(report),
-           "--min-r2", "0.9"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for _ in range(4)]
-    codes = [p.wait(timeout=300) for p in procs]
-    assert codes == [0, 0, 0, 0], [p.stderr.read() for p in procs]
+    cmd = ["audit", files / "good.npz", "--json", report, "--min-r2", "0.9"]
+    results = forked_cli.run_at_once([cmd] * 4)  # four processes, forked from one
+    assert [code for code, _ in results] == [0, 0, 0, 0], [err for _, err in results]
     assert json.loads(report.read_text())["verdict"] == "pass"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 

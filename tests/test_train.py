@@ -23,14 +23,15 @@ def test_schedule_constant_then_cosine():
 
 def test_short_spiral_run_beats_the_raw_mixing():
     world = build_world(make_spec("spiral", rho=0.95))
-    result = train(world, TrainConfig(steps=1200, seed=3, eval_every=400, n_eval=4000))
+    # 600 steps: R² 0.975 here (800: 0.979; 400: 0.967), the raw mixing 0.011
+    result = train(world, TrainConfig(steps=600, seed=3, eval_every=200, n_eval=4000))
     m = result.metrics
     assert m["mixing_r2_x_to_z"] < 0.05
     assert m["r2_h_to_z"] > 0.8
     assert m["r2_h_to_z"] > m["mixing_r2_x_to_z"] + 0.5
     assert m["bound_holds"]
     curve = result.history[0]["curve"]
-    assert [c["step"] for c in curve] == [400, 800, 1200]
+    assert [c["step"] for c in curve] == [200, 400, 600]
 
 
 @pytest.mark.parametrize("objective", ["whiten", "infonce"])
