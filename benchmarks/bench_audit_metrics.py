@@ -67,6 +67,17 @@ def straightforward(z: torch.Tensor, h: torch.Tensor, hp: torch.Tensor, rho: flo
             "procrustes_mse": float(proc), "whitening_error": float(eps), "alignment_gap": gap}
 
 
+def embeddings(n: int, dim: int, dtype=torch.float32
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Latents z, embeddings h = tanh(0.3·zQᵀ)/0.3 + noise (Q orthogonal), and h′ = h + noise."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(n, dim, generator=g)
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g))
+    h = torch.tanh(0.3 * z @ q.T) / 0.3 + 0.05 * torch.randn(n, dim, generator=g)
+    hp = h + 0.3 * torch.randn(n, dim, generator=g)
+    return z.to(dtype), h.to(dtype), hp.to(dtype)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000)
@@ -77,13 +88,7 @@ def main() -> None:
                     help="also time `idaudit audit` from another checkout's src/ (before → after)")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    g = torch.Generator().manual_seed(0)
-    z = torch.randn(args.n, args.dim, generator=g)
-    q, _ = torch.linalg.qr(torch.randn(args.dim, args.dim, generator=g))
-    h = torch.tanh(0.3 * z @ q.T) / 0.3 + 0.05 * torch.randn(args.n, args.dim, generator=g)
-    hp = h + 0.3 * torch.randn(args.n, args.dim, generator=g)
-    dtype = getattr(torch, args.dtype)
-    z, h, hp = z.to(dtype), h.to(dtype), hp.to(dtype)
+    z, h, hp = embeddings(args.n, args.dim, getattr(torch, args.dtype))
 
     audit_metrics(z[:500, :8], h[:500, :8], hp[:500, :8], 0.95)  # warm-up (numba cache, BLAS)
     t_fast, t_ref = [], []

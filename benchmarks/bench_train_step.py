@@ -53,6 +53,20 @@ class StraightforwardStep:
         return loss.detach()
 
 
+def make_steps() -> tuple[Stepper, StraightforwardStep]:
+    """idaudit's step and the straightforward one on the spiral world (ρ = 0.95, λ = 1e-3),
+    from the same weights, batches and SIGReg directions."""
+    world = build_world(make_spec("spiral", rho=0.95))
+    cfg = resolve_config(world, TrainConfig(steps=20_000, lamb=1e-3, seed=0))
+    torch.manual_seed(0)
+    enc = MLP()
+    cpu = torch.device("cpu")
+    source = world.pair_source(cfg.views, cfg.batch, torch.Generator().manual_seed(1), cpu)
+    fast = Stepper(source, enc, cfg, cfg.steps, 1.0, source.gen, cpu)
+    return fast, StraightforwardStep(world, copy.deepcopy(enc), cfg,
+                                     torch.Generator().manual_seed(1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=16)
@@ -62,15 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    world = build_world(make_spec("spiral", rho=0.95))
-    cfg = resolve_config(world, TrainConfig(steps=20_000, lamb=1e-3, seed=0))
-    torch.manual_seed(0)
-    enc_fast = MLP()
-    enc_ref = copy.deepcopy(enc_fast)
-    cpu = torch.device("cpu")
-    source = world.pair_source(cfg.views, cfg.batch, torch.Generator().manual_seed(1), cpu)
-    fast = Stepper(source, enc_fast, cfg, cfg.steps, 1.0, source.gen, cpu)
-    ref = StraightforwardStep(world, enc_ref, cfg, torch.Generator().manual_seed(1))
+    fast, ref = make_steps()
 
     # same weights, same batches, same directions → same loss values
     n_check = 20

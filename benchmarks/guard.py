@@ -17,34 +17,40 @@ Each check runs on the torch threads :data:`THREADS` gives it unless ``--threads
 guard must catch. Exit 0: every check at or above its floor; 1: a ratio below its floor;
 2: usage (an unknown check, an unwritable ``--json``).
 
-    python benchmarks/guard.py [--rounds 7] [--only train_step,audit] [--slow train_step] [--json F]
+    python benchmarks/guard.py [--rounds 7] [--only train_step,audit] [--slow train_step]
+                               [--retries 1] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
-#: the lowest median ratio each check may reach (baseline time / idaudit time)
-FLOORS = {"train_step": 3.3, "audit": 2.8, "render": 4.5}
+#: the lowest median ratio each check may reach (baseline time / idaudit time), between the
+#: measured ratios and those of idaudit's side done twice (benchmarks/README.md)
+FLOORS = {"train_step": 3.3, "audit": 2.8, "render": 3.3}
 #: torch threads per check: one for the step and the render (beside a busy neighbour a 2-thread
 #: step's rounds spread over 0.7–34x, a 1-thread step's over 3.7–6.3x), two for the audit (as
 #: users run it; on one thread beside a neighbour its rounds fell to 0.2x)
 THREADS = {"train_step": 1, "audit": 2, "render": 1}
 
 
+class Measured(NamedTuple):
+    ratios: list[float]  # per round: median(base) / median(fast)
+    seconds: dict[str, list[float]]  # per call, by side ("base", "fast")
+
+
 def _rounds(rounds: int, base: Callable[[], None], fast: Callable[[], None],
-            repeats: int) -> list[float]:
-    """Per-round ratios median(base)/median(fast), alternating which side goes first; each
-    side's per-call seconds are kept in :data:`SECONDS`."""
-    ratios = []
-    SECONDS.clear()
+            repeats: int) -> Measured:
+    """Per-round ratios median(base)/median(fast), alternating which side goes first."""
+    ratios: list[float] = []
+    seconds: dict[str, list[float]] = {"base": [], "fast": []}
     for r in range(rounds):
         times: dict[str, list[float]] = {"base": [], "fast": []}
         order = (("base", base), ("fast", fast)) if r % 2 == 0 else (("fast", fast),
@@ -57,11 +63,8 @@ def _rounds(rounds: int, base: Callable[[], None], fast: Callable[[], None],
                 times[name].append(time.perf_counter() - t0)
         ratios.append(statistics.median(times["base"]) / statistics.median(times["fast"]))
         for name, got in times.items():
-            SECONDS.setdefault(name, []).extend(got)
-    return ratios
-
-
-SECONDS: dict[str, list[float]] = {}  # the last check's per-call times, by side
+            seconds[name].extend(got)
+    return Measured(ratios, seconds)
 
 
 def _twice(fn: Callable[[], None], slow: bool) -> Callable[[], None]:
@@ -74,23 +77,10 @@ def _twice(fn: Callable[[], None], slow: bool) -> Callable[[], None]:
     return doubled
 
 
-def check_train_step(rounds: int, slow: bool) -> list[float]:
-    import torch
-    from bench_train_step import StraightforwardStep
+def check_train_step(rounds: int, slow: bool) -> Measured:
+    from bench_train_step import make_steps
 
-    from idaudit.models.encoders import MLP
-    from idaudit.training import TrainConfig
-    from idaudit.training.loop import Stepper, resolve_config
-    from idaudit.worlds import build_world, make_spec
-
-    world = build_world(make_spec("spiral", rho=0.95))
-    cfg = resolve_config(world, TrainConfig(steps=20_000, lamb=1e-3, seed=0))
-    torch.manual_seed(0)
-    enc = MLP()
-    cpu = torch.device("cpu")
-    source = world.pair_source(cfg.views, cfg.batch, torch.Generator().manual_seed(1), cpu)
-    fast = Stepper(source, enc, cfg, cfg.steps, 1.0, source.gen, cpu)
-    ref = StraightforwardStep(world, copy.deepcopy(enc), cfg, torch.Generator().manual_seed(1))
+    fast, ref = make_steps()
     it = [0]
 
     def step(s) -> Callable[[], None]:
@@ -101,18 +91,12 @@ def check_train_step(rounds: int, slow: bool) -> list[float]:
     return _rounds(rounds, step(ref), _twice(step(fast), slow), repeats=15)
 
 
-def check_audit(rounds: int, slow: bool) -> list[float]:
-    import torch
-    from bench_audit_metrics import straightforward
+def check_audit(rounds: int, slow: bool) -> Measured:
+    from bench_audit_metrics import embeddings, straightforward
 
     from idaudit.maths.metrics import audit_metrics
 
-    g = torch.Generator().manual_seed(0)
-    n, dim = 4000, 256
-    z = torch.randn(n, dim, generator=g)
-    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g))
-    h = torch.tanh(0.3 * z @ q.T) / 0.3 + 0.05 * torch.randn(n, dim, generator=g)
-    hp = h + 0.3 * torch.randn(n, dim, generator=g)
+    z, h, hp = embeddings(4000, 256)
     audit_metrics(z[:500, :8], h[:500, :8], hp[:500, :8], 0.95)  # numba cache, BLAS
     return _rounds(rounds, lambda: straightforward(z, h, hp, 0.95),
                    _twice(lambda: audit_metrics(z, h, hp, 0.95), slow), repeats=3)
@@ -122,7 +106,7 @@ RENDER_FRAMES = 40  # per call: the naive loop renders ≈ 30 frames/s here
 
 
 def check_render(rounds: int, slow: bool, size: int = 32, frames: int = RENDER_FRAMES
-                 ) -> list[float]:
+                 ) -> Measured:
     import numpy as np
     from naive_reacher import naive_physics, naive_render
 
@@ -137,8 +121,34 @@ def check_render(rounds: int, slow: bool, size: int = 32, frames: int = RENDER_F
                    _twice(lambda: renderer.render(angles), slow), repeats=2)
 
 
-CHECKS: dict[str, Callable[..., list[float]]] = {
+CHECKS: dict[str, Callable[..., Measured]] = {
     "train_step": check_train_step, "audit": check_audit, "render": check_render}
+
+
+def measure(name: str, args: argparse.Namespace, slow: bool) -> dict:
+    """Run check ``name`` once: its ratios, their median against the floor, the per-call
+    seconds of each side (and frames/s for the render); prints its line."""
+    import torch
+
+    t0 = time.perf_counter()
+    threads = args.threads or THREADS[name]
+    torch.set_num_threads(threads)
+    kwargs = {"size": args.render_size} if name == "render" else {}
+    got = CHECKS[name](args.rounds, slow, **kwargs)
+    med = statistics.median(got.ratios)
+    per_call = {side: statistics.median(t) for side, t in got.seconds.items()}
+    result = {"median_ratio": med, "floor": FLOORS[name], "ratios": got.ratios,
+              "passed": med >= FLOORS[name], "slowed": slow, "seconds_per_call": per_call,
+              "threads": threads, "seconds": time.perf_counter() - t0}
+    print(f"{name:10s} {'ok  ' if result['passed'] else 'SLOW'} median {med:5.2f}x (floor "
+          f"{FLOORS[name]}x; rounds {min(got.ratios):.2f}–{max(got.ratios):.2f}x)"
+          f"{'  [slowed 2x]' if slow else ''}  {result['seconds']:.0f} s", flush=True)
+    if name == "render":
+        fps = {side: RENDER_FRAMES / t for side, t in per_call.items()}
+        result.update(frames_per_second=fps, size=args.render_size)
+        print(f"{'':10s} {args.render_size} px: {fps['fast']:.0f} frames/s against "
+              f"{fps['base']:.0f} for physics.render per frame", flush=True)
+    return result
 
 
 def main() -> int:
@@ -151,13 +161,17 @@ def main() -> int:
                     help="torch threads for every check (default: THREADS, per check)")
     ap.add_argument("--render-size", type=int, default=32, help="image size of the render check")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--retries", type=int, default=0, help="measure a check below its floor "
+                    "again, up to this many times; its last measurement is the verdict (a "
+                    "neighbour's burst passes, a real regression fails every time)")
     args = ap.parse_args()
     only = [c for c in args.only.split(",") if c]
     slow = [c for c in args.slow.split(",") if c]
     unknown = sorted(set(only + slow) - set(CHECKS))
-    if unknown or args.rounds < 1:
+    if unknown or args.rounds < 1 or args.retries < 0:
         print(f"guard: unknown check {', '.join(unknown)}; valid: {', '.join(CHECKS)}"
-              if unknown else "guard: --rounds must be at least 1", file=sys.stderr)
+              if unknown else "guard: --rounds must be at least 1 and --retries at least 0",
+              file=sys.stderr)
         return 2
     if args.json is not None:
         try:
@@ -168,32 +182,16 @@ def main() -> int:
             return 2
     import torch
 
-    results, failed = {}, []
+    results: dict[str, dict] = {}
     for name in only:
-        t0 = time.perf_counter()
-        threads = args.threads or THREADS[name]
-        torch.set_num_threads(threads)
-        kwargs = {"size": args.render_size} if name == "render" else {}
-        ratios = CHECKS[name](args.rounds, name in slow, **kwargs)
-        med = statistics.median(ratios)
-        ok = med >= FLOORS[name]
-        failed += [] if ok else [name]
-        per_call = {side: statistics.median(t) for side, t in SECONDS.items()}
-        results[name] = {"median_ratio": med, "floor": FLOORS[name], "ratios": ratios,
-                         "passed": ok, "slowed": name in slow, "seconds_per_call": per_call,
-                         "threads": threads,
-                         "seconds": time.perf_counter() - t0}
-        if name == "render":
-            results[name]["frames_per_second"] = {side: RENDER_FRAMES / t
-                                                  for side, t in per_call.items()}
-            results[name]["size"] = args.render_size
-        print(f"{name:10s} {'ok  ' if ok else 'SLOW'} median {med:5.2f}x (floor {FLOORS[name]}x; "
-              f"rounds {min(ratios):.2f}–{max(ratios):.2f}x){'  [slowed 2x]' if name in slow else ''}"
-              f"  {results[name]['seconds']:.0f} s", flush=True)
-        if name == "render":
-            fps = results[name]["frames_per_second"]
-            print(f"{'':10s} {args.render_size} px: {fps['fast']:.0f} frames/s against "
-                  f"{fps['base']:.0f} for physics.render per frame", flush=True)
+        results[name] = measure(name, args, name in slow)
+        for attempt in range(2, args.retries + 2):
+            if results[name]["passed"]:
+                break
+            print(f"{'':10s} below the floor: measuring again ({attempt} of {args.retries + 1})",
+                  flush=True)
+            results[name] = {**measure(name, args, name in slow), "attempt": attempt}
+    failed = [name for name, got in results.items() if not got["passed"]]
     if args.json is not None:
         tmp = args.json.with_name(args.json.name + ".tmp")
         tmp.write_text(json.dumps({"torch": torch.__version__, "checks": results}, indent=1))

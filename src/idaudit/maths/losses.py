@@ -127,7 +127,7 @@ def _ep_torch(proj_t: torch.Tensor, knots: int, t_max: float):
 def _ep_numba(proj_t: torch.Tensor, knots: int, t_max: float):
     """The same with the numba kernels: one slice's samples stay in cache for all knots."""
     n = proj_t.shape[1]
-    theta = (proj_t * (t_max / (knots - 1))).contiguous()
+    theta = (proj_t * (t_max / (knots - 1))).contiguous()  # a no-op for the matmul's (M, n)
     c1, s1 = torch.cos(theta).numpy(), torch.sin(theta).numpy()
     out = torch.from_numpy(_numba.sums(c1, s1, knots - 1)) / n
 
