@@ -30,17 +30,27 @@ def sweep(
     set_: list[str] = typer.Option([], "--set", help="override an option on every run, e.g. "
                                    "--set pairs=3000 --set epochs=10 (Reacher)"),
     workers: int | None = typer.Option(None, "--workers", help="parallel runs (default: cores, "
-                                       "or one per GPU)"),
+                                       "or one per GPU; under Ray: the most runs in flight, "
+                                       "default all)"),
     executor: str = typer.Option(default(SweepRequest, "executor"), "--executor",
                                  help="local (process pool) | ray"),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: "
                                        "a local Ray instance)"),
+    cpus_per_run: float | None = typer.Option(None, "--cpus-per-run", help="Ray: CPUs each "
+                                              "run asks for (torch threads, render "
+                                              "processes; default 1)"),
+    gpus_per_run: float | None = typer.Option(None, "--gpus-per-run", help="Ray: GPUs each run "
+                                              "asks for (default 0; > 0 trains the GPU "
+                                              "recipe on CUDA)"),
+    memory_per_run: float | None = typer.Option(None, "--memory-per-run", help="Ray: memory "
+                                                "each run declares, GiB (default: none)"),
     list_only: bool = typer.Option(False, "--list", help="print the runs, run nothing"),
     checkpoints: bool = typer.Option(default(SweepRequest, "checkpoints"), "--checkpoints",
                                      help="keep each trained encoder as "
                                      "OUT/checkpoints/ID.safetensors (for audit and plan)"),
 ) -> None:
-    """Run a suite of trainings (resumable: finished runs are skipped) in a process pool.
+    """Run a suite of trainings (resumable: finished runs are skipped) in a process pool or
+    on a Ray cluster (--executor ray; the nodes need idaudit, no shared disk).
 
     Each run writes OUT/runs/ID.json; rerunning the same command runs only what is missing.
     Reacher datasets are rendered first, under OUT/data. See docs/sweeps.md.
@@ -51,7 +61,9 @@ def sweep(
 
     req = SweepRequest(suite=suite, out=out_dir, seeds=seeds, steps=steps, dims=dims,
                        objectives=objectives, only=only, set=set_, workers=workers,
-                       executor=executor, address=address, checkpoints=checkpoints)
+                       executor=executor, address=address, cpus_per_run=cpus_per_run,
+                       gpus_per_run=gpus_per_run, memory_per_run=memory_per_run,
+                       checkpoints=checkpoints)
     runs = sweep_runs(req)
     if list_only:
         table = Table(title=f"{suite}: {len(runs)} runs")

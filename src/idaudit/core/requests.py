@@ -472,8 +472,10 @@ class SweepRequest:
     (``seeds``: the first N; ``steps``: a cap; ``dims``, ``objectives``; ``only``:
     ``{option: [values]}`` or ``["OPTION=V1,V2", …]``), ``set`` (``{option: value}`` or
     ``["OPTION=VALUE", …]``, on every run), ``workers`` parallel runs (None: cores, or one
-    per GPU), the ``executor`` (local | ray) and Ray's ``address``, ``checkpoints`` to keep
-    each trained encoder."""
+    per GPU; under Ray the most runs in flight), the ``executor`` (local | ray), Ray's
+    ``address`` and what each Ray task asks for (``cpus_per_run``, default 1; ``gpus_per_run``,
+    default 0, a GPU run following the GPU recipe; ``memory_per_run`` in GiB), ``checkpoints``
+    to keep each trained encoder."""
 
     suite: str | Path = ""
     out: str | Path = "sweeps"
@@ -486,6 +488,9 @@ class SweepRequest:
     workers: int | None = None
     executor: str = "local"
     address: str | None = None
+    cpus_per_run: float | None = None
+    gpus_per_run: float | None = None
+    memory_per_run: float | None = None
     checkpoints: bool = False
 
 

@@ -268,9 +268,30 @@ def _paper_side_by_side(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
+def runs_per_node(records: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: per Ray node (records that name one), its runs and their training
+    minutes (total and per run); none for a local sweep."""
+    nodes: dict[str, list[float]] = {}
+    for rec in records:
+        node = rec.get("node")
+        if isinstance(node, dict):
+            key = f"{node.get('host')} ({node.get('ip')})"
+            nodes.setdefault(key, []).append(float(rec.get("seconds") or 0.0))
+    if not nodes:
+        return []
+    lines = ["", "Runs per node (Ray):", "", "| node | runs | minutes | minutes per run |",
+             "|---|---:|---:|---:|"]
+    for key, secs in sorted(nodes.items()):
+        lines.append(f"| {key} | {len(secs)} | {sum(secs) / 60:.2f} | "
+                     f"{sum(secs) / 60 / len(secs):.2f} |")
+    return lines
+
+
+def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
+                 records: list[dict[str, Any]] | None = None) -> dict[str, Path]:
     """summary.csv (every configuration) and summary.md (the paper's Table 1 layout when the
-    runs vary the dimension: N, raw-mixing R², then R²(h → z) per method)."""
+    runs vary the dimension: N, raw-mixing R², then R²(h → z) per method; with ``records``
+    from a Ray sweep, the runs per node)."""
     import csv
     import io
 
@@ -319,6 +340,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, P
         lines += ["", "R²(h→z) against ρ at each λ (Spearman rank correlation; +1 = rising "
                   "monotonically):", "", "| λ | Spearman(R², ρ) |", "|---:|---:|"]
         lines += [f"| {lam:g} | {rs:+.2f} |" for lam, rs in trends]
+    lines += runs_per_node(records or [])
     text_md = "\n".join(lines) + "\n"
     atomic_write(out_dir / TABLES["markdown"], lambda tmp: Path(tmp).write_text(text_md))
     return {kind: out_dir / name for kind, name in TABLES.items()}

@@ -10,6 +10,7 @@ need data on disk (Reacher) have it prepared first, under ``OUT/data``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -44,13 +45,13 @@ def _init_worker(devices) -> None:
 
 
 @contextlib.contextmanager
-def _one_thread():
-    """torch single-threaded inside, the caller's thread count restored on the way out (a
+def _threads(n: int = 1):
+    """torch on ``n`` threads inside, the caller's thread count restored on the way out (a
     one-worker sweep runs in the caller's process)."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     try:
         yield
     finally:
@@ -58,19 +59,20 @@ def _one_thread():
 
 
 def execute(run: dict[str, Any], data_root: str | None = None,
-            device: str | None = None, checkpoint_dir: str | None = None) -> dict[str, Any]:
-    """Train one run (single-threaded on CPU) and return its result record (never raises).
+            device: str | None = None, checkpoint_dir: str | None = None,
+            threads: int = 1) -> dict[str, Any]:
+    """Train one run (on ``threads`` CPU threads) and return its result record (never raises).
 
     ``device`` defaults to this worker's device (CPU, or the GPU a pool assigned it); worlds
     with data on disk read it under ``data_root`` (prepared beforehand). With
     ``checkpoint_dir`` the trained encoder is kept there as ``ID.safetensors`` (+ its log).
-    torch's thread count is 1 during the run and the caller's again afterwards.
+    torch's thread count is ``threads`` during the run and the caller's again afterwards.
     """
     t0 = time.perf_counter()
     try:
         device = device or _WORKER_DEVICE
         ckpt = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id(run)}.safetensors"
-        with _one_thread():
+        with _threads(threads):
             rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data",
                           sample=True, label_free=True)
         return {"run": run, "status": "ok", **rec.to_dict(),
@@ -143,14 +145,17 @@ def run_files(out_dir: str | Path, ids: list[str], checkpoints: bool = False
 
 def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
               progress: bool = False, executor: str = "local", address: str | None = None,
-              checkpoints: bool = False,
-              reads: list[tuple[Path, str]] | None = None) -> dict[str, int]:
+              checkpoints: bool = False, reads: list[tuple[Path, str]] | None = None,
+              shape: Any = None) -> dict[str, int]:
     """Execute the runs whose result file is missing; return counts.
 
-    ``executor`` local: a spawn process pool, one single-threaded run per core, or one run per
-    GPU when the machine has GPUs; ray: Ray tasks (one CPU each, one GPU each when the cluster
-    has GPUs), on the cluster at ``address`` or a local Ray instance. Reacher datasets are
-    rendered first, under ``OUT/data``. ``checkpoints`` keeps every trained encoder as
+    ``executor`` local: a spawn process pool, one single-threaded run per core (``workers``),
+    or one run per GPU when the machine has GPUs; ray: Ray tasks on the cluster at
+    ``address`` (or a local Ray instance), each asking for what ``shape``
+    (:class:`~idaudit.experiments.ray_executor.TaskShape`, default one CPU) says, at most
+    ``workers`` in flight, the nodes sharing no disk with this machine
+    (:mod:`idaudit.experiments.ray_executor`). Reacher datasets are rendered first, under
+    ``OUT/data``. ``checkpoints`` keeps every trained encoder as
     ``OUT/checkpoints/ID.safetensors`` (for ``idaudit audit``/``plan`` afterwards). No file
     a run may write is one of ``reads`` (by default :func:`sweep_inputs` of ``runs``).
     """
@@ -159,30 +164,33 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
 
     if executor not in ("local", "ray"):
         raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
+    if executor == "local" and (address is not None or shape is not None):
+        raise IdauditError("--address and --cpus-per-run/--gpus-per-run/--memory-per-run "
+                           "apply to --executor ray only")
+    out_dir = Path(out_dir).resolve()  # the driver's: Ray tasks run elsewhere
     ids = [run_id(r) for r in runs]  # every run checked before any starts
     refuse_clashes(run_files(out_dir, ids, checkpoints),
                    sweep_inputs(runs) if reads is None else reads)
-    out = Path(out_dir) / "runs"
+    out = out_dir / "runs"
     out.mkdir(parents=True, exist_ok=True)
-    data_root = Path(out_dir) / "data"
+    data_root = out_dir / "data"
     ckpt_dir = None
     if checkpoints:
-        (Path(out_dir) / "checkpoints").mkdir(parents=True, exist_ok=True)
-        ckpt_dir = str(Path(out_dir) / "checkpoints")
-    todo = [r for r, rid in zip(runs, ids) if not (out / f"{rid}.json").exists()]
+        (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        ckpt_dir = str(out_dir / "checkpoints")
+    todo = [(r, rid) for r, rid in zip(runs, ids) if not (out / f"{rid}.json").exists()]
     counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
-    gpus = _gpu_count()
-    workers, devices = plan_workers(gpus if executor == "local" else 0, workers, len(todo))
-    # the data each run's world needs, for the device its worker trains on (Ray: the GPUs the
-    # cluster is expected to have, judged from this machine)
-    worker_device = devices[0] if executor == "local" else ("cuda" if gpus else "cpu")
-    prepare_data([resolve(r, worker_device) for r in todo], data_root, progress=progress)
+    if executor == "ray":
+        if todo:
+            _ray_sweep(todo, out, address, data_root, ckpt_dir, workers, shape, counts,
+                       progress)
+        return counts
+    workers, devices = plan_workers(_gpu_count(), workers, len(todo))
+    # the data each run's world needs, for the device its worker trains on
+    prepare_data([resolve(r, devices[0]) for r, _ in todo], data_root, progress=progress)
     with ProgressBar(progress, len(todo), "sweep") as bar:
-        if executor == "ray" and todo:
-            for rec in _ray_results(todo, address, str(data_root), ckpt_dir):
-                _record(out, rec, counts, bar)
-        elif workers == 1:
-            for r in todo:
+        if workers == 1:
+            for r, _ in todo:
                 _record(out, execute(r, str(data_root), devices[0], ckpt_dir), counts, bar)
         else:
             import multiprocessing as mp
@@ -193,10 +201,37 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                 queue.put(device)
             with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                      initargs=(queue,)) as pool, _stop_on_sigterm(pool):
-                futures = [pool.submit(execute, r, str(data_root), None, ckpt_dir) for r in todo]
+                futures = [pool.submit(execute, r, str(data_root), None, ckpt_dir)
+                           for r, _ in todo]
                 for fut in as_completed(futures):
                     _record(out, fut.result(), counts, bar)
     return counts
+
+
+def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str | None,
+               data_root: Path, ckpt_dir: str | None, workers: int | None, shape: Any,
+               counts: dict[str, int], progress: bool) -> None:
+    """The ``todo`` runs as Ray tasks; each record (and its checkpoint files) written here."""
+    from idaudit.core.progress import ProgressBar
+    from idaudit.experiments.ray_executor import TaskShape, check_shape, ray_results
+
+    shape = shape or TaskShape()
+    if workers is not None:
+        shape = TaskShape(shape.cpus, shape.gpus, shape.memory_gib, in_flight=workers)
+    check_shape(shape)
+    # the datasets the runs read under OUT/data, for the recipe of the device a task asks for
+    prepare: dict[str, tuple[Any, Path]] = {}
+    for r, _ in todo:
+        world = resolve(r, shape.device).world
+        for path in KINDS.get(world.name).files(world, data_root=data_root):
+            if Path(path).resolve().is_relative_to(data_root):
+                prepare.setdefault(str(path), (world, Path(path).resolve()))
+    runs, ids = [r for r, _ in todo], [rid for _, rid in todo]
+    with ProgressBar(progress, len(todo), "sweep on Ray") as bar:
+        for rec in ray_results(runs, ids, address, data_root,
+                               None if ckpt_dir is None else Path(ckpt_dir), shape,
+                               list(prepare.values()), progress):
+            _record(out, rec, counts, bar)
 
 
 def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
@@ -236,14 +271,27 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
                       progress: bool = False) -> dict[str, int]:
     """Run the sweep of ``req`` (``runs``: its :func:`sweep_runs`, when the caller has them)
     resumably under ``req.out``; return the counts (total, skipped, ok, failed)."""
+    import re
+
     from idaudit.core.io import check_outputs
 
+    # a URI (Path("s3://b") reads "s3:/b"), not a path: a directory named "s3:" would be made
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", str(req.out)):
+        raise IdauditError(f"--out {req.out}: a URI; --out is a directory on this machine (a "
+                           "Ray sweep's results come back to it through Ray, see "
+                           "docs/sweeps.md)")
+    shape = None
+    if (req.cpus_per_run, req.gpus_per_run, req.memory_per_run) != (None, None, None):
+        from idaudit.experiments.ray_executor import TaskShape
+
+        shape = TaskShape(1 if req.cpus_per_run is None else req.cpus_per_run,
+                          req.gpus_per_run or 0, req.memory_per_run)
     runs = runs if runs is not None else sweep_runs(req)
     reads = sweep_inputs(runs, req.suite)
     check_outputs([(Path(req.out), "--out")], reads, directory=True)
     return run_sweep(runs, req.out, workers=req.workers, progress=progress,
                      executor=req.executor, address=req.address, checkpoints=req.checkpoints,
-                     reads=reads)
+                     reads=reads, shape=shape)
 
 
 def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[str, int]:
@@ -297,35 +345,27 @@ def _stop_on_sigterm(pool: ProcessPoolExecutor):
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def _ray_results(todo: list[dict[str, Any]], address: str | None, data_root: str,
-                 checkpoint_dir: str | None = None):
-    """Yield run records as Ray tasks finish (Ray is the optional ``ray`` extra)."""
-    try:
-        import ray
-    except ImportError:
-        raise IdauditError('--executor ray needs Ray: pip install "idaudit[ray]"') from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 ignore_reinit_error=True)
-    try:
-        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        task = ray.remote(num_cpus=1, num_gpus=gpus)(execute)
-        pending = [task.remote(r, data_root, "cuda" if gpus else "cpu", checkpoint_dir)
-                   for r in todo]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
-    finally:
-        if started:
-            ray.shutdown()
-
-
 def _record(out: Path, rec: dict[str, Any], counts: dict[str, int], bar) -> None:
-    """Successful runs are ``ID.json`` (skipped on rerun); failures ``ID.failed.json`` (retried)."""
+    """Successful runs are ``ID.json`` (skipped on rerun); failures ``ID.failed.json``
+    (retried). A record from another machine brings its checkpoint files (``files``:
+    ``{path under OUT: bytes}``), written first, whole or not at all."""
+    from idaudit.core.io import atomic_write
+
     counts[rec["status"]] += 1
     rid = rec.get("id") or run_id(rec["run"])
+    for path, data in (rec.pop("files", None) or {}).items():
+        if not Path(path).resolve().is_relative_to(out.parent):
+            raise IdauditError(f"a run's record names a file outside {out.parent}: {path}")
+        if path.endswith(".log.json"):  # the log names the checkpoint where it now lies
+            log = json.loads(data)
+            log.update(checkpoint=rec.get("checkpoint"), log=rec.get("log"), node=rec.get("node"))
+            write_json(path, log)
+        else:
+            atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data))
     write_json(out / (f"{rid}.json" if rec["status"] == "ok" else f"{rid}.failed.json"), rec)
-    bar.advance(1, f"{counts['ok']} ok, {counts['failed']} failed")
+    node = rec.get("node")
+    where = f"; last on {node['host']} ({node['ip']}) in {rec['seconds']:.0f} s" if (
+        node and rec.get("seconds") is not None) else ""
+    bar.advance(1, f"{counts['ok']} ok, {counts['failed']} failed{where}")
 
 

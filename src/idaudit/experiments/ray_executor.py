@@ -1,0 +1,480 @@
+"""Sweeps on a Ray cluster whose nodes share no disk.
+
+Everything travels through Ray's object store: the files a run reads (a rendered Reacher
+dataset, a stored pairs file) go to each node once, and the files a run makes (its
+``--checkpoints`` encoder and log) come back with its record, which the driver writes under
+its own ``OUT``. A node keeps what it received in a mirror of the driver's paths under its
+temporary directory (``$TMPDIR/idaudit-ray/TOKEN/<driver path>``), so a checkpoint's stored
+path to its dataset, relative to the checkpoint, is the same on the node and on the driver.
+
+Datasets not yet rendered are rendered by one cluster task each (its render pool sized to the
+task's CPUs) and written under the driver's ``OUT/data``. Every alive node is first asked for
+its idaudit version (one line naming the node on a mismatch); a task that Ray cannot finish (a
+node lost past its retries, a crashed worker, an OOM kill) becomes that run's
+``ID.failed.json`` and the sweep goes on. Records are filed under the driver's run ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from idaudit.core.errors import IdauditError
+
+#: a task Ray loses to a system failure (its node died, its worker crashed) runs again this
+#: many times, on whichever node can take it
+MAX_RETRIES = 3
+_PROBE_TIMEOUT = 120.0  # seconds every node has to answer the version probe
+_WAIT_SLICE = 0.5  # seconds ray.wait blocks, so that SIGTERM and Ctrl-C are handled promptly
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What each run asks of Ray: ``cpus`` (also torch's threads and the render pool's
+    size), ``gpus`` (a run with a GPU follows the GPU recipe, and its dataset is the one that
+    recipe renders), ``memory_gib`` (None: not declared) and ``in_flight`` (most runs
+    submitted at once; None: all)."""
+
+    cpus: float = 1
+    gpus: float = 0
+    memory_gib: float | None = None
+    in_flight: int | None = None
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpus else "cpu"
+
+    @property
+    def threads(self) -> int:
+        return max(1, int(self.cpus))
+
+    def options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"num_cpus": self.cpus, "num_gpus": self.gpus,
+                                "max_retries": MAX_RETRIES, "retry_exceptions": False}
+        if self.memory_gib:
+            opts["memory"] = int(self.memory_gib * 2**30)
+        return opts
+
+
+def check_shape(shape: TaskShape) -> None:
+    """Refuse resources Ray cannot mean (the flag named)."""
+    for value, flag in ((shape.cpus, "--cpus-per-run"), (shape.gpus, "--gpus-per-run"),
+                        (shape.memory_gib, "--memory-per-run")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or value < 0):
+            raise IdauditError(f"{flag} must be a number ≥ 0, got {value!r}")
+    if not shape.cpus and not shape.gpus:
+        raise IdauditError("--cpus-per-run 0 needs --gpus-per-run > 0 (a run must ask for "
+                           "something)")
+
+
+# ---- files through the object store -------------------------------------------------------
+
+def pack(path: Path) -> dict[str, bytes]:
+    """A file (``{"": bytes}``) or a directory's files (``{relative posix path: bytes}``)."""
+    path = Path(path)
+    if path.is_file():
+        return {"": path.read_bytes()}
+    return {p.relative_to(path).as_posix(): p.read_bytes()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def unpack(files: dict[str, bytes], dest: Path) -> Path:
+    """Write what :func:`pack` gave at ``dest``, whole or not at all (a temporary beside it,
+    renamed); an existing ``dest`` is replaced."""
+    import shutil
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        if set(files) == {""}:
+            target = tmp / "file"
+            target.write_bytes(files[""])
+        else:
+            target = tmp / "dir"
+            for rel, data in files.items():
+                if rel.startswith("/") or ".." in Path(rel).parts:
+                    raise IdauditError(f"refusing a path outside the dataset: {rel!r}")
+                (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                (target / rel).write_bytes(data)
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        elif dest.exists():
+            dest.unlink()
+        os.replace(target, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def mirror_root(token: str) -> Path:
+    """Where this node keeps the sweep ``token``'s files (under its temporary directory)."""
+    return Path(tempfile.gettempdir()) / "idaudit-ray" / token
+
+
+def mirrored(driver_path: str | Path, token: str) -> Path:
+    """The node's copy of the driver's absolute path ``driver_path``."""
+    return mirror_root(token) / Path(driver_path).relative_to(Path(driver_path).anchor)
+
+
+def _materialize(driver_path: str, ref_box: list, token: str) -> Path:
+    """The node's copy of ``driver_path``, fetched from the object store once per node (a
+    file lock keeps concurrent tasks on one node from fetching it twice)."""
+    import fcntl
+
+    import ray
+
+    dest = mirrored(driver_path, token)
+    key = hashlib.sha1(driver_path.encode()).hexdigest()[:16]
+    root = mirror_root(token)
+    root.mkdir(parents=True, exist_ok=True)
+    done = root / f".done-{key}"
+    with open(root / f".lock-{key}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            unpack(ray.get(ref_box[0]), dest)
+            done.touch()
+    return dest
+
+
+# ---- what runs on a node -----------------------------------------------------------------
+
+def node_info() -> dict[str, str]:
+    """The Ray node this process is on: its id, IP address and host name."""
+    import ray
+
+    return {"id": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(), "host": socket.gethostname()}
+
+
+def probe() -> dict[str, str]:
+    """What the driver checks on every node before it sends runs: versions and where."""
+    import sys
+
+    import idaudit
+
+    return {**node_info(), "idaudit": idaudit.__version__, "python": sys.version.split()[0]}
+
+
+def render_on_node(spec_dict: dict[str, Any], name: str, driver_data_root: str, token: str,
+                   workers: int) -> dict[str, bytes]:
+    """Render (or resume) one dataset into the node's mirror of the driver's ``OUT/data``
+    with ``workers`` render processes; return its files."""
+    from idaudit.worlds import KINDS
+    from idaudit.worlds.spec import WorldSpec
+
+    spec = WorldSpec.from_dict(spec_dict)
+    root = mirrored(driver_data_root, token)
+    KINDS.get(spec.name).prepare(spec, root, workers, False)
+    return pack(root / name)
+
+
+def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[str, list]],
+                data_root: str, checkpoint_dir: str | None, device: str, threads: int,
+                token: str) -> dict[str, Any]:
+    """One run on this node: its inputs fetched into the node's mirror, trained there, its
+    checkpoint and log (with ``checkpoint_dir``) read back into the record as ``files``
+    (``{driver path: bytes}``) and removed from the node. Never raises."""
+    import idaudit
+    from idaudit.experiments.sweep import execute
+
+    t0, started = time.perf_counter(), time.time()
+    where = node_info()
+    if idaudit.__version__ != version:
+        return {"run": run, "id": rid, "status": "failed", "node": where, "seconds": 0.0,
+                "error": f"node {where['ip']} ({where['host']}) has idaudit "
+                         f"{idaudit.__version__}, the driver {version}"}
+    try:
+        local = dict(run)
+        for driver_path, ref_box in inputs:
+            node_path = _materialize(driver_path, ref_box, token)
+            if run.get("data") is not None:
+                local["data"] = str(node_path)
+    except Exception as exc:  # recorded, the sweep goes on
+        return {"run": run, "id": rid, "status": "failed", "node": where,
+                "error": f"fetching the run's data: {type(exc).__name__}: {exc}",
+                "seconds": time.perf_counter() - t0}
+    node_ckpt = None if checkpoint_dir is None else str(mirrored(checkpoint_dir, token))
+    rec = execute(local, str(mirrored(data_root, token)), device, node_ckpt, threads=threads)
+    rec.update(run=run, id=rid, node=where, started=started, finished=time.time())
+    if rec["status"] == "ok" and node_ckpt is not None:
+        files = {}
+        for key, name in (("checkpoint", f"{rid}.safetensors"), ("log", f"{rid}.log.json")):
+            node_file = Path(node_ckpt) / name
+            files[str(Path(checkpoint_dir) / name)] = node_file.read_bytes()
+            node_file.unlink()
+            rec[key] = str(Path(checkpoint_dir) / name)
+        rec["files"] = files
+    return rec
+
+
+# ---- the driver --------------------------------------------------------------------------
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise IdauditError('--executor ray needs Ray: pip install "idaudit[ray]"') from None
+    return ray
+
+
+@contextlib.contextmanager
+def connected(address: str | None) -> Iterator[Any]:
+    """Ray, connected to the cluster at ``address`` (or a local instance), its own logging
+    kept off stdout; disconnected on the way out if this call connected."""
+    ray = _ray()
+    started = not ray.is_initialized()
+    if started:
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.ERROR, ignore_reinit_error=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise IdauditError(f"cannot reach the Ray cluster at {address or 'a local Ray'}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                               ) from None
+    try:
+        yield ray
+    finally:
+        if started:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+
+
+class Stop:
+    """SIGTERM and Ctrl-C noted by their handlers and acted on by :meth:`check` between
+    Ray's calls (raised inside one, Ray turns either into ``SystemExit(1)``: the code of a
+    failed gate)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def note(self, signum: int, frame: Any) -> None:
+        self.signum = self.signum or signum
+
+    def check(self) -> None:
+        """SIGTERM: exit 143 (``finally`` blocks run: the sweep cancels its tasks); Ctrl-C:
+        KeyboardInterrupt (the CLI exits 130)."""
+        import signal
+        import threading
+
+        from idaudit.experiments.sweep import _EXIT_GRACE, EXIT_TERMINATED
+
+        if self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.signum is not None:
+            watchdog = threading.Timer(_EXIT_GRACE, os._exit, (EXIT_TERMINATED,))
+            watchdog.daemon = True
+            watchdog.start()
+            raise SystemExit(EXIT_TERMINATED)
+
+
+@contextlib.contextmanager
+def signals_noted() -> Iterator[Stop]:
+    """While inside, SIGTERM and SIGINT are noted on the :class:`Stop` given (entered after
+    ``ray.init``, whose own SIGTERM handler it replaces); the caller's handlers afterwards."""
+    import signal
+    import threading
+
+    stop = Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {s: signal.signal(s, stop.note) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+def _alive_nodes(ray) -> list[dict[str, Any]]:
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def check_nodes(ray, shape: TaskShape, stop: Stop | None = None) -> list[dict[str, str]]:
+    """Ask every alive node for its idaudit version; refuse in one line (exit 2) when a node
+    cannot import idaudit or has another version, or when no node can hold one run."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    import idaudit
+
+    nodes = _alive_nodes(ray)
+    task = ray.remote(num_cpus=0, max_retries=0)(probe)
+    refs = {n["NodeID"]: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        n["NodeID"], soft=False)).remote() for n in nodes}
+    found, problems = [], []
+    deadline, waiting = time.monotonic() + _PROBE_TIMEOUT, list(refs.values())
+    while waiting and time.monotonic() < deadline:
+        _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=_WAIT_SLICE)
+        if stop is not None:
+            stop.check()
+    for n in nodes:
+        where = f"node {n.get('NodeManagerAddress')} ({n.get('NodeManagerHostname')})"
+        try:
+            info = ray.get(refs[n["NodeID"]], timeout=1.0)
+        except Exception as exc:
+            cause = getattr(exc, "cause", None) or exc
+            text = str(cause).strip().splitlines()
+            problems.append(f"{where}: cannot run idaudit ({type(cause).__name__}: "
+                            f"{text[-1] if text else ''})")
+            continue
+        found.append(info)
+        if info["idaudit"] != idaudit.__version__:
+            problems.append(f"{where} has idaudit {info['idaudit']}, this machine "
+                            f"{idaudit.__version__}")
+    if problems:
+        raise IdauditError("; ".join(problems) + " — install the same idaudit on every node")
+    fits = [n for n in nodes
+            if n.get("Resources", {}).get("CPU", 0) >= shape.cpus
+            and n.get("Resources", {}).get("GPU", 0) >= shape.gpus
+            and (not shape.memory_gib
+                 or n.get("Resources", {}).get("memory", 0) >= shape.memory_gib * 2**30)]
+    if not fits:
+        most = max((n.get("Resources", {}).get("CPU", 0) for n in nodes), default=0)
+        gpus = max((n.get("Resources", {}).get("GPU", 0) for n in nodes), default=0)
+        raise IdauditError(f"no node of the cluster can hold a run of {shape.cpus:g} CPUs, "
+                           f"{shape.gpus:g} GPUs" + (f", {shape.memory_gib:g} GiB" if
+                                                     shape.memory_gib else "")
+                           + f" (the largest has {most:g} CPUs, {gpus:g} GPUs): lower "
+                           "--cpus-per-run/--gpus-per-run/--memory-per-run")
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)
+    shown = cause if isinstance(cause, BaseException) else exc
+    lines = [li for li in str(shown).strip().splitlines() if li.strip()]
+    return f"{type(shown).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
+                data_root: Path, checkpoint_dir: Path | None, shape: TaskShape,
+                prepare: list[tuple[Any, Path]], progress: bool = False
+                ) -> Iterator[dict[str, Any]]:
+    """Yield each run's record (with ``id``, ``node``, and ``files`` to write) as the cluster
+    finishes it. ``prepare``: (world spec, the driver's dataset directory) for every dataset
+    the runs read under ``data_root``, rendered on the cluster when missing on the driver."""
+    import idaudit
+    from idaudit.core.progress import ProgressBar
+
+    with connected(address) as ray, signals_noted() as stop:
+        check_nodes(ray, shape, stop)
+        token = hashlib.sha1(f"{socket.gethostname()}:{data_root}".encode()).hexdigest()[:12]
+        refs: dict[str, Any] = {}  # driver path → the object holding its files
+        renders = [(spec, path) for spec, path in prepare if not _complete(path)]
+        if renders:
+            render = ray.remote(render_on_node).options(
+                num_cpus=shape.cpus or 1, max_retries=MAX_RETRIES, retry_exceptions=False)
+            pending = {render.remote(spec.to_dict(), path.name, str(data_root), token,
+                                     shape.threads): path for spec, path in renders}
+            with ProgressBar(progress, len(pending), "render on the cluster") as bar, \
+                    _cancelled_on_exit(ray, pending):
+                while pending:
+                    done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
+                    stop.check()
+                    for ref in done:
+                        path = pending.pop(ref)
+                        try:
+                            unpack(ray.get(ref), path)
+                        except Exception as exc:
+                            raise IdauditError(f"rendering {path.name} on the cluster failed: "
+                                               f"{_first_line(exc)}") from None
+                        refs[str(path)] = ref
+                        bar.advance(1)
+        for _, path in prepare:
+            if str(path) not in refs:
+                refs[str(path)] = ray.put(pack(path))
+        for r in todo:
+            if r.get("data") is not None and str(Path(r["data"]).resolve()) not in refs:
+                data = Path(r["data"]).resolve()
+                if data.exists():
+                    refs[str(data)] = ray.put(pack(data))
+        task = ray.remote(run_on_node).options(**shape.options())
+
+        def submit(i: int):
+            r = todo[i]
+            needs = [str(Path(r["data"]).resolve())] if r.get("data") is not None else [
+                str(p) for _, p in prepare if p in _reads[i]]
+            inputs = [(p, [refs[p]]) for p in needs if p in refs]
+            return task.remote(r, ids[i], idaudit.__version__, inputs, str(data_root),
+                               None if checkpoint_dir is None else str(checkpoint_dir),
+                               shape.device, shape.threads, token)
+
+        _reads = [_run_reads(r, data_root, shape.device) for r in todo]
+        queue = list(range(len(todo)))
+        pending: dict[Any, int] = {}
+        with _cancelled_on_exit(ray, pending):
+            while queue or pending:
+                while queue and (shape.in_flight is None or len(pending) < shape.in_flight):
+                    i = queue.pop(0)
+                    pending[submit(i)] = i
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
+                stop.check()
+                for ref in done:
+                    i = pending.pop(ref)
+                    try:
+                        rec = ray.get(ref)
+                    except Exception as exc:  # Ray could not finish it: recorded, go on
+                        rec = {"run": todo[i], "id": ids[i], "status": "failed",
+                               "error": _first_line(exc), "seconds": None}
+                    yield rec
+        _clean_nodes(ray, token)
+
+
+@contextlib.contextmanager
+def _cancelled_on_exit(ray, pending: dict) -> Iterator[None]:
+    """Tasks still in ``pending`` when the block is left (Ctrl-C, SIGTERM, an error, the
+    caller stopping early) are cancelled on the cluster."""
+    try:
+        yield
+    finally:
+        for ref in list(pending):
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+
+
+def clean_node(token: str) -> None:
+    """Remove this node's copies of the sweep ``token``'s files."""
+    import shutil
+
+    shutil.rmtree(mirror_root(token), ignore_errors=True)
+
+
+def _clean_nodes(ray, token: str, timeout: float = 5.0) -> None:
+    """Best effort: every alive node drops its copies of the sweep's files."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    with contextlib.suppress(Exception):
+        task = ray.remote(num_cpus=0, max_retries=0)(clean_node)
+        refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote(token) for n in _alive_nodes(ray)]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
+
+
+def _complete(path: Path) -> bool:
+    """Whether a rendered dataset directory is complete (its ``meta.json`` says so)."""
+    import json
+
+    try:
+        return json.loads((Path(path) / "meta.json").read_text()).get("status") == "complete"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _run_reads(run: dict[str, Any], data_root: Path, device: str) -> list[Path]:
+    from idaudit.training.runs import resolve
+    from idaudit.worlds import KINDS
+
+    world = resolve(run, device).world
+    return [Path(p) for p in KINDS.get(world.name).files(world, data_root=data_root)]
