@@ -126,10 +126,10 @@ def test_a_gpu_in_the_cluster_does_not_make_cpu_runs_ask_for_it(local_ray, tmp_p
 
 
 def test_another_idaudit_version_is_one_line_naming_the_node(local_ray, tmp_path, monkeypatch):
-    import idaudit
+    from idaudit.experiments import ray_executor
 
     runs = load_suite(str(_suite(tmp_path, seeds="[0]")))
-    monkeypatch.setattr(idaudit, "__version__", "9.9.9")
+    monkeypatch.setattr(ray_executor, "__version__", "9.9.9")
     with pytest.raises(IdauditError) as err:
         run_sweep(runs, tmp_path / "o", executor="ray")
     msg = str(err.value)

@@ -80,7 +80,7 @@ def test_pool_gives_the_same_numbers_as_one_process(tmp_path):
 def test_one_worker_sweep_leaves_the_callers_threads(tmp_path, monkeypatch):
     import torch
 
-    import idaudit.experiments.sweep as sweep
+    import idaudit.experiments.execute as sweep
 
     runs = load_suite(str(_write(tmp_path, TINY.replace("dim = [2, 4]", "dim = [2]"))))
     seen = []
@@ -113,7 +113,7 @@ def test_out_of_range_options_are_refused_before_any_run(tmp_path):
 
 
 def test_failed_runs_are_recorded_and_retried(tmp_path, monkeypatch):
-    import idaudit.experiments.sweep as sweep
+    import idaudit.experiments.execute as sweep
 
     def boom(*args, **kwargs):
         raise RuntimeError("the GPU fell off")
@@ -348,7 +348,7 @@ def test_checkpoints_are_kept_for_audit_and_failed_runs_exit_4(tmp_path, monkeyp
     audited = json.loads((tmp_path / "a.json").read_text())["metrics"]["r2_h_to_z"]
     assert audited == pytest.approx(rec["metrics"]["r2_h_to_z"], abs=1e-9)
 
-    import idaudit.experiments.sweep as sweep
+    import idaudit.experiments.execute as sweep
 
     def boom(*args, **kwargs):
         raise RuntimeError("out of memory")

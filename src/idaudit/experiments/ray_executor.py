@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError
+from idaudit.core.version import __version__
 
 #: a task Ray loses to a system failure (its node died, its worker crashed) runs again this
 #: many times, on whichever node can take it
@@ -161,9 +162,8 @@ def probe() -> dict[str, str]:
     """What the driver checks on every node before it sends runs: versions and where."""
     import sys
 
-    import idaudit
 
-    return {**node_info(), "idaudit": idaudit.__version__, "python": sys.version.split()[0]}
+    return {**node_info(), "idaudit": __version__, "python": sys.version.split()[0]}
 
 
 def render_on_node(spec_dict: dict[str, Any], name: str, driver_data_root: str, token: str,
@@ -185,15 +185,14 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
     """One run on this node: its inputs fetched into the node's mirror, trained there, its
     checkpoint and log (with ``checkpoint_dir``) read back into the record as ``files``
     (``{driver path: bytes}``) and removed from the node. Never raises."""
-    import idaudit
-    from idaudit.experiments.sweep import execute
+    from idaudit.experiments.execute import execute
 
     t0, started = time.perf_counter(), time.time()
     where = node_info()
-    if idaudit.__version__ != version:
+    if __version__ != version:
         return {"run": run, "id": rid, "status": "failed", "node": where, "seconds": 0.0,
                 "error": f"node {where['ip']} ({where['host']}) has idaudit "
-                         f"{idaudit.__version__}, the driver {version}"}
+                         f"{__version__}, the driver {version}"}
     try:
         local = dict(run)
         for driver_path, ref_box in inputs:
@@ -268,7 +267,7 @@ class Stop:
         import signal
         import threading
 
-        from idaudit.experiments.sweep import _EXIT_GRACE, EXIT_TERMINATED
+        from idaudit.experiments.execute import _EXIT_GRACE, EXIT_TERMINATED
 
         if self.signum == signal.SIGINT:
             raise KeyboardInterrupt
@@ -307,7 +306,6 @@ def check_nodes(ray, shape: TaskShape, stop: Stop | None = None) -> list[dict[st
     cannot import idaudit or has another version, or when no node can hold one run."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    import idaudit
 
     nodes = _alive_nodes(ray)
     task = ray.remote(num_cpus=0, max_retries=0)(probe)
@@ -330,9 +328,9 @@ def check_nodes(ray, shape: TaskShape, stop: Stop | None = None) -> list[dict[st
                             f"{text[-1] if text else ''})")
             continue
         found.append(info)
-        if info["idaudit"] != idaudit.__version__:
+        if info["idaudit"] != __version__:
             problems.append(f"{where} has idaudit {info['idaudit']}, this machine "
-                            f"{idaudit.__version__}")
+                            f"{__version__}")
     if problems:
         raise IdauditError("; ".join(problems) + " — install the same idaudit on every node")
     fits = [n for n in nodes
@@ -365,7 +363,6 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
     """Yield each run's record (with ``id``, ``node``, and ``files`` to write) as the cluster
     finishes it. ``prepare``: (world spec, the driver's dataset directory) for every dataset
     the runs read under ``data_root``, rendered on the cluster when missing on the driver."""
-    import idaudit
     from idaudit.core.progress import ProgressBar
 
     with connected(address) as ray, signals_noted() as stop:
@@ -407,7 +404,7 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
             needs = [str(Path(r["data"]).resolve())] if r.get("data") is not None else [
                 str(p) for _, p in prepare if p in _reads[i]]
             inputs = [(p, [refs[p]]) for p in needs if p in refs]
-            return task.remote(r, ids[i], idaudit.__version__, inputs, str(data_root),
+            return task.remote(r, ids[i], __version__, inputs, str(data_root),
                                None if checkpoint_dir is None else str(checkpoint_dir),
                                shape.device, shape.threads, token)
 

@@ -15,7 +15,6 @@ import os
 import signal
 import threading
 import time
-import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -23,64 +22,15 @@ from typing import Any
 from idaudit.core.errors import IdauditError
 from idaudit.core.io import write_json
 from idaudit.core.requests import SweepRequest, unknown_options
-from idaudit.core.workers import exit_with_parent
+from idaudit.experiments.execute import (  # noqa: F401 (run_id, execute: the sweep's API too)
+    _EXIT_GRACE,
+    EXIT_TERMINATED,
+    _init_worker,
+    execute,
+    run_id,
+)
 from idaudit.training.runs import ResolvedRun, resolve
-from idaudit.training.runs import run as run_one
 from idaudit.worlds import KINDS
-
-
-def run_id(run: dict[str, Any]) -> str:
-    """The id of a run's resolved configuration (its result file's name): computed from the
-    run's options alone, the same on every machine whatever device it would train on."""
-    return resolve(run).id
-
-
-_WORKER_DEVICE = "cpu"  # set per pool worker: "cuda:i" when the machine has GPUs
-
-
-def _init_worker(devices) -> None:
-    global _WORKER_DEVICE
-    exit_with_parent()
-    _WORKER_DEVICE = devices.get()
-
-
-@contextlib.contextmanager
-def _threads(n: int = 1):
-    """torch on ``n`` threads inside, the caller's thread count restored on the way out (a
-    one-worker sweep runs in the caller's process)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def execute(run: dict[str, Any], data_root: str | None = None,
-            device: str | None = None, checkpoint_dir: str | None = None,
-            threads: int = 1) -> dict[str, Any]:
-    """Train one run (on ``threads`` CPU threads) and return its result record (never raises).
-
-    ``device`` defaults to this worker's device (CPU, or the GPU a pool assigned it); worlds
-    with data on disk read it under ``data_root`` (prepared beforehand). With
-    ``checkpoint_dir`` the trained encoder is kept there as ``ID.safetensors`` (+ its log).
-    torch's thread count is ``threads`` during the run and the caller's again afterwards.
-    """
-    t0 = time.perf_counter()
-    try:
-        device = device or _WORKER_DEVICE
-        ckpt = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id(run)}.safetensors"
-        with _threads(threads):
-            rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data",
-                          sample=True, label_free=True)
-        return {"run": run, "status": "ok", **rec.to_dict(),
-                "config": {"world": rec.world, "train": rec.train},
-                "seconds": time.perf_counter() - t0}
-    except Exception as exc:  # recorded, the sweep goes on
-        return {"run": run, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(limit=5), "seconds": time.perf_counter() - t0}
 
 
 def prepare_data(runs: list[ResolvedRun], data_root: Path, workers: int | None = None,
@@ -300,9 +250,6 @@ def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[
     unknown_options(SweepRequest, options, "sweep", positional=("suite",))
     return run_sweep_request(SweepRequest(suite=suite, **options), progress=progress)
 
-
-EXIT_TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
-_EXIT_GRACE = 10.0  # seconds a terminated sweep has to wind down before it exits regardless
 
 
 def _stop_workers(pool: ProcessPoolExecutor, grace: float = 5.0) -> None:
