@@ -21,9 +21,10 @@ import hashlib
 import logging
 import os
 import socket
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,12 +243,37 @@ def connected(address: str | None) -> Iterator[Any]:
             raise IdauditError(f"cannot reach the Ray cluster at {address or 'a local Ray'}: "
                                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                                ) from None
+    restore = _raylet_notes_to_stderr()
     try:
         yield ray
     finally:
+        restore()
         if started:
             with contextlib.suppress(Exception):
                 ray.shutdown()
+
+
+def _raylet_notes_to_stderr() -> Callable[[], None]:
+    """Route the notes Ray's driver thread prints about the cluster (a node marked dead, a
+    task retried: 5-47 lines each, on stdout) to stderr, one line each, so that stdout holds
+    only idaudit's summary; returns the undo. A Ray without that hook is left as it is."""
+    import ray._private.worker as worker  # noqa: PLC0415
+
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:
+        return lambda: None
+
+    def to_stderr(data: dict, ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":
+            original(data, ignore_prefix)
+            return
+        for text in data.get("lines", []):
+            first = next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+            if first:
+                print(f"ray: {first[:300]}", file=sys.stderr, flush=True)
+
+    worker.print_to_stdstream = to_stderr
+    return lambda: setattr(worker, "print_to_stdstream", original)
 
 
 class Stop:
@@ -324,8 +350,9 @@ def check_nodes(ray, shape: TaskShape, stop: Stop | None = None) -> list[dict[st
         except Exception as exc:
             cause = getattr(exc, "cause", None) or exc
             text = str(cause).strip().splitlines()
-            problems.append(f"{where}: cannot run idaudit ({type(cause).__name__}: "
-                            f"{text[-1] if text else ''})")
+            last = text[-1] if text else type(cause).__name__
+            problems.append(f"{where} has no idaudit" if "No module named 'idaudit'" in last
+                            else f"{where}: cannot run idaudit ({last})")
             continue
         found.append(info)
         if info["idaudit"] != __version__:
@@ -360,9 +387,11 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                 data_root: Path, checkpoint_dir: Path | None, shape: TaskShape,
                 prepare: list[tuple[Any, Path]], progress: bool = False
                 ) -> Iterator[dict[str, Any]]:
-    """Yield each run's record (with ``id``, ``node``, and ``files`` to write) as the cluster
-    finishes it. ``prepare``: (world spec, the driver's dataset directory) for every dataset
-    the runs read under ``data_root``, rendered on the cluster when missing on the driver."""
+    """Yield ``None`` once the cluster is reached, its nodes checked and the datasets
+    rendered, then each run's record (with ``id``, ``node``, and ``files`` to write) as the
+    cluster finishes it. ``prepare``: (world spec, the driver's dataset directory) for every
+    dataset the runs read under ``data_root``, rendered on the cluster when missing on the
+    driver."""
     from idaudit.core.progress import ProgressBar
 
     with connected(address) as ray, signals_noted() as stop:
@@ -409,6 +438,7 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                                shape.device, shape.threads, token)
 
         _reads = [_run_reads(r, data_root, shape.device) for r in todo]
+        yield None
         queue = list(range(len(todo)))
         pending: dict[Any, int] = {}
         with _cancelled_on_exit(ray, pending):

@@ -177,11 +177,14 @@ def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str |
             if Path(path).resolve().is_relative_to(data_root):
                 prepare.setdefault(str(path), (world, Path(path).resolve()))
     runs, ids = [r for r, _ in todo], [rid for _, rid in todo]
-    with ProgressBar(progress, len(todo), "sweep on Ray") as bar:
-        for rec in ray_results(runs, ids, address, data_root,
-                               None if ckpt_dir is None else Path(ckpt_dir), shape,
-                               list(prepare.values()), progress):
-            _record(out, rec, counts, bar)
+    results = ray_results(runs, ids, address, data_root,
+                          None if ckpt_dir is None else Path(ckpt_dir), shape,
+                          list(prepare.values()), progress)
+    with contextlib.closing(results):
+        next(results)  # reached, nodes checked, datasets rendered: then the bar
+        with ProgressBar(progress, len(todo), "sweep on Ray") as bar:
+            for rec in results:
+                _record(out, rec, counts, bar)
 
 
 def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
