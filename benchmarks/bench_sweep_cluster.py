@@ -23,16 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from netns_cluster import Cluster, unavailable  # noqa: E402
+from spiral_suite import write_suite  # noqa: E402
 
-SUITE = """
-[fixed]
-world = "spiral"
-steps = {steps}
-eval_every = {steps}
-n_eval = 1000
-[grid]
-seed = {seeds}
-"""
 IDAUDIT = [sys.executable, "-m", "idaudit"]
 
 
@@ -54,8 +46,7 @@ def main() -> None:
     if (why := unavailable()) is not None:
         sys.exit(f"no namespace cluster here: {why}")
     work = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
-    suite = work / "suite.toml"
-    suite.write_text(SUITE.format(steps=args.steps, seeds=list(range(args.runs))))
+    suite = write_suite(work / "suite.toml", args.steps, str(list(range(args.runs))), n_eval=1000)
     with Cluster(workers=1, cpus_per_worker=1) as one, Cluster(workers=2, cpus_per_worker=1) as two:
         print(f"cluster start-up: 1 node {one.startup_s:.1f} s, 2 nodes {two.startup_s:.1f} s")
 

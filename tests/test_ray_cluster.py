@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from netns_cluster import Cluster, skip_unless_available
+from spiral_suite import write_suite
 
 from idaudit.experiments.suites import load_suite, shrink
 from idaudit.experiments.sweep import run_id, run_sweep
@@ -24,15 +25,6 @@ pytestmark = pytest.mark.cluster
 pytest.importorskip("ray")
 skip_unless_available()
 
-SUITE = """
-[fixed]
-world = "spiral"
-steps = {steps}
-eval_every = {steps}
-n_eval = 300
-[grid]
-seed = {seeds}
-"""
 IDAUDIT = [sys.executable, "-m", "idaudit"]
 CPU_SCRIPT = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
               "log_to_driver=False); print('CPU', ray.available_resources().get('CPU', 0.0))")
@@ -41,8 +33,7 @@ REACHER = ["--seeds", "1", "--only", "rho=0.9", "--only", "mode=ou", "--only", "
 
 
 def _suite(path: Path, steps: int, seeds: str) -> Path:
-    path.write_text(SUITE.format(steps=steps, seeds=seeds))
-    return path
+    return write_suite(path, steps, seeds)
 
 
 def _records(out: Path) -> dict[str, dict]:

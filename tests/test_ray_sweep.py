@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from spiral_suite import write_suite
 from typer.testing import CliRunner
 
 from idaudit.cli import app
@@ -24,22 +25,11 @@ from idaudit.experiments.sweep import run_id, run_sweep
 ray = pytest.importorskip("ray")
 runner = CliRunner()
 
-SUITE = """
-[fixed]
-world = "spiral"
-steps = {steps}
-eval_every = {steps}
-n_eval = 300
-[grid]
-seed = {seeds}
-"""
 
 
 def _suite(tmp_path: Path, steps: int = 40, seeds: str = "[0, 1]", name: str = "s.toml"
            ) -> Path:
-    path = tmp_path / name
-    path.write_text(SUITE.format(steps=steps, seeds=seeds))
-    return path
+    return write_suite(tmp_path / name, steps, seeds)
 
 
 @pytest.fixture(scope="module")
