@@ -11,7 +11,7 @@ from torch import nn
 
 from idaudit.core.errors import IdauditError
 from idaudit.core.registry import Registry
-from idaudit.worlds.mixings import coupling_parity, coupling_step
+from idaudit.worlds.mixings import coupling_chain, coupling_parity
 
 ENCODERS: Registry = Registry("encoder")
 
@@ -64,9 +64,8 @@ class InverseCoupling(nn.Module):
         self.in_dim = self.out_dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for lin, parity in zip(self.layers, self.parities):
-            x = coupling_step(x, lin.weight, lin.bias, parity)
-        return x
+        return coupling_chain(x, [lin.weight for lin in self.layers],
+                              [lin.bias for lin in self.layers], self.parities)
 
 
 @ENCODERS.register("cnn")
