@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GitHub action's logic (action.yml only wires inputs to it), runnable anywhere:
 #
-#   idaudit_action.sh cache-key   the pip cache directory and a key for the install's inputs
+#   idaudit_action.sh cache-key   the Python to install into (a venv of the action's own when the
+#                                 given one is externally managed, PEP 668), the pip cache
+#                                 directory (empty when pip's cache is off) and a cache key
 #   idaudit_action.sh install     torch, then idaudit; its scripts directory onto GITHUB_PATH
 #   idaudit_action.sh [audit]     idaudit audit TARGETS with JSON, JUnit and Markdown reports
 #
@@ -59,10 +61,39 @@ check_github_files() {  # the summary and output files are appendable before any
   done
 }
 
-cache_key() {
+# The default torch-index-url: PyTorch's CPU-only builds (PyPI's Linux wheel is the CUDA build)
+CPU_INDEX=https://download.pytorch.org/whl/cpu
+
+venv_dir() {  # where the action's own venv goes (a PEP 668 Python)
+  printf '%s/idaudit-venv' "${RUNNER_TEMP:-${TMPDIR:-/tmp}}"
+}
+
+externally_managed() {  # PY is a system Python that forbids pip installs (PEP 668)
+  [ -z "${PIP_BREAK_SYSTEM_PACKAGES:-}" ] && "$PY" -c '
+import os, sys, sysconfig
+managed = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+sys.exit(0 if managed and sys.prefix == sys.base_prefix else 1)'
+}
+
+cache_key() {  # the Python to install into, pip's cache directory, and a key for the cache
   need_python
-  local dir version digest
-  dir=$("$PY" -m pip cache dir 2>/dev/null) || die "'$PY -m pip cache dir' failed: is pip installed?"
+  local dir version digest venv
+  if externally_managed; then
+    # a venv of the action's own, seeing the system's packages (the project's, torch if any)
+    venv=$(venv_dir)
+    if [ ! -x "$venv/bin/python" ]; then
+      "$PY" -m venv --system-site-packages "$venv" >/dev/null 2>&1 \
+        || die "$PY is externally managed (PEP 668) and '$PY -m venv' failed: install python3-venv, or set python-version"
+    fi
+    echo "note: $PY is externally managed (PEP 668): installing into the action's own venv $venv" >&2
+    PY=$venv/bin/python
+  fi
+  "$PY" -m pip --version >/dev/null 2>&1 || die "no pip for $PY ('$PY -m pip --version' failed)"
+  if ! dir=$("$PY" -m pip cache dir 2>/dev/null); then
+    # PIP_NO_CACHE_DIR or a pip.conf turned the cache off: nothing to keep, not an error
+    dir=''
+    echo "note: pip's download cache is off here (PIP_NO_CACHE_DIR or pip.conf): nothing is cached" >&2
+  fi
   version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   # what decides the wheels: the torch spec and index, the idaudit spec and extras
   digest=$("$PY" -c 'import hashlib, sys; print(hashlib.sha256("\0".join(sys.argv[1:]).encode()).hexdigest()[:16])' \
@@ -81,12 +112,16 @@ install() {
     die "extras apply to the action's own checkout; with idaudit-spec write them into it (idaudit[$extras]…)"
   fi
   if [ -z "$spec" ]; then spec=$root${extras:+[$extras]}; fi
+  if externally_managed; then
+    die "$PY is externally managed (PEP 668): run the cache-key step first (it makes a venv), or set python-version"
+  fi
   if [ -n "$torch" ]; then
-    if [ -n "$index" ]; then
-      "${pip[@]}" "$torch" --index-url "$index" || die "pip could not install $torch from $index"
-    else
-      "${pip[@]}" "$torch" || die "pip could not install $torch"
-    fi
+    case $index in
+      '') index=$CPU_INDEX ;&
+      *://*) "${pip[@]}" "$torch" --index-url "$index" || die "pip could not install $torch from $index" ;;
+      pypi) "${pip[@]}" "$torch" || die "pip could not install $torch" ;;
+      *) die "torch-index-url must be a URL, pypi (pip's usual index) or empty (PyTorch's CPU index), got '$index'" ;;
+    esac
   elif [ -n "$index" ]; then
     die "torch-index-url is set but torch-spec is empty: nothing would be installed from it"
   fi
@@ -150,15 +185,17 @@ sys.stdout.write("".join(w + "\0" for w in words))
   fi
   exec 3>&-
 
-  verdict=error r2='' failed=''
+  verdict=error r2='' failed='' reason=''
   if [ -f "$json" ] && [ "$rc" -le 3 ]; then
-    # verdict, held-out R²(h → z) as the JSON has it (empty without z), the failed gates
-    IFS=$'\x1f' read -r verdict r2 failed < <("$PY" -c '
+    # verdict, held-out R²(h → z) as the JSON has it (empty without z), the failed gates,
+    # why an audit was inconclusive (one line)
+    IFS=$'\x1f' read -r verdict r2 failed reason < <("$PY" -c '
 import json, sys
 report = json.load(open(sys.argv[1], encoding="utf-8"))
 r2 = report.get("metrics", {}).get("r2_h_to_z_heldout")
 failed = [g["metric"] for g in report.get("gate") or [] if g.get("passed") is False]
-print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), sep="\x1f")
+reason = " ".join(str(report.get("reason") or "").split())
+print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), reason, sep="\x1f")
 ' "$json")
     if [ -f "$markdown" ]; then
       { cat -- "$markdown"; printf '\n<sub>idaudit audit'; printf ' `%s`' "${targets[@]}"
@@ -177,13 +214,14 @@ print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), sep=
   if [ -f "$markdown" ]; then output markdown "$markdown"; fi
   case $verdict in
     fail) msg="gate failed: $failed (the job summary has the table)" ;;
+    inconclusive) msg="inconclusive (exit 3): $reason" ;;
     ungated) msg="no gate was given (min-r2, or --min/--max/--gate in args): the audit checked nothing" ;;
     *) msg='' ;;
   esac
   if [ -n "$msg" ]; then
     if in_actions; then
-      [ "$verdict" = fail ] && echo "::error title=idaudit::$msg" || echo "::warning title=idaudit::$msg"
-    elif [ "$verdict" = ungated ]; then
+      if [ "$verdict" = fail ]; then echo "::error title=idaudit::$msg"; else echo "::warning title=idaudit::$msg"; fi
+    elif [ "$verdict" = ungated ] || [ "$verdict" = inconclusive ]; then
       echo "warning: $msg" >&2
     fi
   fi

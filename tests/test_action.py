@@ -217,6 +217,95 @@ def test_an_inconclusive_audit_keeps_its_exit_3(tmp_path):
     assert res.returncode == 3, res.stderr
     assert summary(env).startswith("## idaudit · ⚠️ inconclusive\n\n> the embedding collapsed")
     assert step_outputs(env)["verdict"] == "inconclusive"
+    assert "warning: inconclusive (exit 3): the embedding collapsed" in res.stderr
+    # inside GitHub it is a warning annotation with the reason
+    env = action_env(tmp_path, IDAUDIT_TARGETS="collapsed.npz", IDAUDIT_MIN_R2="0.5",
+                     GITHUB_ACTIONS="true")
+    res = run_script(env, tmp_path)
+    assert res.returncode == 3
+    assert "::warning title=idaudit::inconclusive (exit 3): the embedding collapsed" in res.stdout
+
+
+def test_several_targets_label_the_worst_and_the_medians(tmp_path):
+    """With two runs the summary's value column says it holds medians, and the gated row
+    that it holds the worst run's value (or the median under --reduce median)."""
+    rng = np.random.default_rng(8)
+    z = rng.standard_normal((600, 2))
+    np.savez(tmp_path / "a.npz", z=z, h=z + 0.1 * rng.standard_normal((600, 2)))
+    np.savez(tmp_path / "b.npz", z=z, h=z + 0.6 * rng.standard_normal((600, 2)))
+    for reduce in ("worst", "median"):
+        env = action_env(tmp_path, IDAUDIT_TARGETS="a.npz\nb.npz", IDAUDIT_MIN_R2="0.5",
+                         IDAUDIT_ARGS=f"--reduce {reduce} --floor-draws 0")
+        res = run_script(env, tmp_path)
+        assert res.returncode == 0, res.stderr
+        report = json.loads((tmp_path / "idaudit-report" / "audit.json").read_text())
+        runs = [r["metrics"]["r2_h_to_z_heldout"] for r in report["runs"]]
+        gated = min(runs) if reduce == "worst" else float(np.median(runs))
+        assert report["metrics"]["r2_h_to_z_heldout"] == pytest.approx(gated, abs=1e-12)
+        text = summary(env)
+        assert "| metric | value (median of 2) | gate | result |" in text
+        assert f"| `r2_h_to_z_heldout` | {gated:.6f} ({reduce} of 2) | ≥ 0.5 | pass |" in text
+        mcc = float(np.median([r["metrics"]["mcc"] for r in report["runs"]]))
+        assert f"| `mcc` | {mcc:.6f} |  |  |" in text
+
+
+def test_a_cache_turned_off_is_a_note_not_a_failure(tmp_path):
+    """PIP_NO_CACHE_DIR makes `pip cache dir` fail: the step goes on with no cache directory
+    (the cache step is then skipped), instead of exit 2 saying pip is missing."""
+    env = action_env(tmp_path, PIP_NO_CACHE_DIR="1")
+    res = run_script(env, tmp_path, "cache-key")
+    assert res.returncode == 0, res.stderr
+    assert "pip's download cache is off here" in res.stderr
+    outputs = step_outputs(env)
+    assert outputs["pip-cache-dir"] == "" and outputs["key"].startswith("idaudit-pip-")
+    assert outputs["python"] == shutil.which(sys.executable)
+    assert "steps.prepare.outputs.pip-cache-dir != ''" in \
+        next(s["if"] for s in action()["runs"]["steps"] if s.get("uses", "").startswith(
+            "actions/cache"))
+    # a Python with no pip at all is still one line
+    env = action_env(tmp_path, IDAUDIT_PYTHON=str(tmp_path / "nopip" / "bin" / "python"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "nopip")],
+                   check=True)
+    one_line_error(run_script(env, tmp_path, "cache-key"), "no pip for")
+
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _externally_managed(python: Path) -> bool:
+    code = ("import os, sys, sysconfig; sys.exit(0 if os.path.exists(os.path.join("
+            "sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) and sys.prefix == "
+            "sys.base_prefix else 1)")
+    return python.exists() and subprocess.run([str(python), "-c", code]).returncode == 0
+
+
+@pytest.mark.skipif(not _externally_managed(SYSTEM_PYTHON),
+                    reason="needs a PEP 668 system Python at /usr/bin/python3 (Debian 12 has one)")
+def test_a_pep668_python_gets_a_venv_of_the_actions_own(tmp_path):
+    """python-version "" on Debian's Python: the first step makes a venv in RUNNER_TEMP that
+    sees the system's packages, and the later steps install into it; the install step given
+    the system Python itself refuses in one line instead of pip's error."""
+    env = action_env(tmp_path, IDAUDIT_PYTHON=str(SYSTEM_PYTHON), RUNNER_TEMP=tmp_path)
+    one_line_error(run_script(env, tmp_path, "install"), "is externally managed (PEP 668)")
+    res = run_script(env, tmp_path, "cache-key")
+    venv = tmp_path / "idaudit-venv"
+    if res.returncode == 2:  # no ensurepip (python3-venv) on this machine: one line says how
+        one_line_error(res, "install python3-venv, or set python-version")
+        return
+    assert res.returncode == 0, res.stderr
+    assert f"installing into the action's own venv {venv}" in res.stderr
+    outputs = step_outputs(env)
+    assert outputs["python"] == str(venv / "bin" / "python")
+    cfg = (venv / "pyvenv.cfg").read_text()
+    assert "include-system-site-packages = true" in cfg
+    probe = subprocess.run([outputs["python"], "-c", "import sys; print(sys.prefix != "
+                            "sys.base_prefix)"], capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "True"
+    assert not _externally_managed(Path(outputs["python"]))
+    # a second run reuses it
+    res = run_script(action_env(tmp_path, IDAUDIT_PYTHON=str(SYSTEM_PYTHON),
+                                RUNNER_TEMP=tmp_path), tmp_path, "cache-key")
+    assert res.returncode == 0, res.stderr
 
 
 def test_an_ungated_audit_passes_with_a_warning(tmp_path):
@@ -303,6 +392,8 @@ def test_without_idaudit_on_path_it_says_so(tmp_path):
      "extras apply to the action's own checkout"),
     ({"IDAUDIT_TORCH_SPEC": "", "IDAUDIT_TORCH_INDEX_URL": "https://example.org/whl"},
      "torch-index-url is set but torch-spec is empty"),
+    ({"IDAUDIT_TORCH_SPEC": "torch", "IDAUDIT_TORCH_INDEX_URL": "download.pytorch.org"},
+     "torch-index-url must be a URL, pypi"),
 ])
 def test_install_refuses_inputs_that_do_not_apply(tmp_path, inputs, fragment):
     """Refused before pip runs; were it reached, pip would only pretend (no index, a dry run)

@@ -212,14 +212,18 @@ def consistency_table(report, keys: bool = False) -> Table:
 
 def audit_markdown(report, table: str = "audit") -> str:
     """A Markdown summary (for a CI job summary) listing the rows of ``table`` ("audit" or
-    "consistency") and every gated metric."""
+    "consistency") and every gated metric. For several runs the value column says it holds
+    medians and each gated row which value it gates (``worst of 3``, ``median of 3``)."""
     _, label, icon = VERDICTS[report.verdict]
     lines = [f"## idaudit · {icon} {label.lower()}", ""]
     if report.verdict == "ungated":
         lines += [f"> {NO_GATE_NOTE}", ""]
     if report.reason:
         lines += [f"> {report.reason}", ""]
-    lines += ["| metric | value | gate | result |", "|---|---:|---:|---|"]
+    runs, reduce = report.metrics.get("n_runs"), report.metrics.get("reduce")
+    several = isinstance(runs, int) and runs > 1 and reduce in ("worst", "median")
+    value = f"value (median of {runs})" if several else "value"
+    lines += [f"| metric | {value} | gate | result |", "|---|---:|---:|---|"]
     gates = {t.metric: t for t in report.thresholds}
     keys = [k for k, _ in table_rows(table)] + [t.metric for t in report.thresholds]
     seen = set()
@@ -229,7 +233,8 @@ def audit_markdown(report, table: str = "audit") -> str:
         seen.add(key)
         t = gates.get(key)
         res = "" if t is None or t.passed is None else ("pass" if t.passed else "**FAIL**")
-        lines.append(f"| `{key}` | {fmt(report.metrics[key])} | "
+        label = f" ({reduce} of {runs})" if several and t is not None else ""
+        lines.append(f"| `{key}` | {fmt(report.metrics[key])}{label} | "
                      f"{_threshold_text(t) if t else ''} | {res} |")
     for note in notes(report.metrics, report.thresholds):
         lines += ["", f"Note: {note}."]
