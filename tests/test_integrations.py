@@ -402,3 +402,33 @@ def test_the_integrations_guide_names_real_flags_and_makes_its_files():
             assert re.search(rf"""["'(]{re.escape(target)}["')/]|--out {re.escape(target)}\b""",
                              earlier), f"{target} is used before a block makes it"
     assert seen >= 20
+
+
+def test_the_guides_row_counts_fit_the_real_encoders_widths():
+    """Issue 40: the LeWM lines' --n-eval suits a real LeWM (192 wide), and the rule the guide
+    states is the one the audit applies (its numbers are min_rows of each width)."""
+    import re
+
+    from idaudit.evaluations.inputs import min_rows
+
+    text = (Path(__file__).parents[1] / "docs" / "integrations.md").read_text()
+    lewm = text.split("## LeWM / stable-worldmodel", 1)[1].split("\n## ", 1)[0]
+    counts = [int(n) for n in re.findall(r"--n-eval (\d+)", lewm)]
+    assert counts and min(counts) >= min_rows(2, 192) == 398
+    intro = text.split("\n| project |", 1)[0]
+    for rows, width in re.findall(r"([\d ]+\d) for (?:LeWM's|a ViT-[SB]|I-JEPA's ViT-H/14) "
+                                  r"\(?(\d+)\)?", intro):
+        assert int(rows.replace(" ", "")) == min_rows(2, int(width)), (rows, width)
+    assert len(re.findall(r"\d for (?:LeWM|a ViT|I-JEPA)", intro)) == 4
+    # and the audit refuses one row fewer, naming the number
+    import numpy as np
+
+    import idaudit
+
+    rng = np.random.default_rng(0)
+    n = min_rows(2, 192)
+    for rows, verdict in ((n - 1, "inconclusive"), (n, "ungated")):
+        report = idaudit.audit(rng.standard_normal((rows, 2)), rng.standard_normal((rows, 192)))
+        assert report.verdict == verdict, report.reason
+    assert f"need at least {n}" in idaudit.audit(rng.standard_normal((n - 1, 2)),
+                                                 rng.standard_normal((n - 1, 192))).reason

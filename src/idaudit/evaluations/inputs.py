@@ -52,6 +52,12 @@ def values_reason(items: list[tuple[str, np.ndarray | None, str]]) -> str | None
     return None
 
 
+def min_rows(n: int, m: int) -> int:
+    """The fewest evaluation rows an audit of an n-dimensional latent and an m-dimensional
+    embedding takes: 2(n + m) + 10 (both held-out fits need more rows than parameters)."""
+    return 2 * (n + m) + 10
+
+
 def inconclusive_reason(inp: AuditInputs) -> str | None:
     """Why no verdict can be given (:func:`values_reason` of z, h, h′; too few samples), or
     None."""
@@ -60,7 +66,7 @@ def inconclusive_reason(inp: AuditInputs) -> str | None:
     if reason is not None:
         return reason
     n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    need = 2 * (n + m) + 10
+    need = min_rows(n, m)
     if n_rows < need:
         return (f"too few samples: {n_rows} rows for a {n}-dimensional latent and a "
                 f"{m}-dimensional embedding (need at least {need} for held-out fits)")
