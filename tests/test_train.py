@@ -104,3 +104,64 @@ def test_bad_train_config(kwargs, fragment):
     with pytest.raises(IdauditError) as exc:
         TrainConfig(**kwargs).validate()
     assert fragment in str(exc.value)
+
+
+def test_every_run_says_which_encoder_and_mlp_is_sized_from_the_world(tmp_path):
+    """Issue 40: `--encoder mlp` on coupling N = 8 trains (sized 8 → 8 from the world), the
+    default is named as the world's matched encoder, and the line is in the record."""
+    from conftest import run as cli
+
+    res = cli("train", "--world", "coupling", "--dim", "8", "--encoder", "mlp", "--steps", "60",
+              "--n-eval", "400", "--out", tmp_path / "mlp.safetensors")
+    assert res.exit_code == 0, res.output
+    assert ("encoder: mlp (in_dim 8, out_dim 8) — given by --encoder, sized from world coupling"
+            in res.output)
+    ck = load_checkpoint(tmp_path / "mlp.safetensors")
+    assert (ck.encoder_name, ck.encoder_kwargs) == ("mlp", {"in_dim": 8, "out_dim": 8})
+    res = cli("train", "--world", "coupling", "--dim", "8", "--steps", "20", "--n-eval", "400",
+              "--out", tmp_path / "c.safetensors")
+    assert res.exit_code == 0, res.output
+    assert "encoder: coupling (dim 8, layers 4) — world coupling's own (the default" in res.output
+    assert "--encoder mlp for a generic network" in res.output
+    record = run({"world": "coupling", "dim": 8, "encoder": "mlp",
+                  "encoder_kwargs": {"width": 32, "depth": 2}, "steps": 20, "n_eval": 400})
+    assert record.encoder == ("encoder: mlp (in_dim 8, out_dim 8, width 32, depth 2) — given by "
+                              "--encoder, sized from world coupling")
+    assert record.metrics["embed_dim"] == 8
+
+
+def test_a_vector_encoder_on_images_is_refused_before_any_render(tmp_path, monkeypatch):
+    from conftest import run as cli
+
+    monkeypatch.chdir(tmp_path)
+    res = cli("train", "--world", "reacher", "--encoder", "mlp", "--out", "r.safetensors")
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines()[-1] == (
+        "error: --encoder mlp takes vectors, and world 'reacher' gives images (32, 32, 3): use "
+        "its own (the default) or cnn")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing rendered or written
+
+
+def test_a_shape_error_names_the_worlds_dimension_and_the_raw_baseline_is_worded():
+    """Issue 40, item 5: an 8-wide encoder on coupling with dim left at 2 says so; a gate the
+    raw observations already pass gets a warning."""
+    import idaudit
+
+    net = torch.nn.Linear(8, 8)
+    with pytest.raises(IdauditError) as err:
+        idaudit.audit(encoder=net, world="coupling")
+    text = str(err.value)
+    assert "world 'coupling' gives 2-dimensional observations" in text
+    assert "dim=N in Python, --dim N on the command line" in text
+    torch.manual_seed(0)
+    report = idaudit.audit(encoder=torch.nn.Linear(8, 8), world="coupling", dim=8, n_eval=2000,
+                           min_r2=0.5)
+    raw = report.metrics["mixing_r2_x_to_z"]
+    assert 0.7 < raw < 0.8  # the paper's R²(x → z) on coupling
+    said = [n for n in report.to_dict()["notes"] if "raw observations already pass" in n]
+    assert said == [f"warning: the raw observations already pass the gate r2_h_to_z_heldout ≥ "
+                    f"0.5: a linear read-out of x reaches R²(x → z) {raw:.3g} on this world, "
+                    "with nothing learned; gate above it"]
+    high = idaudit.audit(encoder=torch.nn.Linear(8, 8), world="coupling", dim=8, n_eval=2000,
+                         min_r2=0.9)
+    assert not [n for n in high.to_dict()["notes"] if "raw observations" in n]

@@ -73,7 +73,9 @@ def train(
                                          "backbone's unless --output projector"),
     encoder: str | None = typer.Option(None, "--encoder",
                                        help="mlp | coupling | cnn | pixel_cnn (default: the "
-                                            "world's)"),
+                                            "world's own, e.g. the matched inverse coupling on "
+                                            "coupling; mlp and coupling take their widths from "
+                                            "a vector world; the run's first line names it)"),
     encoder_kwargs: str | None = typer.Option(None, "--encoder-kwargs", help="JSON object"),
     device: str | None = typer.Option(None, "--device", help="auto (CUDA when present) | cpu "
                                       "| cuda; it chooses the reacher recipe"),

@@ -126,9 +126,19 @@ def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
     probe = probe_input(encoders[0], opts)
     for loaded in encoders if probe is not None else ():
         try_first(loaded, probe, opts.normalize)
+    from idaudit.models.encoders import EncoderFailed
+
     spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
     for loaded in encoders if probe is None else ():
-        try_first(loaded, ev.x, opts.normalize)
+        try:
+            try_first(loaded, ev.x, opts.normalize)
+        except EncoderFailed as exc:
+            dim = getattr(spec, "dim", None)
+            if dim is None or getattr(ev.x, "ndim", 0) != 2:
+                raise
+            raise IdauditError(f"{exc}; world {spec.name!r} gives {dim}-dimensional "
+                               f"observations (its dim: dim=N in Python, --dim N on the "
+                               "command line)") from None
     return spec, ev, seed
 
 

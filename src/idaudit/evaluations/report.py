@@ -152,7 +152,8 @@ def floor_note(metrics: dict[str, Any]) -> str | None:
 
 def floor_warnings(metrics: dict[str, Any], thresholds: Any) -> list[str]:
     """A warning for each ``--min`` gate on an R² that an uninformative encoder of this width
-    could pass: its threshold at or below the top of that encoder's band."""
+    could pass (its threshold at or below the top of that encoder's band), and for each that
+    the raw observations pass (at or below the raw mixing's R²(x → z))."""
     out = []
     for t in thresholds:
         top = metrics.get(FLOOR_OF.get(t.metric, ""))
@@ -160,6 +161,11 @@ def floor_warnings(metrics: dict[str, Any], thresholds: Any) -> list[str]:
             out.append(f"warning: the gate {t.metric} ≥ {t.value:g} lies within reach of an "
                        f"uninformative encoder of this width (its band reaches {top:.3g}): "
                        "passing it says little; use more rows or a narrower embedding")
+        raw = metrics.get("mixing_r2_x_to_z")
+        if t.op == "min" and t.metric in FLOOR_OF and raw is not None and t.value <= raw:
+            out.append(f"warning: the raw observations already pass the gate {t.metric} ≥ "
+                       f"{t.value:g}: a linear read-out of x reaches R²(x → z) {raw:.3g} on "
+                       "this world, with nothing learned; gate above it")
     return out
 
 

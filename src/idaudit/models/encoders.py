@@ -44,6 +44,19 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    #: what the training line says of it as a world's own encoder
+    about = ""
+
+    @staticmethod
+    def vector_widths(kwargs: dict[str, Any]) -> tuple[int, int]:
+        """(input, output) widths of the MLP ``kwargs`` build."""
+        return int(kwargs.get("in_dim", 2)), int(kwargs.get("out_dim", 2))
+
+    @staticmethod
+    def sized_for(width_in: int, width_out: int) -> dict[str, Any]:
+        """The arguments that fit an MLP to vectors of ``width_in`` → ``width_out``."""
+        return {"in_dim": width_in, "out_dim": width_out}
+
 
 @ENCODERS.register("coupling")
 class InverseCoupling(nn.Module):
@@ -62,6 +75,20 @@ class InverseCoupling(nn.Module):
         self.layers = nn.ModuleList(nn.Linear(half, half) for _ in range(layers))
         self.parities = [coupling_parity(layers - 1 - j) for j in range(layers)]
         self.in_dim = self.out_dim = dim
+
+    about = "the mixing inverted with learnable weights"
+
+    @staticmethod
+    def vector_widths(kwargs: dict[str, Any]) -> tuple[int, int]:
+        return int(kwargs.get("dim", 2)), int(kwargs.get("dim", 2))
+
+    @staticmethod
+    def sized_for(width_in: int, width_out: int) -> dict[str, Any]:
+        """A coupling maps R^N to itself: N = both widths (refused where they differ)."""
+        if width_in != width_out:
+            raise IdauditError(f"the coupling encoder maps R^N to itself; these observations "
+                               f"are {width_in}-wide and the latents {width_out}")
+        return {"dim": width_in}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return coupling_chain(x, [lin.weight for lin in self.layers],

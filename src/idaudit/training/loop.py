@@ -23,7 +23,7 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.progress import ProgressBar
 from idaudit.maths.losses import objective_for, objective_needs_directions, random_directions, sigma_for
 from idaudit.maths.metrics import audit_metrics, identifiability_metrics
-from idaudit.models.encoders import build_encoder, embed, pick_device
+from idaudit.models.encoders import ENCODERS, build_encoder, embed, pick_device
 from idaudit.training.config import TrainConfig, projector_widths
 from idaudit.training.schedule import SCHEDULES
 from idaudit.worlds import KINDS, EvalSet, World
@@ -101,24 +101,68 @@ class TrainResult:
     steps_per_second: float = 0.0
     device: str = "cpu"
     steps: int = 0
+    encoder_note: str = ""
 
 
 def _init_seed(seed: int, init: int) -> int:
     return 1_000_003 * seed + 7919 * init + 17
 
 
-def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
-    """The configured encoder; the world's own keeps its defaults (e.g. the dataset's pixel
-    normalisation) under the arguments given. With ``cfg.projector`` it is the backbone of a
-    ``projected`` encoder."""
-    name, kwargs = KINDS.get(world.name).default_encoder(world)
-    if cfg.encoder:
+def _sizes_from_world(name: str, default: str, kwargs: dict[str, Any], world: World
+                      ) -> dict[str, Any]:
+    """The sizes a registered encoder ``name`` other than the world's ``default`` takes from
+    the world: a vector encoder (one with ``sized_for``) its input and output widths from a
+    world whose own encoder is one too; refused, naming what to pass, where the world's
+    observations are not vectors."""
+    cls, own = ENCODERS.get(name), ENCODERS.get(default)
+    if not hasattr(cls, "sized_for"):
+        return {}
+    if not hasattr(own, "vector_widths"):
+        raise IdauditError(f"--encoder {name} takes vectors, and world {world.name!r} does not "
+                           f"give vectors: use its own ({default}, the default) or cnn")
+    return cls.sized_for(*own.vector_widths(kwargs))
+
+
+def _describe(name: str, kwargs: dict[str, Any]) -> str:
+    sizes = ", ".join(f"{k} {v}" for k, v in kwargs.items() if isinstance(v, (int, float, str)))
+    return f"{name} ({sizes})" if sizes else name
+
+
+def encoder_choice(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any], str]:
+    """The configured encoder (registry name, kwargs) and one line saying which it is and
+    why. The world's own keeps its defaults (e.g. the dataset's pixel normalisation) under the
+    arguments given; another registered encoder takes its sizes from the world
+    (:func:`_sizes_from_world`) under the arguments given. With ``cfg.projector`` it is the
+    backbone of a ``projected`` encoder."""
+    default, defaults = KINDS.get(world.name).default_encoder(world)
+    name, kwargs = default, defaults
+    if not cfg.encoder:
+        about = getattr(ENCODERS.get(default), "about", "")
+        why = (f"world {world.name}'s own (the default: the paper's for this world"
+               f"{', ' + about if about else ''}"
+               f"{'; --encoder mlp for a generic network' if about else ''})")
+    else:
         given = dict(cfg.encoder_kwargs or {})
-        name, kwargs = cfg.encoder, ({**kwargs, **given} if cfg.encoder == name else given)
+        name = cfg.encoder
+        if name == default:
+            kwargs = {**defaults, **given}
+            why = f"given by --encoder, world {world.name}'s own"
+        else:
+            kwargs = {**_sizes_from_world(name, default, defaults, world), **given}
+            why = f"given by --encoder, sized from world {world.name}"
+    shown = {k: v for k, v in kwargs.items() if k not in ("mean", "std")}
+    note = f"encoder: {_describe(name, shown)} — {why}"
     if cfg.projector is None:
-        return name, kwargs
-    return "projected", {"backbone": name, "backbone_kwargs": kwargs,
-                         "widths": projector_widths(cfg.projector)}
+        return name, kwargs, note
+    return ("projected", {"backbone": name, "backbone_kwargs": kwargs,
+                          "widths": projector_widths(cfg.projector)},
+            f"{note}; projector {cfg.projector} on top")
+
+
+def _encoder_for(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any]]:
+    """:func:`encoder_choice` without its line."""
+    name, kwargs, _ = encoder_choice(world, cfg)
+    return name, kwargs
 
 
 def resolve_config(world: World, cfg: TrainConfig, resolved: bool = False) -> TrainConfig:
@@ -181,7 +225,7 @@ def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool
     ``resolved``: ``cfg`` comes resolved (:func:`idaudit.training.runs.resolve`)."""
     cfg = resolve_config(world, cfg, resolved)
     device = pick_device(cfg.device)
-    enc_name, enc_kwargs = _encoder_for(world, cfg)
+    enc_name, enc_kwargs, enc_note = encoder_choice(world, cfg)
     sigma = _sigma(world, cfg)
     ev = world.eval_set(cfg.n_eval, cfg.seed)
     sources = [world.pair_source(cfg.views, cfg.batch,
@@ -244,4 +288,4 @@ def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool
                        encoder_kwargs=enc_kwargs, config=cfg, metrics=metrics, history=history,
                        best_init=best[1], seconds=seconds,
                        steps_per_second=total * cfg.inits / seconds, device=str(device),
-                       steps=total)
+                       steps=total, encoder_note=enc_note)

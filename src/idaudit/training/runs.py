@@ -283,6 +283,7 @@ class RunRecord:
     best_init: int = 0
     embedding_sample: dict[str, list[list[float]]] | None = None
     label_free: dict[str, Any] | None = None  # idaudit.maths.labelfree signals on the eval set
+    encoder: str = ""  # which encoder trained and why (one line)
     checkpoint: str | None = None
     log: str | None = None
     version: str = __version__
@@ -346,10 +347,14 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
                       remove_stale=True)
     if say is not None and resolved.recipe_note:
         say(resolved.recipe_note)
+    _refuse_vector_encoder_on_images(resolved)
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,
                                                   progress)
     world = build_world(spec)
     if say is not None:
+        from idaudit.training.loop import encoder_choice
+
+        say(encoder_choice(world, resolved.train)[2])
         est = estimate_seconds(world, resolved.train, resolved=True)
         if est > 120:
             took = f"{est / 60:.0f} min" if est < 5400 else f"{est / 3600:.1f} h"
@@ -363,7 +368,7 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
         id=resolved.id, options=resolved.options, world=spec.to_dict(),
         train=result.config.to_dict(), metrics=metrics, seconds=time.perf_counter() - t0,
         steps_per_second=result.steps_per_second, device=result.device, history=result.history,
-        best_init=result.best_init,
+        best_init=result.best_init, encoder=result.encoder_note,
         embedding_sample=(embedding_sample(world, result.encoder, result.config)
                           if sample and world.latent_dim == 2 else None),
         label_free=(label_free_signals(world, result.encoder, result.config)
@@ -376,6 +381,21 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
         record.world = stored.to_dict()
         write_json(log_path_for(out), record.to_dict(history=True))
     return record
+
+
+def _refuse_vector_encoder_on_images(resolved: ResolvedRun) -> None:
+    """``--encoder mlp`` or ``coupling`` on a world of images is refused before any render
+    (the kind's probe input shows the observations' shape without making them)."""
+    from idaudit.models.encoders import ENCODERS
+
+    name = resolved.train.encoder
+    if not name or not hasattr(ENCODERS.get(name), "sized_for"):
+        return
+    probe = KINDS.get(resolved.world.name).probe_input(resolved.world, 2)
+    if probe is not None and getattr(probe, "ndim", 2) > 2:
+        raise IdauditError(f"--encoder {name} takes vectors, and world "
+                           f"{resolved.world.name!r} gives images "
+                           f"{tuple(probe.shape[1:])}: use its own (the default) or cnn")
 
 
 def resolve_request(req: TrainRequest, device: str | None = None) -> ResolvedRun:
