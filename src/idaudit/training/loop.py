@@ -12,6 +12,7 @@ import copy
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,8 +149,9 @@ def encoder_choice(world: World, cfg: TrainConfig) -> tuple[str, dict[str, Any],
             kwargs = {**defaults, **given}
             why = f"given by --encoder, world {world.name}'s own"
         else:
-            kwargs = {**_sizes_from_world(name, default, defaults, world), **given}
-            why = f"given by --encoder, sized from world {world.name}"
+            sized = _sizes_from_world(name, default, defaults, world)
+            kwargs = {**sized, **given}
+            why = f"given by --encoder{f', sized from world {world.name}' if sized else ''}"
     shown = {k: v for k, v in kwargs.items() if k not in ("mean", "std")}
     note = f"encoder: {_describe(name, shown)} — {why}"
     if cfg.projector is None:
@@ -219,10 +221,11 @@ def estimate_seconds(world: World, cfg: TrainConfig, probe_steps: int = 5,
     return statistics.median(times) * total * cfg.inits
 
 
-def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool = False
-          ) -> TrainResult:
+def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool = False,
+          say: Callable[[str], None] | None = None) -> TrainResult:
     """Train ``cfg.inits`` encoders on ``world``; keep the one with the lowest final loss.
-    ``resolved``: ``cfg`` comes resolved (:func:`idaudit.training.runs.resolve`)."""
+    ``resolved``: ``cfg`` comes resolved (:func:`idaudit.training.runs.resolve`); ``say``
+    gets the line naming the encoder (:func:`encoder_choice`) once it is known to fit."""
     cfg = resolve_config(world, cfg, resolved)
     device = pick_device(cfg.device)
     enc_name, enc_kwargs, enc_note = encoder_choice(world, cfg)
@@ -233,6 +236,8 @@ def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool
                                  device, cfg.n_views) for i in range(cfg.inits)]
     with torch.random.fork_rng(devices=[]):
         check_fits(build_encoder(enc_name, enc_kwargs).to(device), enc_name, world, ev)
+    if say is not None:
+        say(enc_note)
     per_epoch = sources[0].steps_per_epoch
     total = cfg.steps or cfg.epochs * per_epoch
     bar = ProgressBar(progress, total * cfg.inits, "train")

@@ -352,15 +352,12 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
                                                   progress)
     world = build_world(spec)
     if say is not None:
-        from idaudit.training.loop import encoder_choice
-
-        say(encoder_choice(world, resolved.train)[2])
         est = estimate_seconds(world, resolved.train, resolved=True)
         if est > 120:
             took = f"{est / 60:.0f} min" if est < 5400 else f"{est / 3600:.1f} h"
             say(f"training takes about {took} here (timed on its first steps)")
     t0 = time.perf_counter()
-    result = train(world, resolved.train, progress=progress, resolved=True)
+    result = train(world, resolved.train, progress=progress, resolved=True, say=say)
     metrics = dict(result.metrics)
     if world.rho is None:  # no single ρ: say what the channel's per-dimension ρ were
         metrics.update({f"rho_{i}": r for i, r in enumerate(world.rho_per_dim)})

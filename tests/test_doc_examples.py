@@ -1,0 +1,160 @@
+"""Every shell, Python and workflow example in README.md and docs/: which test runs it as
+written, or why none does (issue 40). A new example fails here until it is listed.
+
+``EXAMPLES`` maps (file, the block's first line) to the test that runs it, or to ``"not run:
+…"`` with the reason. Listed tests must exist and read that file; the blocks run here are
+the README's Python ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^```(bash|python|yaml|sh)\n(.*?)^```", re.M | re.S)
+
+NEEDS_PROJECT = ("not run: imports the reader's own project (`src.models…`, `myproject`); "
+                 "tests/test_integrations.py checks its flags and that each file it names is "
+                 "made above it, and runs each route with a stand-in network")
+EXAMPLES: dict[tuple[str, str], str] = {
+    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e . "
+                  "&& idaudit demo"): ".ci/run (stage 1, a fresh venv, word for word)",
+    ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e "
+                  "\".[dev,reacher]\" && pytest -q"): ".ci/run (stage 2, a fresh venv)",
+    ("README.md", "idaudit world spiral --rho 0.95 --pairs 10000 --out pairs.safetensors"):
+        "not run: three 6 000-step trainings and a sweep (≈ 10 min); each command's flags are "
+        "those of tests/test_cli.py",
+    ("README.md", "idaudit audit jepa.pth.tar --key target_encoder --arch myproject:vit_small"):
+        NEEDS_PROJECT,
+    ("README.md", "import idaudit"): "tests/test_doc_examples.py::test_the_readme_python_runs",
+    ("README.md", "from idaudit.testing import assert_identifiable"):
+        "tests/test_doc_examples.py::test_the_readme_python_runs (given z, h)",
+    ("docs/ci.md", "name: identifiability#1"):
+        "tests/test_action_workflow.py::test_the_documented_workflow_runs_through_the_action",
+    ("docs/ci.md", "IDAUDIT_TARGETS=\"ckpt/jepa.pth.tar\" IDAUDIT_MIN_R2=0.9 \\"):
+        "not run: the same script and inputs as the workflow above (tests/test_action.py runs "
+        "the script this way on spiral checkpoints)",
+    ("docs/ci.md", "name: identifiability#2"):
+        "not run: the same audit written out as steps; it installs `$IDAUDIT_SPEC`, which the "
+        "reader sets",
+    ("docs/ci.md", "import idaudit"): "not run: needs the reader's arrays z, h, h′ and encoder.pt",
+    ("docs/ci.md", "from idaudit.testing import assert_identifiable"):
+        "tests/test_doc_examples.py::test_the_readme_python_runs (the same lines, given z, h)",
+    ("docs/integrations.md", "pip install 'idaudit[vision,reacher]'"):
+        "not run: installs extras (.ci/run stage 3 installs the unpinned ones)",
+    ("docs/integrations.md", "- name: Headless GL for MuJoCo"):
+        "not run: an apt step of a GitHub workflow (this machine has the libraries)",
+    ("docs/lightning.md", "pip install 'idaudit[lightning]'"):
+        "not run: installs an extra the dev extra already brings",
+    ("docs/lightning.md", "import lightning as L"):
+        "tests/test_lightning_monitor.py::test_the_guide_s_example_runs_as_it_says",
+    ("docs/objective-forms.md", "idaudit train --world spiral"):
+        "not run: 20 000-step trainings (minutes each); the forms are tested in "
+        "tests/test_objective_forms.py",
+    ("docs/reacher.md", "idaudit train --world reacher --rho 0.95"):
+        "not run: the card's 13-minute training (.ci/run's guard times its step)",
+    ("docs/reacher.md", "idaudit train --world reacher --recipe paper --rho 0.95 --epochs 12"):
+        "not run: the paper's recipe takes hours on a CPU",
+    ("docs/reacher.md", "idaudit sweep reacher --out sw --seeds 1 --only lamb=5e-3,1e-2"):
+        "not run: 28 Reacher trainings (hours on a CPU)",
+    ("docs/reacher.md", "idaudit sweep reacher --out sw --checkpoints --only lamb=5e-3"):
+        "not run: Reacher trainings (tests/test_ray_cluster.py runs a small one with "
+        "--checkpoints)",
+    ("docs/sweeps.md", "idaudit sweep grid --seeds 1 --steps 4000 --out sweeps/grid"):
+        "not run: 63 trainings; tests/test_sweep.py runs small suites",
+    ("docs/user-loop.md", "import idaudit"):
+        "tests/test_user_pairs.py::test_the_loop_in_the_docs_runs_on_public_names_and_beats_the_mixing",
+}
+# docs/integrations.md's worked examples, one per project family
+INTEGRATION_HEADS = ("python - <<'EOF'", "from src.models.vision_transformer import",
+                     "import torch", "def encode_fn(model, x):", "python -c \"import torch, "
+                     "myproject", "idaudit embed vit-hf", "idaudit audit jepa-latest.pth.tar")
+
+
+def blocks() -> list[tuple[str, str, str]]:
+    """(file, key, code) of every shell, Python and YAML block, keyed by its first line
+    (``#k`` after it where several blocks of one file share a first line)."""
+    out = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for m in BLOCK.finditer(text):
+            code = m.group(2)
+            first = re.sub(r"\s+#.*$", "", code.strip().splitlines()[0]).rstrip()
+            out.append((path.relative_to(ROOT).as_posix(), first, code))
+    counts = Counter((name, first) for name, first, _ in out)
+    index: Counter = Counter()
+    keyed = []
+    for name, first, code in out:
+        index[(name, first)] += 1
+        key = first if counts[(name, first)] == 1 else f"{first}#{index[(name, first)]}"
+        keyed.append((name, key, code))
+    return keyed
+
+
+def status(name: str, key: str) -> str | None:
+    for (file, head), said in EXAMPLES.items():
+        if file == name and (key == head or (key.startswith(head) and "#" not in head)):
+            return said
+    if name == "docs/integrations.md" and key.split("#")[0].startswith(INTEGRATION_HEADS):
+        return NEEDS_PROJECT
+    return None
+
+
+def test_every_example_is_run_or_says_why_not():
+    found = blocks()
+    assert len(found) >= 40
+    missing = [(name, key) for name, key, _ in found if status(name, key) is None]
+    assert not missing, f"examples with no test and no reason: {missing}"
+    for name, key, _ in found:
+        said = status(name, key)
+        if said.startswith("not run: "):
+            assert len(said) > 30, (name, key)
+            continue
+        where = said.split(" ")[0]
+        if where == ".ci/run":
+            text = (ROOT / ".ci" / "run").read_text()
+            assert "readme_commands.py" in text
+            continue
+        file, test = where.split("::")
+        source = (ROOT / file).read_text()
+        assert re.search(rf"^def {re.escape(test)}\(", source, re.M), said
+        assert Path(name).name in source or Path(name).stem in source, (file, name)
+    # every listed example still exists (a renamed or removed one is taken off the list)
+    keys = {(name, key) for name, key, _ in found}
+    stale = [k for k in EXAMPLES if not any(n == k[0] and (key == k[1] or key.startswith(k[1]))
+                                            for n, key in keys)]
+    assert not stale, stale
+
+
+def test_the_readme_python_runs(tmp_path, monkeypatch):
+    """README.md's two Python blocks as written (the second given arrays z, h of an orthogonal
+    encoder, which it names but cannot make), and docs/ci.md's pytest lines the same way."""
+    monkeypatch.chdir(tmp_path)
+    code = {key: c for name, key, c in blocks() if name == "README.md"}
+    scope: dict = {}
+    exec(compile(code["import idaudit"], "README.md", "exec"), scope)
+    assert scope["report"].verdict in ("pass", "fail")
+    assert scope["report"].metrics["r2_h_to_z_heldout"] > 0.5
+    assert 0.8 < scope["plans"].cost_ratio_median < 1.3
+    assert (tmp_path / "s.safetensors").exists()
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((2000, 2))
+    q = np.linalg.qr(rng.standard_normal((2, 2)))[0]
+    for block in (code["from idaudit.testing import assert_identifiable"],
+                  next(c for n, k, c in blocks() if n == "docs/ci.md"
+                       and k == "from idaudit.testing import assert_identifiable")):
+        for h, passes in ((z @ q, True), (rng.standard_normal((2000, 2)), False)):
+            scope = {"z": z, "h": h}
+            try:
+                exec(compile(block, "doc", "exec"), scope)
+                for name, fn in list(scope.items()):  # a pytest function the block defines
+                    if name.startswith("test_") and callable(fn):
+                        fn()
+            except AssertionError:
+                assert not passes, block
+            else:
+                assert passes, block
