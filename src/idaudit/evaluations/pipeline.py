@@ -123,11 +123,11 @@ def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
     """:func:`eval_set_for` the first encoder, every encoder tried on a few inputs first
     (:func:`try_first`: on the kind's probe input before the set is made, else on the set's
     first rows before any encoder is embedded on it)."""
+    from idaudit.models.encoders import EncoderFailed
+
     probe = probe_input(encoders[0], opts)
     for loaded in encoders if probe is not None else ():
         try_first(loaded, probe, opts.normalize)
-    from idaudit.models.encoders import EncoderFailed
-
     spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
     for loaded in encoders if probe is None else ():
         try:

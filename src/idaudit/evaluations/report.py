@@ -227,7 +227,7 @@ def audit_markdown(report, table: str = "audit") -> str:
     if report.reason:
         lines += [f"> {report.reason}", ""]
     runs, reduce = report.metrics.get("n_runs"), report.metrics.get("reduce")
-    several = isinstance(runs, int) and runs > 1 and reduce in ("worst", "median")
+    several = reduce is not None and isinstance(runs, int) and runs > 1  # combine_reports
     value = f"value (median of {runs})" if several else "value"
     lines += [f"| metric | {value} | gate | result |", "|---|---:|---:|---|"]
     gates = {t.metric: t for t in report.thresholds}

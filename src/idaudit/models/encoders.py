@@ -44,9 +44,6 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
-    #: what the training line says of it as a world's own encoder
-    about = ""
-
     @staticmethod
     def vector_widths(kwargs: dict[str, Any]) -> tuple[int, int]:
         """(input, output) widths of the MLP ``kwargs`` build."""
@@ -76,6 +73,7 @@ class InverseCoupling(nn.Module):
         self.parities = [coupling_parity(layers - 1 - j) for j in range(layers)]
         self.in_dim = self.out_dim = dim
 
+    #: what the training line says of it as a world's own encoder
     about = "the mixing inverted with learnable weights"
 
     @staticmethod

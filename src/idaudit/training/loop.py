@@ -119,9 +119,15 @@ def _sizes_from_world(name: str, default: str, kwargs: dict[str, Any], world: Wo
     if not hasattr(cls, "sized_for"):
         return {}
     if not hasattr(own, "vector_widths"):
-        raise IdauditError(f"--encoder {name} takes vectors, and world {world.name!r} does not "
-                           f"give vectors: use its own ({default}, the default) or cnn")
+        raise vector_encoder_refused(name, world.name, "no vectors")
     return cls.sized_for(*own.vector_widths(kwargs))
+
+
+def vector_encoder_refused(name: str, world: str, gives: str) -> IdauditError:
+    """The one-line refusal of a vector encoder (``--encoder mlp``) on a world that ``gives``
+    something else (e.g. ``images (32, 32, 3)``)."""
+    return IdauditError(f"--encoder {name} takes vectors, and world {world!r} gives {gives}: "
+                        "use its own (the default) or cnn")
 
 
 def _describe(name: str, kwargs: dict[str, Any]) -> str:

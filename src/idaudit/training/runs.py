@@ -26,8 +26,9 @@ from idaudit.core.requests import TrainRequest, unknown_options
 from idaudit.core.version import __version__
 from idaudit.maths.losses import NO_LAMB_OBJECTIVES
 from idaudit.models.checkpoint import save_checkpoint
-from idaudit.models.encoders import embed
+from idaudit.models.encoders import ENCODERS, embed
 from idaudit.training import TrainConfig, estimate_seconds, train
+from idaudit.training.loop import vector_encoder_refused
 from idaudit.worlds import KINDS, World, WorldKind, WorldSpec, build_world, make_spec, world_name
 
 TRAIN_OPTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
@@ -383,16 +384,13 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
 def _refuse_vector_encoder_on_images(resolved: ResolvedRun) -> None:
     """``--encoder mlp`` or ``coupling`` on a world of images is refused before any render
     (the kind's probe input shows the observations' shape without making them)."""
-    from idaudit.models.encoders import ENCODERS
-
     name = resolved.train.encoder
     if not name or not hasattr(ENCODERS.get(name), "sized_for"):
         return
     probe = KINDS.get(resolved.world.name).probe_input(resolved.world, 2)
     if probe is not None and getattr(probe, "ndim", 2) > 2:
-        raise IdauditError(f"--encoder {name} takes vectors, and world "
-                           f"{resolved.world.name!r} gives images "
-                           f"{tuple(probe.shape[1:])}: use its own (the default) or cnn")
+        raise vector_encoder_refused(name, resolved.world.name,
+                                     f"images {tuple(probe.shape[1:])}")
 
 
 def resolve_request(req: TrainRequest, device: str | None = None) -> ResolvedRun:
