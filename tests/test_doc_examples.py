@@ -17,6 +17,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```(bash|python|yaml|sh)\n(.*?)^```", re.M | re.S)
 
+SHRUNK = "tests/test_doc_shell.py::test_the_shell_examples_run_shrunk"  # run as written, sizes shrunk
 NEEDS_PROJECT = ("not run: imports the reader's own project (`src.models…`, `myproject`); "
                  "tests/test_integrations.py checks its flags and that each file it names is "
                  "made above it, and runs each route with a stand-in network")
@@ -26,8 +27,7 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e "
                   "\".[dev,reacher]\" && pytest -q"): ".ci/run (stage 2, a fresh venv)",
     ("README.md", "idaudit world spiral --rho 0.95 --pairs 10000 --out pairs.safetensors"):
-        "not run: three 6 000-step trainings and a sweep (≈ 10 min); each command's flags are "
-        "those of tests/test_cli.py",
+        f"{SHRUNK} (600 steps, a 2-run grid, 300 Reacher pairs)",
     ("README.md", "idaudit audit jepa.pth.tar --key target_encoder --arch myproject:vit_small"):
         NEEDS_PROJECT,
     ("README.md", "import idaudit"): "tests/test_doc_examples.py::test_the_readme_python_runs",
@@ -52,11 +52,12 @@ EXAMPLES: dict[tuple[str, str], str] = {
         "not run: installs an extra the dev extra already brings",
     ("docs/lightning.md", "import lightning as L"):
         "tests/test_lightning_monitor.py::test_the_guide_s_example_runs_as_it_says",
-    ("docs/objective-forms.md", "idaudit train --world spiral"):
-        "not run: 20 000-step trainings (minutes each); the forms are tested in "
-        "tests/test_objective_forms.py",
-    ("docs/reacher.md", "idaudit train --world reacher --rho 0.95"):
-        "not run: the card's 13-minute training (.ci/run's guard times its step)",
+    ("docs/objective-forms.md", "idaudit train --world spiral"): f"{SHRUNK} (200 steps)",
+    ("docs/reacher.md", "idaudit train --world reacher --rho 0.95#1"):
+        f"{SHRUNK} (300 pairs, 1 epoch, 1 000 evaluation images)",
+    ("docs/reacher.md", "idaudit train --world reacher --rho 0.95#2"):
+        "not run: the card twice (13 min each) with its timings; the card's line runs shrunk "
+        "in the block above and as .ci/run stage 3's short card line",
     ("docs/reacher.md", "idaudit train --world reacher --recipe paper --rho 0.95 --epochs 12"):
         "not run: the paper's recipe takes hours on a CPU",
     ("docs/reacher.md", "idaudit sweep reacher --out sw --seeds 1 --only lamb=5e-3,1e-2"):
@@ -65,7 +66,8 @@ EXAMPLES: dict[tuple[str, str], str] = {
         "not run: Reacher trainings (tests/test_ray_cluster.py runs a small one with "
         "--checkpoints)",
     ("docs/sweeps.md", "idaudit sweep grid --seeds 1 --steps 4000 --out sweeps/grid"):
-        "not run: 63 trainings; tests/test_sweep.py runs small suites",
+        f"{SHRUNK} (each suite cut to one or two 100-step runs; my_grid.toml is the TOML block "
+        "of the same page)",
     ("docs/user-loop.md", "import idaudit"):
         "tests/test_user_pairs.py::test_the_loop_in_the_docs_runs_on_public_names_and_beats_the_mixing",
 }
@@ -158,3 +160,4 @@ def test_the_readme_python_runs(tmp_path, monkeypatch):
                 assert not passes, block
             else:
                 assert passes, block
+
