@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -63,6 +64,16 @@ def test_sweep_resumes_and_reports(tmp_path):
     assert res.exit_code == 0, res.output
     md = (tmp_path / "out" / "summary.md").read_text()
     assert md.startswith("| N | mixing R²(x→z) |") and "| 2 |" in md and "| 4 |" in md
+    # beside the paper's Table 1: its numbers for N = 2 and 4, our mean over the two seeds,
+    # and the minutes per run from the records' seconds
+    side = md.split("Beside the paper's Table 1", 1)[1].splitlines()
+    for dim in (2, 4):
+        recs = [r for r in ok if r["run"]["dim"] == dim]
+        r2 = np.mean([r["metrics"]["r2_h_to_z"] for r in recs])
+        mins = np.mean([r["seconds"] for r in recs]) / 60
+        paper = {2: "0.999998 ± 3.4e-07", 4: "0.999996 ± 1.2e-06"}[dim]
+        assert (f"| {dim} | SIGReg | 2 | {r2:.6f} | {paper} | " in "\n".join(side)
+                and f" | {mins:.1f} |" in next(ln for ln in side if ln.startswith(f"| {dim} |")))
     csv = (tmp_path / "out" / "summary.csv").read_text().splitlines()
     assert len(csv) == 3 and "r2_h_to_z_mean" in csv[0]
 

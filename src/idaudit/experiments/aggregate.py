@@ -133,6 +133,10 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if vals:
                 row[f"{m}_mean"] = float(np.mean(vals))
                 row[f"{m}_std"] = float(np.std(vals))
+        secs = [float(r["seconds"]) for r in recs if isinstance(r.get("seconds"), int | float)]
+        if secs:
+            row["minutes_mean"] = float(np.mean(secs)) / 60.0
+            row["minutes_std"] = float(np.std(secs)) / 60.0
         rows.append(row)
     return rows
 
@@ -268,6 +272,41 @@ def _paper_side_by_side(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _paper_table_1(rows: list[dict[str, Any]]) -> list[str]:
+    """Coupling rows beside the paper's Table 1: per N and method, the seeds run, R²(h → z)
+    (mean over seeds), the paper's mean ± std, and the training minutes per run."""
+    from idaudit.experiments.paper import TABLE_1
+
+    rows = [r for r in rows if r.get("world") == "coupling" and r.get("dim") in TABLE_1]
+    if not rows:
+        return []
+
+    def paper_key(r: dict[str, Any]) -> str | None:
+        obj = r.get("objective", "lejepa")
+        if obj == "infonce":  # the paper's InfoNCE is σ = 1
+            return "infonce" if str(r.get("sigma", 1.0)) in ("1", "1.0") else None
+        return obj if obj in ("lejepa", "whiten") else None
+
+    def ref(n: int, key: str | None) -> str:
+        if key is None:
+            return "—"
+        mean, sd = TABLE_1[n][key]
+        return f"{mean:.6f} ± {sd:.1e}"
+
+    lines = ["", "Beside the paper's Table 1 (its mean ± std over 5 seeds; InfoNCE there is σ = 1):",
+             "", "| N | method | seeds | R²(h→z) | paper R²(h→z) | mixing R²(x→z) | paper mixing "
+             "| minutes per run |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    order = {v: i for i, v in enumerate(METHOD_LABELS.values())}
+    for r in sorted(rows, key=lambda r: (r["dim"], order.get(r["method"], 9), r["method"])):
+        n = r["dim"]
+        mins = f"{r['minutes_mean']:.1f}" if "minutes_mean" in r else "—"
+        lines.append(f"| {n} | {r['method']} | {r['n_seeds']} | "
+                     f"{r.get('r2_h_to_z_mean', float('nan')):.6f} | {ref(n, paper_key(r))} | "
+                     f"{r.get('mixing_r2_x_to_z_mean', float('nan')):.3f} | "
+                     f"{TABLE_1[n]['mixing'][0]:.3f} | {mins} |")
+    return lines
+
+
 def runs_per_node(records: list[dict[str, Any]]) -> list[str]:
     """Markdown lines: per Ray node (records that name one), its runs and their training
     minutes (total and per run); none for a local sweep."""
@@ -324,6 +363,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
             by = {r["method"]: r for r in at}
             lines.append(f"| {dim} | {pm(at[0], 'mixing_r2_x_to_z')} | "
                          + " | ".join(pm(by.get(m), "r2_h_to_z") for m in methods) + " |")
+        lines += _paper_table_1(rows)
     else:
         varying = [k for k in sorted({k for r in rows for k in r})
                    if not k.endswith(("_mean", "_std")) and k not in ("n_seeds",)
