@@ -38,7 +38,12 @@ from idaudit.evaluations.inputs import (
     split_reason,
     values_reason,
 )
-from idaudit.evaluations.pipeline import inputs_for_encoder, inputs_from_arrays, try_encoders
+from idaudit.evaluations.pipeline import (
+    embed_targets,
+    inputs_for_encoder,
+    inputs_from_arrays,
+    try_encoders,
+)
 from idaudit.loading.loaders import Arrays, numeric_array, open_target
 from idaudit.maths.metrics import audit_metrics
 
@@ -264,7 +269,8 @@ def run_audit(req: AuditRequest) -> AuditReport:
         raise IdauditError("give either arrays (z, h) or an encoder, not both")
     if not arrays_given and not req.targets:
         raise IdauditError("audit needs either z and h arrays or an encoder")
-    if len(req.targets) <= 1 and req.reduce != "worst":
+    targets = embed_targets(req.targets, req.encoder.load)  # several embed functions: targets
+    if len(targets) <= 1 and req.reduce != "worst":
         raise IdauditError("--reduce applies to several targets; one was given")
     inputs: list[tuple[AuditInputs, int | None]] = []
     if arrays_given:
@@ -279,17 +285,18 @@ def run_audit(req: AuditRequest) -> AuditReport:
             x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
     # every target opened, and every encoder tried on a few inputs, before any is embedded: a
     # refusal for the last target never waits for the first one's evaluation set
-    opened = [open_target(target, req.encoder.load) for target in req.targets]
+    opened = [open_target(target, load) for target, load, _ in targets]
     if any(isinstance(loaded, Arrays) for loaded in opened):
         _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
     if len(opened) > 1:
         try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder)
-    for loaded in opened:
+    for loaded, (_, _, name) in zip(opened, targets):
         if isinstance(loaded, Arrays):
             inputs.append((inputs_from_arrays(loaded),
                            req.seed if req.seed is not None else loaded.seed))
         else:
             inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed)
+            inp.source = name or inp.source
             inputs.append((inp, inp.seed))
     several = len(inputs) > 1
     reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
