@@ -90,6 +90,22 @@ class AuditReport:
     def _repr_markdown_(self) -> str:
         return self.markdown()
 
+    def summary(self) -> str:
+        """What the verdict rests on, in words (the CLI's first lines): the gated metrics'
+        values against their thresholds, R²(h → z)'s ceiling where there is one."""
+        from idaudit.evaluations.report import verdict_lines
+
+        return "\n".join(verdict_lines(self))
+
+    def side_by_side(self, keys: list[str] | None = None) -> str:
+        """Several targets (seeds; a model's backbone and projector) side by side, as a
+        Markdown table: a column each, ``keys`` the rows (None: every row of the table)."""
+        from idaudit.evaluations.report import side_by_side_markdown
+
+        if not self.runs:
+            raise IdauditError("side_by_side needs several targets; this audit has one")
+        return side_by_side_markdown(self, keys)
+
     def to_dict(self) -> dict[str, Any]:
         from idaudit.evaluations.report import notes
 
