@@ -152,7 +152,7 @@ def test_a_shape_error_names_the_worlds_dimension_and_the_raw_baseline_is_worded
         idaudit.audit(encoder=net, world="coupling")
     text = str(err.value)
     assert "world 'coupling' gives 2-dimensional observations" in text
-    assert "dim=N in Python, --dim N on the command line" in text
+    assert "for another width give dim=N" in text and "--dim" not in text  # the library's
     torch.manual_seed(0)
     report = idaudit.audit(encoder=torch.nn.Linear(8, 8), world="coupling", dim=8, n_eval=2000,
                            min_r2=0.5)

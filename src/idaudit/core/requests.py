@@ -514,6 +514,22 @@ class SweepRequest:
     checkpoints: bool = False
 
 
+#: the options of a request that no command has a flag for, each with the reason (every other
+#: option is a flag of its command, under its name with dashes: tests/test_requests.py checks
+#: both ways, docs/architecture.md lists these)
+LIBRARY_ONLY: dict[str, str] = {
+    "z": "arrays in memory; the command line reads them from an array file given as a target",
+    "h": "arrays in memory; the command line reads them from an array file given as a target",
+    "h_prime": "arrays in memory; the command line reads them from an array file given as a "
+               "target",
+    "x": "arrays in memory; the command line reads them from an array file given as a target",
+    "progress": "the command line always shows its bar while evaluation images render (on "
+                "stderr); Python chooses",
+    "mode": "the same option as --trajectory/--ou (mode='trajectory' is trajectory=True), the "
+            "name a Reacher dataset's spec and the sweep suites use",
+}
+
+
 def flat_options(obj: Any) -> dict[str, Any]:
     """The options of a request (or a part) under their flat names, as the CLI's flags and
     :meth:`Composed.from_options` name them, each read at its first place
