@@ -144,7 +144,7 @@ def verdict_lines(report) -> list[str]:
         first = f"verdict: {report.verdict} — " + "; ".join(
             f"{label(t.metric)} {short(t.actual)}{which} {signs[t.op, bool(t.passed)]} "
             f"{t.value:g}{_ceiling(m, t.metric)}" for t in report.thresholds)
-    return [first, f"every metric below; what each means: {METRICS_DOC} (idaudit metrics)"]
+    return [first, f"what each metric means: {METRICS_DOC} (idaudit metrics)"]
 
 
 def audit_table(report, keys: bool = False) -> Table:
