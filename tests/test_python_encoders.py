@@ -196,3 +196,21 @@ def test_the_lejepa_style_example_runs_as_it_says(tmp_path, monkeypatch):
     assert len(numbers) == len(got) > 10
     np.testing.assert_allclose(got, numbers, atol=2e-3)  # another CPU's rounding, no more
     assert shown.splitlines()[0].split(" — ")[0] == printed.getvalue().split(" — ")[0]
+
+
+def test_a_function_is_not_sent_into_a_program_s_cage(tmp_path):
+    """A program from a file runs in its cage, where a function of this process cannot go:
+    its embed function is named module:function there."""
+    import torch
+
+    from idaudit.loading.confine import why_no_cage
+
+    path = tmp_path / "lin.pt"
+    torch.jit.trace(torch.nn.Linear(4, 4), torch.zeros(1, 4)).save(str(path))
+    if why_no_cage() is not None:
+        pytest.skip(f"no cage here: {why_no_cage()}")
+    with pytest.raises(IdauditError) as err:
+        idaudit.audit(encoder=path, embed=lambda m, x: m(x), **WORLD)
+    assert str(err.value) == (f"{path} is a TorchScript program, run in its cage: give embed= as "
+                              "the name module:function there (a function of this process "
+                              "cannot be sent to it)")

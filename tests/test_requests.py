@@ -106,6 +106,10 @@ def test_the_train_flags_the_library_had_alone_reach_the_run():
                        ("n_slices", "64")):
         assert lines[key].split(" = ")[1] == f"{value}  (given)", lines[key]
     assert resolved.world.mixing_seed == 3 and resolved.train.weight_decay == 0.25
+    help_text = " ".join(run("train", "--help").output.replace("│", " ").split())
+    from idaudit.training.schedule import SCHEDULES
+
+    assert all(f"{name} (" in help_text for name in SCHEDULES)  # every schedule, explained
     bad = run("train", "--schedule", "linear", "--show-config")
     assert bad.exit_code == 2 and "--schedule must be one of constant_cosine, cosine_epochs" \
         in bad.output
