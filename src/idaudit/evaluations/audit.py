@@ -335,7 +335,10 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
     ``nn.Module``/callable, or a path to an idaudit checkpoint, TorchScript, ``torch.export``
     program, plain weights with ``arch="module:factory"``, an array file), or several
     ``targets`` gated together (``reduce``). An encoder is embedded on ``world`` (a World,
-    WorldSpec or name) with world options, on ``data``, or on its checkpoint's world.
+    WorldSpec or name) with world options, on ``data``, or on its checkpoint's world; it is
+    called as it is, or through ``embed``, a function ``(model, x) → (batch, m)`` (several
+    by name, ``{"backbone": f, "projector": g}``: one target each, side by side), and
+    ``output`` picks a field or element of what it returns.
 
     The gate: ``min_r2`` (held-out R²(h → z) ≥), ``max_orthogonality_error`` (≤), ``min`` /
     ``max`` and ``gate``; with none, the verdict is "ungated" (a report only). The verdict is
