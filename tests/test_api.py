@@ -83,5 +83,5 @@ def test_run_trains_on_a_pairs_file(tmp_path):
     assert rec.world["name"] == "pairs" and rec.train["views"] == "pair"
     assert rec.train["epochs"] == 3 and rec.history[0]["epoch_loss"].__len__() == 3
     assert rec.metrics["n_samples"] == 2000
-    with pytest.raises(idaudit.IdauditError, match="--steps does not apply"):
+    with pytest.raises(idaudit.IdauditError, match="steps does not apply"):
         idaudit.run({"data": str(path), "steps": 10})

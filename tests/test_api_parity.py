@@ -101,21 +101,86 @@ def test_world_options_and_an_encoder_file(tmp_path):
 
 
 def test_the_library_refuses_what_the_cli_refuses(runs):
+    """The same refusal on both sides, each in its own spelling: the library names the
+    parameter (``n_eval``), the command line the flag (``--n-eval``)."""
     _, paths, _ = runs
     data = np.load(paths[0])
-    for kwargs, fragment in [
-        ({"targets": paths[:1], "reduce": "median"}, "--reduce applies to several targets"),
-        ({"targets": paths, "reduce": "mean"}, "--reduce must be one of"),
-        ({"targets": paths[:1], "world": "spiral"}, "arrays are audited as they are"),
-        ({"z": data["z"], "h": data["h"], "dim": 3}, "--dim does not apply"),
-        ({"targets": paths[:1], "n_eval": 5}, "--n-eval must be an integer ≥ 10"),
-        ({"targets": paths[:1], "bootstrap": -1}, "--bootstrap must be an integer ≥ 0"),
-        ({"targets": paths[:1], "test_fraction": 1.5}, "--test-fraction must lie strictly between 0 and 1"),
-        ({"targets": paths[:1], "circular": "0,x"}, "--circular expects"),
-        ({"targets": paths[:1], "nonsense": 1}, "unknown options: nonsense"),
+    one, both = [str(paths[0])], [str(p) for p in paths]
+    for kwargs, args, library, flags in [
+        ({"targets": paths[:1], "reduce": "median"}, [*one, "--reduce", "median"],
+         "reduce applies to several targets", "--reduce applies to several targets"),
+        ({"targets": paths, "reduce": "mean"}, [*both, "--reduce", "mean"],
+         "reduce must be one of", "--reduce must be one of"),
+        ({"targets": paths[:1], "world": "spiral"}, [*one, "--world", "spiral"],
+         "arrays are audited as they are: world does not apply",
+         "arrays are audited as they are: --world does not apply"),
+        ({"z": data["z"], "h": data["h"], "dim": 3}, None, "dim does not apply", None),
+        ({"targets": paths[:1], "n_eval": 5}, [*one, "--n-eval", "5"],
+         "n_eval must be an integer ≥ 10, got 5", "--n-eval must be an integer ≥ 10, got 5"),
+        ({"targets": paths[:1], "bootstrap": -1}, [*one, "--bootstrap", "-1"],
+         "bootstrap must be an integer ≥ 0", "--bootstrap must be an integer ≥ 0"),
+        ({"targets": paths[:1], "test_fraction": 1.5}, [*one, "--test-fraction", "1.5"],
+         "test_fraction must lie strictly between 0 and 1",
+         "--test-fraction must lie strictly between 0 and 1"),
+        ({"targets": paths[:1], "circular": "0,x"}, [*one, "--circular", "0,x"],
+         "circular expects", "--circular expects"),
+        ({"targets": paths[:1], "trust_pickle": "yes"}, None,
+         "trust_pickle must be True or False", None),
+        ({"targets": paths[:1], "nonsense": 1}, None, "unknown options: nonsense", None),
     ]:
-        with pytest.raises(idaudit.IdauditError, match=fragment):
+        with pytest.raises(idaudit.IdauditError) as err:
             idaudit.audit(**kwargs)
+        said = str(err.value)
+        assert library in said, (said, library)
+        assert "--" not in said, said
+        if args is not None:
+            res = runner.invoke(app, ["audit", *args])
+            assert res.exit_code == 2 and f"error: {flags}" in " ".join(res.output.split()), \
+                res.output
+
+
+def test_every_flag_in_a_message_reads_as_a_parameter_in_the_library():
+    """Each flag an idaudit message names is an option of a request under the library's
+    spelling (``--trust-code`` → ``trust_pickle``), or one of the command line's own and
+    other programs' flags, kept as written (``--json``, pip's ``--force-reinstall``)."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    import typer
+
+    from idaudit import cli
+    from idaudit.core import requests
+    from idaudit.core.errors import NOT_PARAMETERS, library_spelling, parameter_of
+
+    names = set().union(*(requests.option_paths(r) for r in (
+        requests.AuditRequest, requests.ConsistencyRequest, requests.PlanRequest,
+        requests.EmbedRequest, requests.TrainRequest, requests.WorldRequest,
+        requests.SweepRequest)))
+    methods = {"plot"}  # PlanReport.plot(path): the library's plot is a method
+    src = Path(idaudit.__file__).parent
+    for path in src.rglob("*.py"):
+        for flag in set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w-])", path.read_text())):
+            param = parameter_of(flag).split("=")[0]
+            assert flag in NOT_PARAMETERS or param in names | methods, (path, flag, param)
+    # every flag of every command reads as its parameter; the CLI's own flags as they are
+    from test_requests import RENAMED
+    for command in cli.app.registered_commands:
+        for p in inspect.signature(command.callback).parameters.values():
+            info = p.default
+            if not isinstance(info, typer.models.ParameterInfo) or not info.param_decls:
+                continue
+            field = RENAMED.get(p.name, p.name)
+            for decl in info.param_decls:
+                for flag in decl.split("/"):
+                    if not flag.startswith("--"):
+                        continue
+                    if field is None or field not in names:
+                        assert flag in NOT_PARAMETERS or flag[2:] in methods | names, flag
+                    elif flag != "--ou":  # --trajectory/--ou: trajectory=False
+                        assert parameter_of(flag) == field, (command.name, flag, field)
+    assert library_spelling("--n-eval 5 and --trust-code, not --json") == \
+        "n_eval 5 and trust_pickle, not --json"
 
 
 def test_plan(tmp_path):
@@ -184,7 +249,7 @@ def test_world(tmp_path):
     assert sorted(a) == ["x", "x_prime", "z", "z_prime"] and len(a["z"]) == 300
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert "300" in line
-    with pytest.raises(idaudit.IdauditError, match="--pairs must be an integer ≥ 1"):
+    with pytest.raises(idaudit.IdauditError, match="pairs must be an integer ≥ 1"):
         idaudit.world("banana", pairs=0, out=tmp_path / "x.safetensors")
     with pytest.raises(idaudit.IdauditError, match="unknown options: steps"):
         idaudit.world("banana", steps=3, out=tmp_path / "x.safetensors")
@@ -219,7 +284,7 @@ def test_sweep(tmp_path):
         assert a["metrics"] == b["metrics"] and a["options"]["lamb"] == 0.01
     runs = sweep_runs(SweepRequest(suite=str(grid), only=["seed=2"], set=["lamb=0.01"]))
     assert [r["seed"] for r in runs] == [2]
-    with pytest.raises(idaudit.IdauditError, match="--set takes one value per option"):
+    with pytest.raises(idaudit.IdauditError, match="set takes one value per option"):
         sweep_runs(SweepRequest(suite=str(grid), set=["lamb=0.01,0.02"]))
 
 

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from scipy.stats import ortho_group
 
 import idaudit
-from idaudit.core.errors import IdauditError
+from idaudit.core.errors import IdauditError, library_spelling
 from idaudit.core.requests import AuditRequest
 from idaudit.evaluations.audit import run_audit
 
@@ -29,8 +29,9 @@ BOUND_KEYS = ("alignment_gap", "D", "bound", "bound_holds", "bound_upper", "boun
 
 def refused(fragment, audit=idaudit.audit, **kwargs):
     """``audit(**kwargs)`` raises an IdauditError with exit code 2 whose one-line message
-    holds ``fragment``; returns the message."""
-    with pytest.raises(IdauditError, match=re.escape(fragment)) as info:
+    holds ``fragment`` (written as the CLI says it, read in the library's spelling); returns
+    the message."""
+    with pytest.raises(IdauditError, match=re.escape(library_spelling(fragment))) as info:
         audit(**kwargs)
     assert info.value.exit_code == 2, info.value
     message = str(info.value)

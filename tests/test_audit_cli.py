@@ -63,6 +63,8 @@ def test_table_shows_the_verdict_values_and_gates(npz_files, tmp_path, monkeypat
         assert res.exit_code == 0 and res.stderr == "", res.output
         m = read_json(out)["metrics"]
         lines = res.stdout.splitlines()
+        assert lines[0].startswith("verdict: pass — ")  # what it rests on (test_verdict_lines)
+        lines = lines[2:]
         top = next(i for i, line in enumerate(lines) if line.startswith(("┏", "┌")))
         title = "".join("".join(lines[:top]).split())  # it wraps to the table's width
         assert title == "".join(f"audit · {npz_files['good']} · PASS".split()), title

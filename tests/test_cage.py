@@ -359,7 +359,7 @@ def test_time_limit_applies_only_to_programs(tmp_path):
     np.savez(tmp_path / "a.npz", z=np.zeros((10, 2)), h=np.zeros((10, 2)))
     res = run("audit", str(tmp_path / "a.npz"), "--time-limit", "5")
     assert res.exit_code == 2 and "--time-limit does not apply" in res.output
-    with pytest.raises(IdauditError, match="--time-limit must be a number of seconds > 0"):
+    with pytest.raises(IdauditError, match="time_limit must be a number of seconds > 0"):
         LoadOptions(time_limit=0)
 
 

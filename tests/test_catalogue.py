@@ -143,7 +143,7 @@ def test_a_gate_on_a_metric_whose_needs_are_missing_names_them(metric):
 
 
 def test_a_label_free_only_metric_in_an_audit_with_z_says_so():
-    with pytest.raises(IdauditError, match=r"only a label-free audit reports it: --label-free"):
+    with pytest.raises(IdauditError, match=r"only a label-free audit reports it: label_free"):
         audit_inputs(_inputs(), [make_threshold("rho_estimated", "min", 0.5)], gauss_sims=0)
 
 

@@ -105,11 +105,11 @@ def test_the_law_comes_from_the_world_the_file_or_the_flag_once():
     assert arrays.angle_sigma == 1.0
     with pytest.raises(IdauditError, match="angle_sigma must be one number > 0, with circular"):
         arrays_from_mapping({"z": z, "h": z, "angle_sigma": np.float64(1.0)}, "a.npz")
-    with pytest.raises(IdauditError, match="--angle-sigma does not apply: these inputs bring"):
+    with pytest.raises(IdauditError, match="angle_sigma does not apply: these inputs bring"):
         audit_inputs(AuditInputs(z=z, h=z, circular=(0, 1), angle_sigma=1.0), angle_sigma=2.0)
-    with pytest.raises(IdauditError, match="--angle-sigma goes with --circular"):
+    with pytest.raises(IdauditError, match="angle_sigma goes with circular"):
         audit_inputs(AuditInputs(z=z, h=z), angle_sigma=1.0)
-    with pytest.raises(IdauditError, match="--angle-sigma must be a number > 0"):
+    with pytest.raises(IdauditError, match="angle_sigma must be a number > 0"):
         audit_inputs(AuditInputs(z=z, h=z), circular=(0,), angle_sigma=0.0)
 
 

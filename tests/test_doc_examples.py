@@ -46,6 +46,8 @@ EXAMPLES: dict[tuple[str, str], str] = {
         "tests/test_doc_examples.py::test_the_readme_python_runs (the same lines, given z, h)",
     ("docs/integrations.md", "pip install 'idaudit[vision,reacher]'"):
         "not run: installs extras (.ci/run stage 3 installs the unpinned ones)",
+    ("docs/integrations.md", "import idaudit"):
+        "tests/test_python_encoders.py::test_the_lejepa_style_example_runs_as_it_says",
     ("docs/integrations.md", "- name: Headless GL for MuJoCo"):
         "not run: an apt step of a GitHub workflow (this machine has the libraries)",
     ("docs/lightning.md", "pip install 'idaudit[lightning]'"):

@@ -164,9 +164,9 @@ def test_audit_reports_the_band_and_warns_on_a_gate_inside_it(tmp_path):
 def test_floor_options_are_checked(tmp_path):
     rng = np.random.default_rng(8)
     z, h = rng.normal(size=(200, 2)), rng.normal(size=(200, 3))
-    with pytest.raises(ValueError, match=r"--floor-draws must lie in \[0, 100000\], got -1"):
+    with pytest.raises(ValueError, match=r"floor_draws must lie in \[0, 100000\], got -1"):
         audit(z, h, floor_draws=-1)
-    with pytest.raises(ValueError, match="--floor-draws needs the true latents"):
+    with pytest.raises(ValueError, match="floor_draws needs the true latents"):
         audit(z, h, h_prime=h, rho=0.9, label_free=True, floor_draws=10)
     assert "r2_h_to_z_floor_band" not in audit(z, h, floor_draws=0).metrics
     path = tmp_path / "a.npz"

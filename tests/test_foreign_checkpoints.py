@@ -33,7 +33,7 @@ from standins import (
 )
 
 import idaudit
-from idaudit.core.errors import IdauditError
+from idaudit.core.errors import IdauditError, library_spelling
 from idaudit.loading.loaders import Arrays, LoadedEncoder, LoadOptions, load_embedding_target, load_target
 from idaudit.models.encoders import embed
 
@@ -161,7 +161,7 @@ def refused(fragments, call, *args, **kwargs) -> str:
     assert info.value.exit_code == 2, msg
     assert "\n" not in msg, msg
     for fragment in [fragments] if isinstance(fragments, str) else fragments:
-        assert fragment in msg, msg
+        assert library_spelling(fragment) in msg, msg  # written as the CLI says it
     return msg
 
 
@@ -905,7 +905,8 @@ def test_timm_that_cannot_be_imported_is_one_line(monkeypatch):
     (dict(pool="max"), "--pool must be one of cls, mean, none, got 'max'"),
     (dict(output="last hidden"), "--output must be a field name"),
     (dict(key="a..b"), "--key must be names joined by dots"),
-    (dict(embed="nocolon"), "--embed must look like module.path:function"),
+    (dict(embed="nocolon"), "embed must be a function (model, x) → (batch, m) or its name "
+                            "module.path:function, got 'nocolon'"),  # the library's wording
     (dict(arch="nocolon"), "--arch must look like module.path:factory or timm:NAME"),
     (dict(arch_kwargs=[1]), "--arch-kwargs must be an object"),
     (dict(arch_kwargs={"dim": 4}), "--arch-kwargs goes with --arch"),

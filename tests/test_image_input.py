@@ -59,10 +59,10 @@ def test_presets_are_three_channels_with_positive_std():
 
 
 @pytest.mark.parametrize("text,fragment", [
-    ("imagnet", "--normalize must be imagenet, clip, inception, none, or MEAN,STD"),
-    ("0.5", "--normalize must be"),
-    ("0.5,0.5,0.5", "--normalize must be"),
-    ("0.5,", "--normalize must be"),
+    ("imagnet", "normalize must be imagenet, clip, inception, none, or MEAN,STD"),
+    ("0.5", "normalize must be"),
+    ("0.5,0.5,0.5", "normalize must be"),
+    ("0.5,", "normalize must be"),
     ("a,0.5", "the mean 'a' is not a number"),
     ("0.5,0.2:0.2", "the std has 2 numbers"),
     ("0.5,0", "the std must be at least 1e-06"),

@@ -129,7 +129,7 @@ def test_the_python_api_keeps_them_too(w):
         run_embed(EmbedRequest(target=w / "runs" / "ck.safetensors", out=hard))
     import idaudit
 
-    with pytest.raises(IdauditError, match="lies inside --data"):
+    with pytest.raises(IdauditError, match="lies inside data"):
         idaudit.train(data=w / "rdata", out=w / "rdata" / "ck.safetensors", epochs=1)
     from idaudit.experiments.sweep import sweep
 

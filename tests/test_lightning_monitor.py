@@ -167,7 +167,7 @@ def test_row_queue_keeps_the_last_rows():
     ({"gate": {"r2_h_to_z_heldout": 0.9}, "latents_key": None},
      "r2_h_to_z_heldout needs the true latents z"),
     ({"gate": {"D": 0.1}, "pair_key": "embedding_prime"}, "D needs ρ"),
-    ({"gate": {"r2_h_to_z_heldout_above_floor": 0.1}, "floor_draws": 0}, "needs --floor-draws"),
+    ({"gate": {"r2_h_to_z_heldout_above_floor": 0.1}, "floor_draws": 0}, "needs floor_draws"),
     ({"gate": {"n_samples": 100}}, "neither better higher nor lower"),
     ({"gate": {"r2_h_to_z_heldout": "0.9"}}, "must be a number"),
     ({"gate": {"r2_h_to_z_heldout": 0.9}, "action": "warn"}, "action must be 'stop' or 'fail'"),

@@ -59,12 +59,12 @@ def test_run_ids_leave_out_the_new_options_at_their_defaults():
 
 
 @pytest.mark.parametrize("options,fragment", [
-    ({"objective": "whiten", "form": "official"}, "--form does not apply to --objective whiten"),
-    ({"objective": "infonce", "n_views": 3}, "--n-views does not apply to --objective infonce"),
-    ({"form": "library"}, "--form must be one of paper, official"),
-    ({"n_views": 1}, "--n-views must lie in [2, 64]"),
-    ({"projector": "64,x"}, "--projector takes comma-separated layer widths"),
-    ({"projector": "0"}, "--projector takes comma-separated layer widths"),
+    ({"objective": "whiten", "form": "official"}, "form does not apply to objective whiten"),
+    ({"objective": "infonce", "n_views": 3}, "n_views does not apply to objective infonce"),
+    ({"form": "library"}, "form must be one of paper, official"),
+    ({"n_views": 1}, "n_views must lie in [2, 64]"),
+    ({"projector": "64,x"}, "projector takes comma-separated layer widths"),
+    ({"projector": "0"}, "projector takes comma-separated layer widths"),
     ({"projector": ",".join(["4"] * 9)}, "at most 8 layers"),
 ])
 def test_bad_form_options_are_refused_naming_the_option(options, fragment):
@@ -75,12 +75,12 @@ def test_bad_form_options_are_refused_naming_the_option(options, fragment):
 def test_more_than_two_views_need_fresh_anchored_latents(tmp_path):
     world = build_world(make_spec("spiral"))
     g = torch.Generator().manual_seed(0)
-    with pytest.raises(IdauditError, match="--n-views 3 needs --views anchor"):
+    with pytest.raises(IdauditError, match="n_views 3 needs views anchor"):
         world.pair_source("pair", 8, g, torch.device("cpu"), 3)
-    with pytest.raises(IdauditError, match="--n-views 3 needs --views anchor"):
+    with pytest.raises(IdauditError, match="n_views 3 needs views anchor"):
         idaudit.train(world="spiral", views="pair", n_views=3, steps=5)
     idaudit.world("spiral", pairs=200, out=tmp_path / "p.safetensors")
-    with pytest.raises(IdauditError, match="--n-views 4 needs fresh latents; a pairs file"):
+    with pytest.raises(IdauditError, match="n_views 4 needs fresh latents; a pairs file"):
         idaudit.train(data=tmp_path / "p.safetensors", n_views=4, epochs=1)
 
 

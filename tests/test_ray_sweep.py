@@ -131,7 +131,7 @@ def test_a_run_no_node_can_hold_is_refused(local_ray, tmp_path):
     runs = load_suite(str(_suite(tmp_path, seeds="[0]")))
     with pytest.raises(IdauditError, match="no node of the cluster can hold a run of 8 CPUs"):
         run_sweep(runs, tmp_path / "o", executor="ray", shape=TaskShape(cpus=8))
-    with pytest.raises(IdauditError, match="--cpus-per-run must be a number"):
+    with pytest.raises(IdauditError, match="cpus_per_run must be a number"):
         run_sweep(runs, tmp_path / "o", executor="ray", shape=TaskShape(cpus=-1))
 
 

@@ -245,12 +245,12 @@ def test_cache_root(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("spec,fragment", [
-    (ReacherEvalSpec(image_size=8), "--image-size must lie in [16, 512] pixels"),
-    (ReacherEvalSpec(image_size=513), "--image-size must lie in [16, 512] pixels"),
-    (ReacherEvalSpec(rho=1.0), "--rho must lie strictly between 0 and 1"),
-    (ReacherEvalSpec(n=0), "--n-eval must be ≥ 1"),
-    (ReacherEvalSpec(seed=-1), "--seed"),
-    (ReacherEvalSpec(image_size=224.0), "--image-size"),
+    (ReacherEvalSpec(image_size=8), "image_size must lie in [16, 512] pixels"),
+    (ReacherEvalSpec(image_size=513), "image_size must lie in [16, 512] pixels"),
+    (ReacherEvalSpec(rho=1.0), "rho must lie strictly between 0 and 1"),
+    (ReacherEvalSpec(n=0), "n_eval must be ≥ 1"),
+    (ReacherEvalSpec(seed=-1), "seed"),
+    (ReacherEvalSpec(image_size=224.0), "image_size"),
 ])
 def test_bad_specs_are_one_line_errors(spec, fragment):
     with pytest.raises(IdauditError) as info:

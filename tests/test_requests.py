@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from pathlib import Path
 
 import pytest
 import typer
@@ -14,6 +15,7 @@ from idaudit import cli
 from idaudit.core.defaults import TEST_FRACTION, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError
 from idaudit.core.requests import (
+    LIBRARY_ONLY,
     AuditRequest,
     ConsistencyRequest,
     EmbedRequest,
@@ -30,6 +32,8 @@ from idaudit.core.requests import (
 from idaudit.training.config import TrainConfig
 from idaudit.training.runs import RUN_OPTIONS, resolve
 from idaudit.worlds import make_spec
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: command → its request, and the flags whose parameter is not the request's field name
 COMMANDS = {"embed": EmbedRequest, "audit": AuditRequest, "consistency": ConsistencyRequest,
@@ -67,6 +71,50 @@ def test_every_flag_is_a_request_field_with_the_same_default(command):
         assert str(got) == str(want), (command, name, got, want)
 
 
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_request_option_is_a_flag_or_says_why_not(command):
+    """The other direction: each option of a request is a flag of its command, or one of
+    LIBRARY_ONLY, whose reasons docs/architecture.md prints; none listed there has a flag."""
+    flags = {name for name, _ in _params(command) if name is not None}
+    for name in option_paths(COMMANDS[command]):
+        if name in LIBRARY_ONLY:
+            assert name not in flags, f"{command} --{name} is listed as library-only"
+        else:
+            assert name in flags, f"{command}: {name} has no flag and no reason in LIBRARY_ONLY"
+
+
+def test_the_library_only_options_are_documented_and_used():
+    text = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
+    every = set().union(*(option_paths(r) for r in COMMANDS.values()))
+    for name, why in LIBRARY_ONLY.items():
+        assert name in every, name  # no stale entry
+        assert f"`{name}`" in text and " ".join(why.split()) in text, name
+
+
+def test_the_train_flags_the_library_had_alone_reach_the_run():
+    """--weight-decay, --clip, --schedule, --n-slices, --mixing-seed: given on the command
+    line they resolve as given (what --show-config prints is the library's resolve)."""
+    args = ["--world", "coupling", "--dim", "4", "--weight-decay", "0.25", "--clip", "2",
+            "--schedule", "cosine_epochs", "--n-slices", "64", "--mixing-seed", "3"]
+    res = run("train", *args, "--show-config")
+    assert res.exit_code == 0, res.output
+    resolved = resolve({"world": "coupling", "dim": 4, "weight_decay": 0.25, "clip": 2.0,
+                        "schedule": "cosine_epochs", "n_slices": 64, "mixing_seed": 3})
+    assert res.output.splitlines() == resolved.config_lines()
+    lines = {ln.split(" = ")[0].strip(): ln for ln in res.output.splitlines()}
+    for key, value in (("weight_decay", "0.25"), ("clip", "2.0"), ("schedule", "cosine_epochs"),
+                       ("n_slices", "64")):
+        assert lines[key].split(" = ")[1] == f"{value}  (given)", lines[key]
+    assert resolved.world.mixing_seed == 3 and resolved.train.weight_decay == 0.25
+    help_text = " ".join(run("train", "--help").output.replace("│", " ").split())
+    from idaudit.training.schedule import SCHEDULES
+
+    assert all(f"{name} (" in help_text for name in SCHEDULES)  # every schedule, explained
+    bad = run("train", "--schedule", "linear", "--show-config")
+    assert bad.exit_code == 2 and "--schedule must be one of constant_cosine, cosine_epochs" \
+        in bad.output
+
+
 def test_requests_are_composed_of_their_parts():
     """A request has its load options, world choice and gate (no dataclass diamond); flat
     options — the CLI's flags, the keyword functions' names — go to the part that holds them,
@@ -85,7 +133,7 @@ def test_requests_are_composed_of_their_parts():
                    for r in (AuditRequest, ConsistencyRequest, PlanRequest, EmbedRequest))
     with pytest.raises(IdauditError, match="AuditRequest has no option nope"):
         AuditRequest.from_options(nope=1)
-    with pytest.raises(IdauditError, match="--pool must be one of"):  # the part checks itself
+    with pytest.raises(IdauditError, match="pool must be one of"):  # the part checks itself
         ConsistencyRequest.from_options(pool="max")
 
 
@@ -117,6 +165,10 @@ def test_global_defaults_are_the_ones_that_run():
 
 
 @pytest.mark.parametrize("command, text", [
+    ("train", f"decay (default {TRAIN_DEFAULTS['weight_decay']:g}, or the world's recipe's)"),
+    ("train", f"(default {TRAIN_DEFAULTS['schedule']}, or the world's recipe's)"),
+    ("train", f"(default {TRAIN_DEFAULTS['n_slices']})"),
+    ("train", f"mixing network g (default {WORLD_DEFAULTS['mixing_seed']})"),
     ("world", f"(default {WORLD_DEFAULTS['rho']:g})"),
     ("world", f"(default {WORLD_DEFAULTS['layers']}; the encoder matches)"),
     ("train", f"(default: {WORLD}, or"),

@@ -96,9 +96,10 @@ def test_train_audit_contract_on_every_shared_key(tmp_path, objective):
 
 
 @pytest.mark.parametrize("kwargs,fragment", [
-    (dict(lamb=1.5), "--lamb"), (dict(lamb=-0.1), "--lamb"), (dict(objective="byol"),
+    (dict(lamb=1.5), "lamb must"), (dict(lamb=-0.1), "lamb must"), (dict(objective="byol"),
                                                               "valid: infonce, lejepa, vicreg, whiten"),
-    (dict(steps=0), "--steps"), (dict(sigma=-1.0), "--sigma"), (dict(sigma="wide"), "--sigma"),
+    (dict(steps=0), "steps must"), (dict(sigma=-1.0), "sigma must"),
+    (dict(sigma="wide"), "sigma must"),
 ])
 def test_bad_train_config(kwargs, fragment):
     with pytest.raises(IdauditError) as exc:
@@ -152,7 +153,7 @@ def test_a_shape_error_names_the_worlds_dimension_and_the_raw_baseline_is_worded
         idaudit.audit(encoder=net, world="coupling")
     text = str(err.value)
     assert "world 'coupling' gives 2-dimensional observations" in text
-    assert "dim=N in Python, --dim N on the command line" in text
+    assert "for another width give dim=N" in text and "--dim" not in text  # the library's
     torch.manual_seed(0)
     report = idaudit.audit(encoder=torch.nn.Linear(8, 8), world="coupling", dim=8, n_eval=2000,
                            min_r2=0.5)

@@ -153,7 +153,7 @@ def test_a_worlds_own_lambda_is_not_a_given_one():
     # a resolved config resolves again to itself (idaudit.train with a resolved config)
     again = TrainConfig.from_dict(r.train.to_dict()).resolved()
     assert again.lamb is None and again.objective == "vicreg"
-    with pytest.raises(IdauditError, match="--lamb does not apply"):
+    with pytest.raises(IdauditError, match="lamb does not apply"):
         resolve({"world": "reacher", "objective": "vicreg", "lamb": 5e-3})
 
 

@@ -168,13 +168,13 @@ def test_coupling_mixing_difficulty_matches_the_paper():
 
 @pytest.mark.parametrize("kwargs,fragment", [
     (dict(name="moon"), "valid: spiral, banana"),
-    (dict(name="spiral", rho=1.0), "--rho"),
-    (dict(name="spiral", rho=0.0), "--rho"),
-    (dict(name="spiral", rho=float("nan")), "--rho"),
+    (dict(name="spiral", rho=1.0), "rho must"),
+    (dict(name="spiral", rho=0.0), "rho must"),
+    (dict(name="spiral", rho=float("nan")), "rho must"),
     (dict(name="coupling", dim=3), "even"),
-    (dict(name="spiral", source="gennorm", alpha=0.0), "--alpha"),
-    (dict(name="spiral", source="gennorm", alpha=-1.0), "--alpha"),
-    (dict(name="spiral", source="gennorm"), "--alpha"),
+    (dict(name="spiral", source="gennorm", alpha=0.0), "alpha must"),
+    (dict(name="spiral", source="gennorm", alpha=-1.0), "alpha must"),
+    (dict(name="spiral", source="gennorm"), "alpha is required"),
     (dict(name="spiral", source="cauchy"), "valid: gaussian, gennorm, laplace"),
     (dict(name="banana", dim=4), "two-dimensional"),
 ])
@@ -236,7 +236,7 @@ def test_the_synthetic_kind_writes_pairs_that_the_pairs_kind_reads(tmp_path):
     world = build_world(pairs)
     assert pairs.name == "pairs" and world.inner.spec == spec
     assert world.eval_set(None, 0).z.shape == (100, 2)
-    with pytest.raises(IdauditError, match="--workers does not apply") as exc:
+    with pytest.raises(IdauditError, match="workers does not apply") as exc:
         kind.write(spec, out, 100, 3, 2)
     assert exc.value.exit_code == 2
 
@@ -256,7 +256,7 @@ def test_the_pairs_kind_answers_for_its_file(tmp_path):
     for call, fragment in [(lambda: kind.write(spec, tmp_path / "o", 10, 0, None),
                             "cannot be written as a dataset"),
                            (lambda: kind.prepare(spec, tmp_path, workers=2),
-                            "--workers does not apply")]:
+                            "workers does not apply")]:
         with pytest.raises(IdauditError, match=fragment) as exc:
             call()
         assert exc.value.exit_code == 2

@@ -13,6 +13,7 @@ from rich.markup import escape
 from idaudit.core.errors import (
     EXIT_INTERNAL,
     IdauditError,
+    command_line,
     internal_error_line,
     printable,
     show_tracebacks,
@@ -60,25 +61,26 @@ def cli_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except IdauditError as exc:
-            err.print(f"[red]error:[/red] {escape(printable(str(exc)))}", highlight=False,
-                      soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err.print("interrupted")
-            raise typer.Exit(130) from None
-        except BrokenPipeError:  # `idaudit … | head`: the reader left; not a bug, not a verdict
-            quiet_stdout()
-            raise typer.Exit(EXIT_BROKEN_PIPE) from None
-        except _PASS_THROUGH:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the last line of defence
-            if show_tracebacks():
+        with command_line():  # errors name flags (--n-eval), not parameters (n_eval)
+            try:
+                return fn(*args, **kwargs)
+            except IdauditError as exc:
+                err.print(f"[red]error:[/red] {escape(printable(str(exc)))}", highlight=False,
+                          soft_wrap=True)
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                err.print("interrupted")
+                raise typer.Exit(130) from None
+            except BrokenPipeError:  # `idaudit … | head`: the reader left; not a bug, not a verdict
+                quiet_stdout()
+                raise typer.Exit(EXIT_BROKEN_PIPE) from None
+            except _PASS_THROUGH:
                 raise
-            err.print(escape(internal_error_line(exc)), highlight=False, soft_wrap=True)
-            raise typer.Exit(EXIT_INTERNAL) from None
+            except Exception as exc:  # noqa: BLE001 - the last line of defence
+                if show_tracebacks():
+                    raise
+                err.print(escape(internal_error_line(exc)), highlight=False, soft_wrap=True)
+                raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper
 
@@ -129,6 +131,11 @@ def _click_class(name: str) -> type:
 def main() -> None:
     """Run the CLI. A flag or argument a command does not take is one line on stderr and
     exit 2, as every other bad input is (not click's usage box)."""
+    with command_line():  # errors name flags
+        _main()
+
+
+def _main() -> None:
     try:
         code = app(standalone_mode=False)
     except _click_class("ClickException") as exc:  # usage errors: an unknown flag, a missing

@@ -65,7 +65,7 @@ def audit(
     """
     from idaudit.evaluations.audit import run_audit
     from idaudit.evaluations.pipeline import files_read
-    from idaudit.evaluations.report import audit_table
+    from idaudit.evaluations.report import audit_table, side_by_side_table, verdict_lines
 
     check_seed(seed)
     check_reports(report, files_read(list(targets), encoder, report["gate"], "the input"))
@@ -75,4 +75,5 @@ def audit(
         angle_sigma=angle_sigma,
         gauss_sims=gauss_sims, floor_draws=floor_draws, min_r2=min_r2, max_orthogonality_error=max_orth,
         min=report["min"], max=report["max"], gate=report["gate"], label_free=label_free))
-    finish(result, audit_table(result, report["keys"]), report)
+    finish(result, audit_table(result, report["keys"]), report, lead=verdict_lines(result),
+           more=[side_by_side_table(result, report["keys"])] if result.runs else [])

@@ -19,13 +19,14 @@ def metrics_(
 ) -> None:
     """Every metric idaudit reports: its key (what --min, --max and gate files name), label,
     which way is better, what the audit needs to report it (z, h_prime, rho, bootstrap) and
-    what it means."""
-    from idaudit.evaluations.report import catalogue_table
+    what it means; docs/metrics.md says each at length."""
+    from idaudit.evaluations.report import METRICS_DOC, catalogue_table
     from idaudit.maths.catalogue import catalogue_json
 
     check_outputs(report_outputs([(json_path, "--json")]), remove_stale=True)
     if not to_stdout(json_path):  # stdout carries the JSON alone
         out.print(catalogue_table())
+        out.print(f"each metric at length, with its formula: {METRICS_DOC}", highlight=False)
     if json_path is not None:
         emit(json_path, json_text(catalogue_json()))
         if not to_stdout(json_path):

@@ -102,7 +102,8 @@ DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs fi
 
 
 KeysOpt = typer.Option(False, "--keys", help="show each metric's key (what --min, --max and "
-                       "gate files name) beside its label")
+                       "gate files name) beside its label; what each means: `idaudit metrics`, "
+                       "docs/metrics.md")
 
 
 #: the flags of every command that embeds encoders (audit, consistency, plan, embed): the

@@ -48,14 +48,20 @@ def check_reports(flags: dict, inputs: list) -> None:
                   inputs, remove_stale=True)
 
 
-def finish(report, table, flags: dict, kind: str = "audit") -> None:
-    """Print a gated report, write the --json/--junit/--markdown files its ``flags`` name,
-    exit with its code."""
+def finish(report, table, flags: dict, kind: str = "audit", lead: list[str] = (),
+           more: list = ()) -> None:
+    """Print a gated report — the ``lead`` lines (what its verdict rests on), its table, then
+    the ``more`` tables —, write the --json/--junit/--markdown files its ``flags`` name, exit
+    with its code."""
     from idaudit.evaluations.report import audit_junit, audit_markdown
 
     json_path, junit, markdown = flags["json_path"], flags["junit"], flags["markdown"]
     piped = any(to_stdout(p) for p in (json_path, junit, markdown))
-    (err if piped else out).print(table)  # stdout carries the report alone
+    console = err if piped else out  # stdout carries the report alone
+    for line in lead:
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    for shown in (table, *more):
+        console.print(shown)
     if report.reason:
         err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
                   soft_wrap=True)

@@ -25,6 +25,8 @@ def plan(
                                   help="segments per plan"),
     gallery: int | None = typer.Option(None, "--gallery", help="k-NN decoder gallery size "
                                        f"(synthetic worlds; default {world_default('gallery')})"),
+    k: int = typer.Option(default(PlanRequest, "k"), "--k", help="neighbours the k-NN decoder "
+                          "averages, from the gallery's latents to the world's"),
     seed: int = typer.Option(default(PlanRequest, "seed"), "--seed",
                              help="seed of the start/goal pairs (and the gallery)"),
     json_path: Path | None = typer.Option(None, "--json", help="write the results here"),
@@ -45,7 +47,7 @@ def plan(
                   files_read([target], encoder, name="the target"), remove_stale=True)
     report = run_plan(PlanRequest.from_options(
         target=target, **encoder, seed=seed,
-        pairs=pairs, waypoints=waypoints, gallery=gallery))
+        pairs=pairs, waypoints=waypoints, gallery=gallery, k=k))
     say = err if to_stdout(json_path) else out  # stdout carries the JSON alone
     say.print(plan_table(report.metrics))
     if plot is not None:

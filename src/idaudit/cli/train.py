@@ -19,8 +19,10 @@ from idaudit.cli.options import (
     TrajectoryOpt,
     WorkersOpt,
     WorldOpt,
+    world_default,
 )
 from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS, default_text
+from idaudit.core.requests import TrainRequest, default
 
 
 @app.command()
@@ -32,6 +34,9 @@ def train(
     alpha: float | None = AlphaOpt,
     rho: float | None = RhoOpt,
     layers: int | None = LayersOpt,
+    mixing_seed: int | None = typer.Option(None, "--mixing-seed", help="coupling worlds: the "
+                                           "seed of the mixing network g (default "
+                                           f"{world_default('mixing_seed')})"),
     objective: str | None = typer.Option(None, "--objective", "-O",
                                          help="lejepa (λ·SIGReg + (1−λ)·alignment) | whiten "
                                               "(λ·‖Cov−I‖² + (1−λ)·alignment, VICReg-style) | "
@@ -47,6 +52,20 @@ def train(
                                       "worlds (reacher, --data)"),
     batch: int | None = typer.Option(None, "--batch", help="pairs per step (two views each)"),
     lr: float | None = typer.Option(None, "--lr", help="peak learning rate"),
+    weight_decay: float | None = typer.Option(None, "--weight-decay", help="AdamW's weight "
+                                              "decay (default "
+                                              f"{default_text(TRAIN_DEFAULTS['weight_decay'])}, "
+                                              "or the world's recipe's)"),
+    clip: float | None = typer.Option(None, "--clip", help="clip the gradients' norm at this "
+                                      "value (default: none, or the world's recipe's)"),
+    schedule: str | None = typer.Option(None, "--schedule", help="learning-rate schedule: "
+                                        "constant_cosine (the peak for the first half, then "
+                                        "cosine to 0) | cosine_epochs (cosine stepped once per "
+                                        f"epoch) (default {TRAIN_DEFAULTS['schedule']}, or the "
+                                        "world's recipe's)"),
+    n_slices: int | None = typer.Option(None, "--n-slices", help="random directions of "
+                                        "SIGReg's sliced Gaussianity test (lejepa) (default "
+                                        f"{TRAIN_DEFAULTS['n_slices']})"),
     seed: int | None = typer.Option(None, "--seed", help="training seed (initialisation, "
                                     "batches, the evaluation set of synthetic worlds)"),
     inits: int | None = typer.Option(None, "--inits", help="train K encoders, keep the lowest "
@@ -94,6 +113,9 @@ def train(
                                      "`idaudit world`, or a Reacher dataset directory "
                                      "(rendered there if missing)"),
     workers: int | None = WorkersOpt,
+    data_root: Path = typer.Option(Path(default(TrainRequest, "data_root")), "--data-root",
+                                   help="reacher: where a dataset is rendered unless --data "
+                                   "names the place"),
     show_config: bool = typer.Option(False, "--show-config", help="print every resolved "
                                      "option with where its value comes from (given, recipe, "
                                      "world, default) and exit: nothing is trained, rendered "
@@ -109,16 +131,19 @@ def train(
     """
     from idaudit.evaluations.report import metrics_table
     from idaudit.loading.loaders import parse_json_object
-    from idaudit.training.runs import TrainRequest, default_checkpoint_path, resolve_request, run_train
+    from idaudit.training.runs import default_checkpoint_path, resolve_request, run_train
 
     req = TrainRequest(
         world=world_, dim=dim, source=source, alpha=alpha, rho=rho, layers=layers,
-        objective=objective, lamb=lamb, sigma=sigma, steps=steps, epochs=epochs, batch=batch,
-        lr=lr, seed=seed, inits=inits, eval_every=eval_every, n_eval=n_eval, views=views,
+        mixing_seed=mixing_seed, objective=objective, lamb=lamb, sigma=sigma, steps=steps,
+        epochs=epochs, batch=batch, lr=lr, weight_decay=weight_decay, clip=clip,
+        schedule=schedule, n_slices=n_slices, seed=seed, inits=inits, eval_every=eval_every,
+        n_eval=n_eval, views=views,
         form=form, n_views=n_views, projector=projector, encoder=encoder,
         encoder_kwargs=parse_json_object(encoder_kwargs, "--encoder-kwargs"),
         device=device, pairs=pairs, trajectory=trajectory, stride=stride, data_seed=data_seed,
-        image_size=image_size, recipe=recipe, data=data, out=out_path, workers=workers)
+        image_size=image_size, recipe=recipe, data=data, out=out_path, workers=workers,
+        data_root=data_root)
     resolved = resolve_request(req)  # the device it trains on chooses the recipe
     if show_config:
         for line in resolved.config_lines():

@@ -14,13 +14,14 @@ from typing import Any
 #: the world a run trains on when none is named and no --data says which
 WORLD = "spiral"
 
-#: world options: the OU correlation, the source law, the coupling world's layers and its
-#: latent dimension on 2D worlds, Reacher's stride, dataset seed, image side and evaluation
-#: images; the evaluation set and plan gallery sizes of synthetic worlds; the pairs rendered
-#: to evaluate an encoder brought from elsewhere on Reacher without a dataset (4000 frames)
+#: world options: the OU correlation, the source law, the coupling world's layers and the seed
+#: of its mixing network, its latent dimension on 2D worlds, Reacher's stride, dataset seed,
+#: image side and evaluation images; the evaluation set and plan gallery sizes of synthetic
+#: worlds; the pairs rendered to evaluate an encoder brought from elsewhere on Reacher without
+#: a dataset (4000 frames)
 WORLD_DEFAULTS: dict[str, Any] = {
-    "rho": 0.95, "source": "gaussian", "dim": 2, "layers": 4, "stride": 8, "data_seed": 0,
-    "image_size": 64, "n_eval": 10_000, "gallery": 10_000, "rendered_eval_pairs": 2000,
+    "rho": 0.95, "source": "gaussian", "dim": 2, "layers": 4, "mixing_seed": 0, "stride": 8,
+    "data_seed": 0, "image_size": 64, "n_eval": 10_000, "gallery": 10_000, "rendered_eval_pairs": 2000,
 }
 
 #: the share of rows an audit holds out where the world does not fix its held-out rows

@@ -6,6 +6,8 @@ import math
 import numbers
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 EXIT_OK = 0
@@ -16,17 +18,79 @@ EXIT_RUNS_FAILED = 4  # a sweep finished with some runs failed (rerun to retry t
 EXIT_INTERNAL = 5  # idaudit itself failed (a bug): never mistaken for a failed gate
 
 
+#: whether errors are being shown on the command line (set by the CLI around each command):
+#: there an option is its flag (``--n-eval``), everywhere else its parameter (``n_eval``)
+COMMAND_LINE: ContextVar[bool] = ContextVar("idaudit_command_line", default=False)
+
+#: flags whose parameter is not the flag's words joined by underscores
+FLAG_PARAMETERS = {"--trust-code": "trust_pickle", "--trust-pickle": "trust_pickle",
+                   "--ou": "trajectory=False"}
+
+#: flags an error may name that are no parameter of the library: the command line's own
+#: (where its output goes, what it prints) and other programs' (pip's), kept as written
+NOT_PARAMETERS = frozenset({"--help", "--version", "--json", "--junit", "--markdown", "--keys",
+                            "--show-config", "--quiet", "--list", "--figures", "--no-figures",
+                            "--name", "--force-reinstall"})
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*(?![\w-])")
+
+
+def parameter_of(flag: str) -> str:
+    """The library's spelling of an option the command line spells ``flag``: ``--n-eval`` →
+    ``n_eval``, ``--trust-code`` → ``trust_pickle`` (:data:`FLAG_PARAMETERS`); a flag of
+    :data:`NOT_PARAMETERS` as it is."""
+    if flag in NOT_PARAMETERS:
+        return flag
+    return FLAG_PARAMETERS.get(flag, flag[2:].replace("-", "_"))
+
+
+def library_spelling(text: str) -> str:
+    """``text`` with every flag spelled as the library's parameter (:func:`parameter_of`)."""
+    return _FLAG.sub(lambda m: parameter_of(m.group()), text)
+
+
+@contextmanager
+def command_line():
+    """Errors raised or shown inside spell options as the command line does (flags)."""
+    token = COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        COMMAND_LINE.reset(token)
+
+
 class IdauditError(ValueError):
     """A user-facing problem: bad input, an unknown name, an unreadable file.
 
     ``exit_code`` is what the CLI exits with (2 for usage or input errors, 3 for an
     inconclusive result such as a diverged training run). A ``ValueError``, so library users
     can catch it as one.
+
+    The message is written as the command line says it, naming flags (``--n-eval must be an
+    integer ≥ 10``); shown outside the CLI (:data:`COMMAND_LINE` unset) each flag reads as the
+    library's parameter (``n_eval must be …``: :func:`library_spelling`), or as ``library``
+    where one is given (a line that reads otherwise in Python, ``embed=`` a function where
+    the command line names ``--embed module:function``).
     """
 
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE, *,
+                 library: str | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.library = library
+
+    @property
+    def flags_text(self) -> str:
+        """The message as the command line shows it."""
+        return str(self.args[0]) if self.args else ""
+
+    @property
+    def library_text(self) -> str:
+        """The message as the library shows it."""
+        return self.library if self.library is not None else library_spelling(self.flags_text)
+
+    def __str__(self) -> str:
+        return self.flags_text if COMMAND_LINE.get() else self.library_text
 
 
 def require(condition: bool, message: str) -> None:

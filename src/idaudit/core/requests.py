@@ -14,6 +14,7 @@ came from. This module imports nothing heavy: the CLI reads it before any comman
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,11 @@ class LoadOptions:
     weights (dots nest: ``state_dict``, ``target_encoder``); ``prefix``: keep the keys under
     it and strip it (``model.backbone.``); ``pool``: ``cls`` | ``mean`` | ``none`` for token
     outputs (batch, tokens, dim); ``output``: a field of the output (``last_hidden_state``,
-    ``pooler_output``, ``emb``) or an element (an integer) of a tuple; ``embed``:
-    ``module:function`` called as ``function(model, inputs) → (batch, m)``; ``weights``: the
-    weights file of a LeWM directory that holds several (``weights_epoch_2.pt``), by name.
+    ``pooler_output``, ``emb``) or an element (an integer) of a tuple; ``embed``: how the
+    model is called, ``function(model, inputs) → (batch, m)``, the function itself (Python)
+    or its name ``module:function``; in an audit, several by name (``{"backbone": f,
+    "projector": g}``: one target each, side by side); ``weights``: the weights file of a
+    LeWM directory that holds several (``weights_epoch_2.pt``), by name.
     """
 
     arch: str | None = None
@@ -56,7 +59,7 @@ class LoadOptions:
     prefix: str | None = None
     pool: str | None = None
     output: str | int | None = None
-    embed: str | None = None
+    embed: str | Callable[[Any, Any], Any] | dict[str, Any] | None = None
     weights: str | None = None
     time_limit: float | None = None
 
@@ -67,7 +70,7 @@ class LoadOptions:
         """Refuse (one line naming the flag) a value of the wrong type or form; an integer
         ``output`` given as text ("0") becomes an int."""
         for name, flag in (("arch", "--arch"), ("key", "--key"), ("prefix", "--prefix"),
-                           ("embed", "--embed"), ("weights", "--weights")):
+                           ("weights", "--weights")):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise IdauditError(f"{flag} must be a non-empty text, got {value!r}")
@@ -80,7 +83,7 @@ class LoadOptions:
         if self.arch_kwargs and self.arch is None:
             raise IdauditError("--arch-kwargs goes with --arch (the factory it is passed to)")
         if not isinstance(self.trust_pickle, bool):
-            raise IdauditError(f"trust_pickle must be True or False, got {self.trust_pickle!r}")
+            raise IdauditError(f"--trust-code must be True or False, got {self.trust_pickle!r}")
         if self.key is not None and "" in self.key.split("."):
             raise IdauditError(f"--key must be names joined by dots (state_dict, "
                                f"model.encoder), got {self.key!r}")
@@ -103,11 +106,16 @@ class LoadOptions:
                 or not 0 < self.time_limit < float("inf")):
             raise IdauditError(f"--time-limit must be a number of seconds > 0, got "
                                f"{self.time_limit!r}")
-        if self.embed is not None:
-            mod, sep, attr = self.embed.partition(":")
-            if not (sep and mod and attr):
-                raise IdauditError(f"--embed must look like module.path:function, got "
-                                   f"{self.embed!r}")
+        if isinstance(self.embed, dict):
+            if not self.embed:
+                raise IdauditError("--embed as a dict names one function or more (name → "
+                                   "function, one target each), got none")
+            for name, fn in self.embed.items():
+                if not isinstance(name, str) or not name.strip():
+                    raise IdauditError(f"--embed's names must be non-empty texts, got {name!r}")
+                _check_embed(fn, f"--embed[{name!r}]")
+        elif self.embed is not None:
+            _check_embed(self.embed, "--embed")
 
     def chooses_embedding(self) -> bool:
         return self.pool is not None or self.output is not None or self.embed is not None
@@ -132,6 +140,18 @@ class LoadOptions:
         self.refuse(("arch_kwargs", "prefix", "pool", "output", "embed", "time_limit"),
                     f"arrays ({path} holds arrays: they are audited as they are)")
 
+
+
+def _check_embed(fn: Any, flag: str) -> None:
+    """An embed function: callable (Python), or named ``module:function``."""
+    if callable(fn):
+        return
+    text = fn if isinstance(fn, str) else ""
+    mod, sep, attr = text.partition(":")
+    if not (sep and mod.strip() and attr.strip()):
+        raise IdauditError(f"{flag} must look like module.path:function, got {fn!r}",
+                           library=f"{flag[2:]} must be a function (model, x) → (batch, m) or "
+                                   f"its name module.path:function, got {fn!r}")
 
 
 @dataclass
@@ -492,6 +512,22 @@ class SweepRequest:
     gpus_per_run: float | None = None
     memory_per_run: float | None = None
     checkpoints: bool = False
+
+
+#: the options of a request that no command has a flag for, each with the reason (every other
+#: option is a flag of its command, under its name with dashes: tests/test_requests.py checks
+#: both ways, docs/architecture.md lists these)
+LIBRARY_ONLY: dict[str, str] = {
+    "z": "arrays in memory; the command line reads them from an array file given as a target",
+    "h": "arrays in memory; the command line reads them from an array file given as a target",
+    "h_prime": "arrays in memory; the command line reads them from an array file given as a "
+               "target",
+    "x": "arrays in memory; the command line reads them from an array file given as a target",
+    "progress": "the command line always shows its bar while evaluation images render (on "
+                "stderr); Python chooses",
+    "mode": "the same option as --trajectory/--ou (mode='trajectory' is trajectory=True), the "
+            "name a Reacher dataset's spec and the sweep suites use",
+}
 
 
 def flat_options(obj: Any) -> dict[str, Any]:

@@ -38,7 +38,12 @@ from idaudit.evaluations.inputs import (
     split_reason,
     values_reason,
 )
-from idaudit.evaluations.pipeline import inputs_for_encoder, inputs_from_arrays, try_encoders
+from idaudit.evaluations.pipeline import (
+    embed_targets,
+    inputs_for_encoder,
+    inputs_from_arrays,
+    try_encoders,
+)
 from idaudit.loading.loaders import Arrays, numeric_array, open_target
 from idaudit.maths.metrics import audit_metrics
 
@@ -84,6 +89,22 @@ class AuditReport:
 
     def _repr_markdown_(self) -> str:
         return self.markdown()
+
+    def summary(self) -> str:
+        """What the verdict rests on, in words (the CLI's first lines): the gated metrics'
+        values against their thresholds, R²(h → z)'s ceiling where there is one."""
+        from idaudit.evaluations.report import verdict_lines
+
+        return "\n".join(verdict_lines(self))
+
+    def side_by_side(self, keys: list[str] | None = None) -> str:
+        """Several targets (seeds; a model's backbone and projector) side by side, as a
+        Markdown table: a column each, ``keys`` the rows (None: every row of the table)."""
+        from idaudit.evaluations.report import side_by_side_markdown
+
+        if not self.runs:
+            raise IdauditError("side_by_side needs several targets; this audit has one")
+        return side_by_side_markdown(self, keys)
 
     def to_dict(self) -> dict[str, Any]:
         from idaudit.evaluations.report import notes
@@ -264,7 +285,8 @@ def run_audit(req: AuditRequest) -> AuditReport:
         raise IdauditError("give either arrays (z, h) or an encoder, not both")
     if not arrays_given and not req.targets:
         raise IdauditError("audit needs either z and h arrays or an encoder")
-    if len(req.targets) <= 1 and req.reduce != "worst":
+    targets = embed_targets(req.targets, req.encoder.load)  # several embed functions: targets
+    if len(targets) <= 1 and req.reduce != "worst":
         raise IdauditError("--reduce applies to several targets; one was given")
     inputs: list[tuple[AuditInputs, int | None]] = []
     if arrays_given:
@@ -279,17 +301,18 @@ def run_audit(req: AuditRequest) -> AuditReport:
             x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
     # every target opened, and every encoder tried on a few inputs, before any is embedded: a
     # refusal for the last target never waits for the first one's evaluation set
-    opened = [open_target(target, req.encoder.load) for target in req.targets]
+    opened = [open_target(target, load) for target, load, _ in targets]
     if any(isinstance(loaded, Arrays) for loaded in opened):
         _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
     if len(opened) > 1:
         try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder)
-    for loaded in opened:
+    for loaded, (_, _, name) in zip(opened, targets):
         if isinstance(loaded, Arrays):
             inputs.append((inputs_from_arrays(loaded),
                            req.seed if req.seed is not None else loaded.seed))
         else:
             inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed)
+            inp.source = name or inp.source
             inputs.append((inp, inp.seed))
     several = len(inputs) > 1
     reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
@@ -312,7 +335,10 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
     ``nn.Module``/callable, or a path to an idaudit checkpoint, TorchScript, ``torch.export``
     program, plain weights with ``arch="module:factory"``, an array file), or several
     ``targets`` gated together (``reduce``). An encoder is embedded on ``world`` (a World,
-    WorldSpec or name) with world options, on ``data``, or on its checkpoint's world.
+    WorldSpec or name) with world options, on ``data``, or on its checkpoint's world; it is
+    called as it is, or through ``embed``, a function ``(model, x) → (batch, m)`` (several
+    by name, ``{"backbone": f, "projector": g}``: one target each, side by side), and
+    ``output`` picks a field or element of what it returns.
 
     The gate: ``min_r2`` (held-out R²(h → z) ≥), ``max_orthogonality_error`` (≤), ``min`` /
     ``max`` and ``gate``; with none, the verdict is "ungated" (a report only). The verdict is

@@ -6,6 +6,7 @@ embedded on (``eval_set_for``: the data, the world, or a checkpoint's own), the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import fields
@@ -16,7 +17,13 @@ import numpy as np
 
 from idaudit.core.errors import IdauditError, check_seed, printable
 from idaudit.core.io import check_outputs
-from idaudit.core.requests import EmbedRequest, EncoderOptions, WorldChoice, flat_options
+from idaudit.core.requests import (
+    EmbedRequest,
+    EncoderOptions,
+    LoadOptions,
+    WorldChoice,
+    flat_options,
+)
 from idaudit.evaluations.inputs import AuditInputs, check_embedding_options
 from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, where_to_embed
 from idaudit.maths.linear import to_numpy
@@ -24,6 +31,23 @@ from idaudit.maths.linear import to_numpy
 
 def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
     return AuditInputs(**vars(arrays))
+
+
+def embed_targets(targets: list[Any], load: LoadOptions
+                  ) -> list[tuple[Any, LoadOptions, str | None]]:
+    """(target, the load options it opens with, its name in a report or None: its own) of
+    each target; with ``embed`` several functions by name (``{"backbone": f, "projector":
+    g}``) one encoder gives one target per function, named ``NAME`` (a path: ``PATH ·
+    NAME``)."""
+    if not isinstance(load.embed, dict):
+        return [(t, load, None) for t in targets]
+    if len(targets) != 1:
+        raise IdauditError(f"--embed as several functions (a dict, one target each) takes one "
+                           f"encoder, got {len(targets)} targets")
+    target = targets[0]
+    path = isinstance(target, (str, os.PathLike))
+    return [(target, dataclasses.replace(load, embed=fn), f"{target} · {name}" if path else name)
+            for name, fn in load.embed.items()]
 
 
 def eval_set_for(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
@@ -123,23 +147,39 @@ def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
     """:func:`eval_set_for` the first encoder, every encoder tried on a few inputs first
     (:func:`try_first`: on the kind's probe input before the set is made, else on the set's
     first rows before any encoder is embedded on it)."""
-    from idaudit.models.encoders import EncoderFailed
-
     probe = probe_input(encoders[0], opts)
     for loaded in encoders if probe is not None else ():
-        try_first(loaded, probe, opts.normalize)
+        _tried(loaded, probe, opts.normalize)
     spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
     for loaded in encoders if probe is None else ():
-        try:
-            try_first(loaded, ev.x, opts.normalize)
-        except EncoderFailed as exc:
-            dim = getattr(spec, "dim", None)
-            if dim is None or getattr(ev.x, "ndim", 0) != 2:
-                raise
-            raise IdauditError(f"{exc}; world {spec.name!r} gives {dim}-dimensional "
-                               f"observations (its dim: dim=N in Python, --dim N on the "
-                               "command line)") from None
+        _tried(loaded, ev.x, opts.normalize, spec)
     return spec, ev, seed
+
+
+def _tried(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = None) -> None:
+    """:func:`try_first`; an encoder whose own call fails is told, in the same line, how
+    the inputs it was given may become what it takes: the world's dim (a vector world's
+    ``spec``) and, unless it is called through one already, an embed function."""
+    from idaudit.models.embedding_choice import ChosenEmbedding
+    from idaudit.models.encoders import EncoderFailed
+
+    try:
+        try_first(loaded, x, normalize)
+    except EncoderFailed as exc:
+        flags, library = [exc.flags_text], [exc.library_text]  # (command line, Python)
+        dim = getattr(spec, "dim", None)
+        if dim is not None and getattr(x, "ndim", 0) == 2:
+            said = f"world {spec.name!r} gives {dim}-dimensional observations, one a row: "
+            flags.append(said + "for another width give --dim N")
+            library.append(said + "for another width give dim=N")
+        if not (isinstance(loaded.module, ChosenEmbedding) and loaded.module.embed_fn is not None):
+            said = "for inputs in another form (a stack of views, a dict) say how to call it "
+            flags.append(said + "with --embed module:function, called as function(model, x) "
+                         "→ (batch, m)")
+            library.append(said + "with embed=, a function (model, x) → (batch, m)")
+        if len(flags) == 1:
+            raise
+        raise IdauditError("; ".join(flags), library="; ".join(library)) from None
 
 
 def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions) -> None:
@@ -148,7 +188,7 @@ def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions) -> None:
     for loaded in encoders:
         probe = probe_input(loaded, opts)
         if probe is not None:
-            try_first(loaded, probe, opts.normalize)
+            _tried(loaded, probe, opts.normalize)
 
 
 def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
@@ -188,7 +228,10 @@ def files_read(targets: list[Any], options: dict[str, Any] | EncoderOptions,
     paths = [t for t in targets if isinstance(t, (str, os.PathLike))]
     files = [(Path(t), name) for t in paths]
     for flag in ("arch", "embed"):
-        files += [(p, f"the module --{flag} imports") for p in module_files(opts.get(flag))]
+        named = opts.get(flag)
+        for spec in named.values() if isinstance(named, dict) else [named]:
+            if isinstance(spec, str):  # a function of this process imports nothing
+                files += [(p, f"the module --{flag} imports") for p in module_files(spec)]
     world, data, cache_dir = opts.get("world"), opts.get("data"), opts.get("cache_dir")
     if cache_dir is not None:
         files.append((Path(cache_dir), "--cache-dir"))

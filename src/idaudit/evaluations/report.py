@@ -96,6 +96,57 @@ def _threshold_text(t) -> str:
     return f"{'≥' if t.op == 'min' else '≤'} {t.value:g}"
 
 
+#: where every metric's meaning is written out (``--keys``, ``idaudit metrics`` and an audit's
+#: first lines point to it)
+METRICS_DOC = "docs/metrics.md"
+
+#: what an ungated audit's first line quotes: the metrics --min-r2 and
+#: --max-orthogonality-error gate
+HEADLINE = ("r2_h_to_z_heldout", "orthogonality_error")
+
+
+def short(v: float) -> str:
+    """A number as an audit's first lines show it: three decimals (0.982), three significant
+    digits where that would hide it (0.00123, 1.2e+04)."""
+    return f"{v:.3f}" if 0.01 <= abs(v) < 1000 else f"{v:.3g}"
+
+
+def _ceiling(metrics: dict[str, Any], key: str) -> str:
+    """`` (ceiling C)`` after an R²(h → z) whose world caps it, else ""."""
+    ceiling = metrics.get("r2_h_to_z_ceiling")
+    return f" (ceiling {short(ceiling)})" if ceiling is not None and key in FLOOR_OF else ""
+
+
+def verdict_lines(report) -> list[str]:
+    """What the verdict rests on, in words, before the full table: each gated metric's value
+    against its threshold (of several targets, the value gated: the worst or the median),
+    R²(h → z)'s ceiling where the world has one; then where the metrics' meanings are
+    written. An ungated audit quotes the metrics --min-r2 and --max-orthogonality-error
+    gate; an inconclusive one its reason."""
+    m = report.metrics
+    runs, reduce = m.get("n_runs"), m.get("reduce")
+    which = f" ({reduce} of {runs})" if reduce is not None and isinstance(runs, int) else ""
+
+    def label(key: str) -> str:
+        return BY_KEY[key].label if key in BY_KEY else key
+
+    if report.verdict == "inconclusive":
+        first = f"verdict: inconclusive — {report.reason}"
+    elif report.verdict == "ungated":  # several targets: every number is their median
+        which = f" (median of {runs})" if which else ""
+        shown = [f"{label(k)} {short(m[k])}{which}{_ceiling(m, k)}"
+                 for k in HEADLINE if isinstance(m.get(k), float)]
+        first = "verdict: no gate — nothing was checked (a report only)" + \
+            (f"; {', '.join(shown)}" if shown else "")
+    else:
+        signs = {("min", True): "≥", ("min", False): "<", ("max", True): "≤",
+                 ("max", False): ">"}
+        first = f"verdict: {report.verdict} — " + "; ".join(
+            f"{label(t.metric)} {short(t.actual)}{which} {signs[t.op, bool(t.passed)]} "
+            f"{t.value:g}{_ceiling(m, t.metric)}" for t in report.thresholds)
+    return [first, f"what each metric means: {METRICS_DOC} (idaudit metrics)"]
+
+
 def audit_table(report, keys: bool = False) -> Table:
     """The audit as a table; gated rows show their threshold, failing rows in red; ``keys``
     adds each metric's key (what ``--min``/``--max`` and gate files name)."""
@@ -124,6 +175,64 @@ def audit_table(report, keys: bool = False) -> Table:
         table.add_row(*cells, style=style)
     table.caption = "\n".join(notes(report.metrics, report.thresholds)) or None
     return table
+
+
+def side_by_side_rows(report, keys: list[str] | None = None
+                      ) -> list[tuple[str, str, list[Any], Any]]:
+    """(label, key, each target's value, its threshold or None) of the metrics ``keys`` (None:
+    the audit table's rows and every gated metric) that some target of a several-target
+    report has, in the table's order."""
+    runs = report.runs or []
+    gates = {t.metric: t for t in report.thresholds}
+    wanted = keys if keys is not None else \
+        [k for k, _ in table_rows("audit")] + [t.metric for t in report.thresholds]
+    rows, seen = [], set()
+    for key in wanted:
+        values = [r["metrics"].get(key) for r in runs]
+        if key in seen or all(v is None for v in values):
+            continue
+        seen.add(key)
+        rows.append((BY_KEY[key].label if key in BY_KEY else key, key, values, gates.get(key)))
+    return rows
+
+
+def _side_cell(value: Any, t: Any) -> tuple[str, bool | None]:
+    """A target's value and, on a gated row, whether it alone passes the threshold."""
+    if t is None or not isinstance(value, (int, float)):
+        return fmt(value), None
+    ok = value >= t.value if t.op == "min" else value <= t.value
+    return f"{fmt(value)} {'pass' if ok else 'FAIL'}", bool(ok)
+
+
+def side_by_side_table(report, keys: bool = False) -> Table:
+    """Several targets (seeds; a model's backbone and projector) side by side: a column each,
+    a gated row marking each target against its threshold (the verdict gates the worst or
+    the median: the first table)."""
+    table = Table(title="each target")
+    table.add_column("metric")
+    if keys:
+        table.add_column("key", style="dim", no_wrap=True)
+    for run in report.runs or []:
+        table.add_column(escape(run["source"]), justify="right")
+    table.add_column("gate", justify="right")
+    for label, key, values, t in side_by_side_rows(report):
+        cells = [_side_cell(v, t) for v in values]
+        table.add_row(label, *([key] if keys else []),
+                      *(text if ok is not False else f"[red]{text}[/red]" for text, ok in cells),
+                      _threshold_text(t) if t else "")
+    return table
+
+
+def side_by_side_markdown(report, keys: list[str] | None = None) -> str:
+    """:func:`side_by_side_table` as Markdown (``keys``: these metrics only)."""
+    runs = report.runs or []
+    lines = ["| metric | " + " | ".join(r["source"] for r in runs) + " | gate |",
+             "|---|" + "---:|" * len(runs) + "---:|"]
+    for label, key, values, t in side_by_side_rows(report, keys):
+        cells = [_side_cell(v, t)[0] for v in values]
+        lines.append(f"| {label} `{key}` | " + " | ".join(cells) +
+                     f" | {_threshold_text(t) if t else ''} |")
+    return "\n".join(lines) + "\n"
 
 
 def notes(metrics: dict[str, Any], thresholds: Any = ()) -> list[str]:

@@ -168,7 +168,7 @@ def _serve(inp, out, request: dict[str, Any]) -> None:
         except EncoderFailed as exc:
             answer = {"failed": exc.reason + _note(exc.error, memory)}
         except IdauditError as exc:
-            answer = {"error": str(exc) + _note(exc.__context__, memory),
+            answer = {"error": exc.flags_text + _note(exc.__context__, memory),
                       "exit": exc.exit_code}
         except (MemoryError, Exception) as exc:  # a program from a file can raise anything
             answer = {"error": f"{type(exc).__name__}: {first_line(exc)}{_note(exc, memory)}",

@@ -425,7 +425,11 @@ def _encoder(module: Any, opts: LoadOptions, path: Path, world: Any = None,
         from idaudit.loading.architectures import import_factory, timm_pool_hint
         from idaudit.models.embedding_choice import ChosenEmbedding
 
-        fn = import_factory(opts.embed, "--embed", "function") if opts.embed else None
+        if isinstance(opts.embed, dict):
+            raise IdauditError("--embed as several functions (a dict, one target each) applies "
+                               "to an audit; give one function here")
+        fn = import_factory(opts.embed, "--embed", "function") if isinstance(opts.embed, str) \
+            else opts.embed
         module = ChosenEmbedding(module, pool=opts.pool, output=opts.output, embed_fn=fn,
                                  hint=timm_pool_hint(opts.arch))
     return LoadedEncoder(module, world, train or {}, path)
@@ -782,7 +786,7 @@ def _project_paths(path: Path, kind: FileKind, opts: LoadOptions) -> list[str]:
     the files a cage may read there, its data files never."""
     from idaudit.loading.architectures import read_config
 
-    tops = {opts.embed.partition(":")[0].split(".")[0]} if opts.embed else set()
+    tops = {opts.embed.partition(":")[0].split(".")[0]} if isinstance(opts.embed, str) else set()
     if kind is FileKind.LEWM_DIR:
         def targets(node: Any) -> None:
             if isinstance(node, dict):
@@ -818,6 +822,12 @@ def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool
         opts.refuse(("time_limit",), f"{path} run without a cage (--trust-code where none "
                     "can be built)")
         return _OPENERS[kind](path, opts, embedding)
+    if opts.embed is not None and not isinstance(opts.embed, str):
+        raise IdauditError(f"{path} is {what}, run in its cage: name its --embed function as "
+                           "module:function there (a function of this process cannot be sent "
+                           "to it)", library=f"{path} is {what}, run in its cage: give embed= "
+                           "as the name module:function there (a function of this process "
+                           "cannot be sent to it)")
     from idaudit.loading.zygote import zygote
 
     zygote()  # started first: its torch import overlaps this process's, and the vetting

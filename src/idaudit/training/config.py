@@ -125,11 +125,11 @@ class TrainConfig:
         require(self.views in (None, "anchor", "pair"),
                 f"--views must be anchor or pair, got {self.views!r}")
         require(self.schedule is None or self.schedule in SCHEDULES,
-                f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        require(self.clip is None or self.clip > 0, f"clip must be > 0, got {self.clip}")
+                f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        require(self.clip is None or self.clip > 0, f"--clip must be > 0, got {self.clip}")
         require(self.weight_decay is None or (math.isfinite(self.weight_decay)
                                               and self.weight_decay >= 0),
-                f"weight_decay must be ≥ 0, got {self.weight_decay}")
+                f"--weight-decay must be ≥ 0, got {self.weight_decay}")
         require(self.form in (None, *LEJEPA_FORMS),
                 f"--form must be one of {', '.join(LEJEPA_FORMS)}, got {self.form!r}")
         if self.n_views is not None:

@@ -84,7 +84,7 @@ class WorldSpec:
     alpha: float | None = None
     rho: float = WORLD_DEFAULTS["rho"]
     layers: int | None = None
-    mixing_seed: int = 0
+    mixing_seed: int = WORLD_DEFAULTS["mixing_seed"]
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -185,7 +185,8 @@ class SyntheticKind(WorldKind):
         else:
             require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
         return WorldSpec(name=name, dim=dim, source=source, alpha=alpha, rho=float(rho),
-                         layers=layers, mixing_seed=int(options.get("mixing_seed", 0)))
+                         layers=layers, mixing_seed=int(options.get("mixing_seed",
+                                                                  WORLD_DEFAULTS["mixing_seed"])))
 
     def check_spec(self, spec: WorldSpec) -> WorldSpec:
         super().check_spec(spec)
