@@ -45,7 +45,7 @@ def test_builtin_suites_carry_the_paper_configurations():
 
 def test_sweep_resumes_and_reports(tmp_path):
     suite = tmp_path / "tiny.toml"
-    suite.write_text(TINY)
+    suite.write_text(TINY.replace("rho = 0.9\n", "rho = 0.95\n"))  # the paper's Table 1 ρ
     runs = load_suite(str(suite))
     assert len(runs) == 4
     counts = run_sweep(runs, tmp_path / "out", workers=1)

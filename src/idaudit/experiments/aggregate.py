@@ -275,9 +275,10 @@ def _paper_side_by_side(rows: list[dict[str, Any]]) -> list[str]:
 def _paper_table_1(rows: list[dict[str, Any]]) -> list[str]:
     """Coupling rows beside the paper's Table 1: per N and method, the seeds run, R²(h → z)
     (mean over seeds), the paper's mean ± std, and the training minutes per run."""
-    from idaudit.experiments.paper import TABLE_1
+    from idaudit.experiments.paper import TABLE_1, TABLE_1_RUNS
 
-    rows = [r for r in rows if r.get("world") == "coupling" and r.get("dim") in TABLE_1]
+    rows = [r for r in rows if r.get("dim") in TABLE_1
+            and all(r.get(k) == v for k, v in TABLE_1_RUNS.items())]
     if not rows:
         return []
 

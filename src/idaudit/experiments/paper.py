@@ -6,7 +6,9 @@ from __future__ import annotations
 
 #: coupling mixing, by latent dimension N: the raw mixing's R²(x → z) ("mixing") and R²(h → z)
 #: of SIGReg ("lejepa"), the whitening form the paper calls VICReg ("whiten") and InfoNCE at
-#: σ = 1 ("infonce"); 20 000 steps, ρ = 0.95
+#: σ = 1 ("infonce"); 20 000 steps. TABLE_1_RUNS: the run options its rows were measured with
+#: (a sweep's runs that have them are printed beside it)
+TABLE_1_RUNS = {"world": "coupling", "rho": 0.95}
 TABLE_1: dict[int, dict[str, tuple[float, float]]] = {
     n: {"mixing": mix, "lejepa": sig, "whiten": vic, "infonce": nce}
     for n, mix, sig, vic, nce in (
