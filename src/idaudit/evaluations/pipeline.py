@@ -17,7 +17,7 @@ import numpy as np
 from idaudit.core.errors import IdauditError, check_seed, printable
 from idaudit.core.io import check_outputs
 from idaudit.core.requests import EmbedRequest, EncoderOptions, WorldChoice, flat_options
-from idaudit.evaluations.inputs import AuditInputs, check_embedding_options
+from idaudit.evaluations.inputs import AuditInputs, check_embedding_options, frame_sample
 from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, where_to_embed
 from idaudit.maths.linear import to_numpy
 
@@ -165,9 +165,10 @@ def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int 
     arrays = {k: None if v is None else to_numpy(v) for k, v in
               (("z", ev.z), ("h", h), ("h_prime", hp), ("x", ev.baseline),
                ("test_rows", ev.test_rows))}
+    frames, frame_rows = frame_sample(ev.x, arrays["test_rows"])
     return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, angle_sigma=ev.angle_sigma,
-                       source=str(loaded.path),
-                       world=spec.to_dict(), seed=seed)
+                       source=str(loaded.path), world=spec.to_dict(), seed=seed,
+                       frames=frames, frame_rows=frame_rows)
 
 
 def files_read(targets: list[Any], options: dict[str, Any] | EncoderOptions,
