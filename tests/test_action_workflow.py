@@ -97,9 +97,12 @@ def evaluate(text: str, ctx: dict) -> str:
 
 
 def condition(expr: str, ctx: dict) -> bool:
-    """``A != ''``, ``A == 'true'`` joined by ``&&`` (what action.yml's ``if:`` use)."""
+    """``A != ''``, ``A == 'true'`` and ``always()`` joined by ``&&`` (what action.yml's
+    ``if:`` use; the steps after a failed one are not run here, so ``always()`` is true)."""
     result = True
     for part in (p.strip() for p in expr.split("&&")):
+        if part == "always()":
+            continue
         m = re.fullmatch(r"([\w.-]+) (==|!=) '([^']*)'", part)
         assert m, f"condition not modelled: {part}"
         value = lookup(m.group(1), ctx)
