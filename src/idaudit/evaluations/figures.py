@@ -263,6 +263,7 @@ def _label_free(fig: Any, d: Drawn) -> None:
     ax.axhline(1.0, color="k", ls="--", lw=0.8, label="white: every eigenvalue 1")
     ax.set_yscale("log")
     ax.set_xlabel("eigenvalue index", fontsize=7)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"spectrum of Cov(h): ε {d.metrics.get('whitening_error', float('nan')):.3g},"
                  f" effective rank {d.metrics.get('effective_rank', float('nan')):.3g}",
                  fontsize=8)
@@ -277,6 +278,7 @@ def _label_free(fig: Any, d: Drawn) -> None:
             ax.axhline(rho, color="k", ls="--", lw=0.8, label=f"ρ = {rho:g} (identified: all)")
         ax.set_ylim(min(0.0, float(cc.min()) - 0.05), 1.02)
         ax.set_xlabel("index", fontsize=7)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         spread = d.metrics.get("canonical_spread")
         ax.set_title("canonical correlations of (h, h′)"
                      + (f": spread {spread:.3g}" if spread is not None else ""), fontsize=8)

@@ -166,10 +166,7 @@ def _runs_table(report: Any) -> list[str]:
     runs = report.runs or []
     keys = [k for k in _ordered_keys(runs[0]["metrics"]) if k in BY_KEY and BY_KEY[k].row]
     head = "".join(f'<th class="value">{_e(r["source"])}</th>' for r in runs)
-    out = ['<table class="runs"><tr><th>metric</th><th>key</th>' + head + "</tr>",
-           "<tr><td>verdict</td><td></td>" + "".join(
-               f'<td class="value">{_e(VERDICTS[r["verdict"]][1])}</td>' for r in runs)
-           + "</tr>"]
+    out = ['<table class="runs"><tr><th>metric</th><th>key</th>' + head + "</tr>"]
     for key in keys:
         cells = "".join(_value_cell(key, r["metrics"][key]) if key in r["metrics"]
                         else '<td class="value">—</td>' for r in runs)
