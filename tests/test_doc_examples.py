@@ -55,6 +55,9 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("docs/objective-forms.md", "idaudit train --world spiral"):
         "not run: 20 000-step trainings (minutes each); the forms are tested in "
         "tests/test_objective_forms.py",
+    ("docs/page.md", "idaudit train --world spiral --steps 800 --out s.safetensors"):
+        "not run: an 800-step training (about a minute on a CPU); tests/test_audit_page.py runs "
+        "the same audit flags (--min-r2, --json, --html, --plot) on arrays",
     ("docs/reacher.md", "idaudit train --world reacher --rho 0.95"):
         "not run: the card's 13-minute training (.ci/run's guard times its step)",
     ("docs/reacher.md", "idaudit train --world reacher --recipe paper --rho 0.95 --epochs 12"):
