@@ -229,3 +229,19 @@ def test_outputs_are_checked_before_the_audit(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r'--html needs matplotlib: pip install "idaudit\[plot\]"'):
         idaudit.audit(z, h, html=tmp_path / "p.html")
     assert not (tmp_path / "p.png").exists() and not (tmp_path / "p.html").exists()
+
+
+def test_an_inconclusive_audit_still_says_why(tmp_path):
+    """A collapsed embedding: no figure to draw, so the PNG and the page carry the verdict and
+    its reason."""
+    from PIL import Image
+
+    z, _, _, _ = arrays()
+    rep = idaudit.audit(z, np.zeros_like(z), min_r2=0.5, plot=tmp_path / "a.png",
+                        html=tmp_path / "a.html")
+    assert rep.verdict == "inconclusive"
+    text = (tmp_path / "a.html").read_text()
+    p = parse_page(text)
+    assert p.verdict == "INCONCLUSIVE" and p.images == []
+    assert f'id="reason">{rep.reason}<' in text
+    assert Image.open(tmp_path / "a.png").size[0] > 300

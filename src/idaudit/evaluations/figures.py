@@ -36,7 +36,6 @@ from idaudit.maths.moments import split_rows
 PLOT_MISSING = 'needs matplotlib: pip install "idaudit[plot]"'
 MAX_POINTS = 2000  # scatter points drawn per panel (a seeded sample of the rows)
 MAX_LATENTS = 4  # latents drawn as scatter panels (every latent gets its bar)
-FRAMES = 6  # evaluation images kept for the strip
 
 
 def have_matplotlib() -> bool:
