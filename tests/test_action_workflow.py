@@ -252,3 +252,9 @@ def test_the_documented_workflow_runs_through_the_action(job):
     assert rc == 0, done[-1]
     assert outputs["verdict"] == "pass" and float(outputs["r2"]) >= 0.9
     assert summary.startswith("## idaudit · ✅ pass")
+    # the page: the action's own checkout installed the plot extra, so it is written and the
+    # upload step runs (GitHub's own step, not run here; its link step then has no address)
+    assert outputs["html"] == "idaudit-report/audit.html"
+    assert (job["work"] / outputs["html"]).read_text().count('id="verdict">PASS<') == 1
+    steps = {d["step"]: d for d in done}
+    assert steps["page"]["runs"] and not steps["link"]["runs"]
