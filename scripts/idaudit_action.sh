@@ -6,12 +6,17 @@
 #                                 directory (empty when pip's cache is off) and a cache key
 #   idaudit_action.sh install     torch, then idaudit; its scripts directory onto GITHUB_PATH
 #   idaudit_action.sh [audit]     idaudit audit TARGETS with JSON, JUnit and Markdown reports
+#                                 and (IDAUDIT_HTML=true, where matplotlib imports) the page
+#   idaudit_action.sh link        the uploaded page's link (IDAUDIT_PAGE_URL) in the summary
 #
 # Inputs are environment variables (all optional but IDAUDIT_TARGETS):
 #   IDAUDIT_TARGETS      the paths to audit, one per line (spaces inside a path are kept)
 #   IDAUDIT_MIN_R2       gate: held-out R²(h → z) ≥ this
 #   IDAUDIT_ARGS         more `idaudit audit` arguments, quoted as in a shell but never expanded
-#   IDAUDIT_OUTPUT_DIR   where audit.json, audit.xml (JUnit) and audit.md go (idaudit-report)
+#   IDAUDIT_OUTPUT_DIR   where audit.json, audit.xml (JUnit), audit.md and audit.html go
+#                        (idaudit-report)
+#   IDAUDIT_HTML         true: write the page audit.html too (false: none)
+#   IDAUDIT_PAGE_URL, IDAUDIT_ARTIFACT_NAME  (link) the artifact's address and name
 #   IDAUDIT_PYTHON       the interpreter to install into and to read JSON with (python3)
 #   IDAUDIT_SPEC, IDAUDIT_EXTRAS, IDAUDIT_TORCH_SPEC, IDAUDIT_TORCH_INDEX_URL,
 #   IDAUDIT_ACTION_PATH  what `install` installs (see action.yml)
@@ -111,7 +116,7 @@ install() {
   if [ -n "$spec" ] && [ -n "$extras" ]; then
     die "extras apply to the action's own checkout; with idaudit-spec write them into it (idaudit[$extras]…)"
   fi
-  if [ -z "$spec" ]; then spec=$root${extras:+[$extras]}; fi
+  if [ -z "$spec" ]; then spec=$root[plot${extras:+,$extras}]; fi  # plot: the page's figures
   if externally_managed; then
     die "$PY is externally managed (PEP 668): run the cache-key step first (it makes a venv), or set python-version"
   fi
@@ -164,7 +169,7 @@ sys.stdout.write("".join(w + "\0" for w in words))
   mapfile -d '' -t args <"$tmp/args"
   for arg in "${args[@]}"; do
     case $arg in
-      --json | --json=* | --junit | --junit=* | --markdown | --markdown=*)
+      --json | --json=* | --junit | --junit=* | --markdown | --markdown=* | --html | --html=*)
         die "args: ${arg%%=*} is the action's own (the reports go to $out; choose it with output-dir)" ;;
       --min-r2 | --min-r2=*)
         if [ -n "${IDAUDIT_MIN_R2:-}" ]; then die "--min-r2 is given twice: in min-r2 and in args"; fi ;;
@@ -173,12 +178,20 @@ sys.stdout.write("".join(w + "\0" for w in words))
   if [ -n "${IDAUDIT_MIN_R2:-}" ]; then args+=(--min-r2 "$IDAUDIT_MIN_R2"); fi
   check_github_files
 
-  local json=$out/audit.json junit=$out/audit.xml markdown=$out/audit.md
-  rm -f -- "$json" "$junit" "$markdown" 2>/dev/null || die "cannot remove an earlier report in $out"
+  local json=$out/audit.json junit=$out/audit.xml markdown=$out/audit.md html=$out/audit.html
+  local -a page=()
+  case ${IDAUDIT_HTML:-true} in
+    true) if "$PY" -c 'import matplotlib' 2>/dev/null; then page=(--html "$html"); else
+            echo "note: no page: matplotlib does not import here (pip install \"idaudit[plot]\")" >&2
+          fi ;;
+    false) ;;
+    *) die "html must be true or false, got '${IDAUDIT_HTML}'" ;;
+  esac
+  rm -f -- "$json" "$junit" "$markdown" "$html" 2>/dev/null || die "cannot remove an earlier report in $out"
   # the table to stdout, stderr both shown and kept (for the summary when there is no report)
   exec 3>&1
   if idaudit audit "${targets[@]}" "${args[@]}" --json "$json" --junit "$junit" \
-       --markdown "$markdown" 2>&1 1>&3 3>&- | tee "$tmp/stderr" >&2; then
+       --markdown "$markdown" "${page[@]}" 2>&1 1>&3 3>&- | tee "$tmp/stderr" >&2; then
     rc=0
   else
     rc=${PIPESTATUS[0]}
@@ -212,6 +225,7 @@ print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), reas
   if [ -f "$json" ]; then output json "$json"; fi
   if [ -f "$junit" ]; then output junit "$junit"; fi
   if [ -f "$markdown" ]; then output markdown "$markdown"; fi
+  if [ -f "$html" ]; then output html "$html"; fi
   case $verdict in
     fail) msg="gate failed: $failed (the job summary has the table)" ;;
     inconclusive) msg="inconclusive (exit 3): $reason" ;;
@@ -229,9 +243,21 @@ print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), reas
   exit "$rc"
 }
 
+link() {  # the uploaded page's address, linked from the job summary
+  local url=${IDAUDIT_PAGE_URL:-}
+  case $url in
+    https://*) ;;
+    *) die "IDAUDIT_PAGE_URL must be the artifact's https:// address, got '$url'" ;;
+  esac
+  check_github_files
+  printf '📄 [The audit'"'"'s page](%s): the verdict, gates, figures and every metric with its meaning (artifact `%s`, a zip holding audit.html)\n\n' \
+    "$url" "${IDAUDIT_ARTIFACT_NAME:-idaudit-page}" | summary
+}
+
 case ${1:-audit} in
   audit) audit ;;
+  link) link ;;
   install) check_github_files; install ;;
   cache-key) check_github_files; cache_key ;;
-  *) die "unknown mode '$1': audit, install or cache-key" ;;
+  *) die "unknown mode '$1': audit, install, cache-key or link" ;;
 esac

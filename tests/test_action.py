@@ -41,13 +41,21 @@ def test_action_yml_is_a_composite_action_running_the_script():
     assert doc["runs"]["using"] == "composite"
     steps = doc["runs"]["steps"]
     runs = [s for s in steps if "run" in s]
-    assert [RUN_LINE.match(s["run"]).group(2) for s in runs] == ["cache-key", "install", "audit"]
+    assert [RUN_LINE.match(s["run"]).group(2) for s in runs] == ["cache-key", "install", "audit",
+                                                                 "link"]
     for s in runs:
         path, mode = RUN_LINE.match(s["run"]).groups()
         assert (ROOT / path).is_file() and (ROOT / path) == SCRIPT
         assert mode in script_modes(), mode
         assert s["shell"] == "bash"
-    assert script_modes() == {"audit", "install", "cache-key"}
+    assert script_modes() == {"audit", "install", "cache-key", "link"}
+    # the page is uploaded whatever the verdict, then linked from the summary
+    page = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert page["if"] == "always() && steps.audit.outputs.html != ''"
+    assert page["with"]["path"] == "${{ steps.audit.outputs.html }}"
+    link = steps[steps.index(page) + 1]
+    assert link["if"] == "always() && steps.page.outputs.artifact-url != ''"
+    assert link["env"]["IDAUDIT_PAGE_URL"] == "${{ steps.page.outputs.artifact-url }}"
     # every ${{ steps.ID... }} names a step that exists and comes earlier (or is an output's)
     ids = [s.get("id") for s in steps]
     for i, s in enumerate(steps):
@@ -179,7 +187,7 @@ def test_a_passing_gate_exits_0_with_the_report_in_the_summary(ckpt, tmp_path):
     outputs = step_outputs(env)
     assert outputs == {"verdict": "pass", "r2": outputs["r2"], "exit-code": "0",
                        "json": "audit reports/audit.json", "junit": "audit reports/audit.xml",
-                       "markdown": "audit reports/audit.md"}
+                       "markdown": "audit reports/audit.md", "html": "audit reports/audit.html"}
     assert float(outputs["r2"]) == r2  # the JSON's number, every digit
     assert set(outputs) == set(action()["outputs"])
     suite = junit(out / "audit.xml")
@@ -207,6 +215,37 @@ def test_a_failing_gate_exits_1_and_the_junit_file_reports_it(ckpt, tmp_path):
                                                               "required ≥ 0.999")
     # inside GitHub the failure is also an annotation naming the gate
     assert "::error title=idaudit::gate failed: r2_h_to_z_heldout" in res.stdout
+
+
+def test_the_page_is_written_and_its_link_goes_to_the_summary(tmp_path):
+    """audit.html holds the JSON's numbers (a failed gate's page too); html=false writes none;
+    the link mode puts the artifact's address in the summary, and refuses anything but an
+    https:// address."""
+    pytest.importorskip("matplotlib")
+    from test_audit_page import arrays, assert_page_numbers_are_the_jsons, parse_page
+
+    z, h, _, _ = arrays(noise=0.3)
+    np.savez(tmp_path / "a.npz", z=z, h=h)
+    env = action_env(tmp_path, IDAUDIT_TARGETS="a.npz", IDAUDIT_MIN_R2="0.99")
+    res = run_script(env, tmp_path)
+    assert res.returncode == 1, res.stderr
+    out = tmp_path / "idaudit-report"
+    page = parse_page((out / "audit.html").read_text(encoding="utf-8"))
+    assert page.verdict == "FAIL" and len(page.images) == 2  # predictions, embeddings
+    assert_page_numbers_are_the_jsons(page, json.loads((out / "audit.json").read_text()))
+    assert step_outputs(env)["html"] == "idaudit-report/audit.html"
+    env = action_env(tmp_path, IDAUDIT_TARGETS="a.npz", IDAUDIT_MIN_R2="0.5",
+                     IDAUDIT_HTML="false")
+    assert run_script(env, tmp_path).returncode == 0
+    assert not (out / "audit.html").exists() and "html" not in step_outputs(env)
+    url = "https://github.com/o/r/actions/runs/1/artifacts/2"
+    env = action_env(tmp_path, IDAUDIT_PAGE_URL=url, IDAUDIT_ARTIFACT_NAME="seed-0 page")
+    assert run_script(env, tmp_path, "link").returncode == 0
+    assert summary(env) == (f"📄 [The audit's page]({url}): the verdict, gates, figures and "
+                            "every metric with its meaning (artifact `seed-0 page`, a zip "
+                            "holding audit.html)\n\n")
+    env = action_env(tmp_path, IDAUDIT_PAGE_URL="javascript:alert(1)")
+    one_line_error(run_script(env, tmp_path, "link"), "must be the artifact's https:// address")
 
 
 def test_an_inconclusive_audit_keeps_its_exit_3(tmp_path):
@@ -342,6 +381,8 @@ def test_a_missing_target_is_refused_in_one_line(tmp_path):
     ({"IDAUDIT_TARGETS": " \n "}, "no target to audit"),
     ({"IDAUDIT_ARGS": "--json x.json"}, "args: --json is the action's own"),
     ({"IDAUDIT_ARGS": "--junit=x.xml"}, "args: --junit is the action's own"),
+    ({"IDAUDIT_ARGS": "--html p.html"}, "args: --html is the action's own"),
+    ({"IDAUDIT_HTML": "yes"}, "html must be true or false, got 'yes'"),
     ({"IDAUDIT_ARGS": "--max 'mcc=1"}, "args input): No closing quotation"),
     ({"IDAUDIT_ARGS": "--min-r2 0.5", "IDAUDIT_MIN_R2": "0.9"}, "--min-r2 is given twice"),
     ({"IDAUDIT_OUTPUT_DIR": "a\nb"}, "IDAUDIT_OUTPUT_DIR holds a newline"),

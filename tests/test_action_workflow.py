@@ -97,9 +97,12 @@ def evaluate(text: str, ctx: dict) -> str:
 
 
 def condition(expr: str, ctx: dict) -> bool:
-    """``A != ''``, ``A == 'true'`` joined by ``&&`` (what action.yml's ``if:`` use)."""
+    """``A != ''``, ``A == 'true'`` and ``always()`` joined by ``&&`` (what action.yml's
+    ``if:`` use; the steps after a failed one are not run here, so ``always()`` is true)."""
     result = True
     for part in (p.strip() for p in expr.split("&&")):
+        if part == "always()":
+            continue
         m = re.fullmatch(r"([\w.-]+) (==|!=) '([^']*)'", part)
         assert m, f"condition not modelled: {part}"
         value = lookup(m.group(1), ctx)
@@ -249,3 +252,9 @@ def test_the_documented_workflow_runs_through_the_action(job):
     assert rc == 0, done[-1]
     assert outputs["verdict"] == "pass" and float(outputs["r2"]) >= 0.9
     assert summary.startswith("## idaudit · ✅ pass")
+    # the page: the action's own checkout installed the plot extra, so it is written and the
+    # upload step runs (GitHub's own step, not run here; its link step then has no address)
+    assert outputs["html"] == "idaudit-report/audit.html"
+    assert (job["work"] / outputs["html"]).read_text().count('id="verdict">PASS<') == 1
+    steps = {d["step"]: d for d in done}
+    assert steps["page"]["runs"] and not steps["link"]["runs"]

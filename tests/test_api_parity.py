@@ -69,6 +69,19 @@ def test_several_targets_reduced_by_the_median(runs, tmp_path):
     assert lib_json(as_dict) == lib_json(as_flags) == cli
 
 
+def test_the_page_and_the_plot(runs, tmp_path):
+    """--html/--plot and html=/plot=: the same page and the same PNG, byte for byte."""
+    pytest.importorskip("matplotlib")
+    _, paths, gate = runs
+    res = runner.invoke(app, ["audit", *map(str, paths[:2]), "--gate", str(gate), "--html",
+                              str(tmp_path / "cli.html"), "--plot", str(tmp_path / "cli.png")])
+    lib = idaudit.audit(*paths[:2], gate=gate, html=tmp_path / "lib.html",
+                        plot=tmp_path / "lib.png")
+    assert res.exit_code == lib.exit_code, res.output
+    for ext in ("html", "png"):
+        assert (tmp_path / f"cli.{ext}").read_bytes() == (tmp_path / f"lib.{ext}").read_bytes()
+
+
 def test_label_free(runs, tmp_path):
     _, paths, _ = runs
     code, cli = cli_json(tmp_path, "audit", paths[1], "--label-free", "--max",

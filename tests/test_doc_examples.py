@@ -60,6 +60,8 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("docs/reacher.md", "idaudit train --world reacher --rho 0.95#2"):
         "not run: the card twice (13 min each) with its timings; the card's line runs shrunk "
         "in the block above and as .ci/run stage 3's short card line",
+    ("docs/page.md", "idaudit train --world spiral --steps 800 --out s.safetensors"):
+        f"{SHRUNK} (as written: nothing to shrink)",
     ("docs/reacher.md", "idaudit train --world reacher --recipe paper --rho 0.95 --epochs 12"):
         "not run: the paper's recipe takes hours on a CPU",
     ("docs/reacher.md", "idaudit sweep reacher --out sw --seeds 1 --only lamb=5e-3,1e-2"):

@@ -32,6 +32,7 @@ SHRUNK: dict[tuple[str, str], list[tuple[str, str]]] = {
     ("docs/objective-forms.md", "idaudit train --world spiral"): [
         ("idaudit train --world spiral ", "idaudit train --world spiral --steps 200 "),
     ],
+    ("docs/page.md", "idaudit train --world spiral --steps 800 --out s.safetensors"): [],
     ("docs/sweeps.md", "idaudit sweep grid --seeds 1 --steps 4000 --out sweeps/grid"): [
         ("--steps 4000", "--steps 100 --only lamb=1e-3 --only rho=0.95"),
         ("--dims 2,8,32,128 --seeds 1", "--dims 2 --seeds 1 --objectives lejepa --steps 100"),
@@ -81,7 +82,7 @@ def test_the_shell_examples_run_shrunk(name, key, tmp_path):
     res = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-3000:])
-    # each file a line names with --out is there afterwards
-    for out in re.findall(r"--out (\S+)", code):
+    # each file a line names with --out (or --html, --plot) is there afterwards
+    for out in re.findall(r"--(?:out|html|plot) (\S+)", code):
         if "$" not in out:
             assert (tmp_path / out).exists(), out

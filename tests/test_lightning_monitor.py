@@ -12,6 +12,7 @@ package is installed (the "users" venv of .ci/run).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import subprocess
 import sys
@@ -176,6 +177,9 @@ def test_row_queue_keeps_the_last_rows():
     ({"rho": 0.9}, "it needs pair_key"),
     ({"max_rows": 5}, "max_rows must be an integer ≥ 10"),
     ({"latents_key": None, "floor_draws": 10}, "floor_draws needs the true latents"),
+    ({"figures_every": 2}, "figures_every applies to log_figures=True"),
+    ({"log_figures": True, "figures_every": 0}, "figures_every must be an integer >= 1"),
+    ({"log_figures": "yes"}, "log_figures must be True or False"),
 ])
 def test_refused_when_made(kwargs, message):
     with pytest.raises(IdauditError, match=message) as info:
@@ -261,6 +265,84 @@ def test_a_met_gate_lets_the_run_finish(tmp_path):
     monitor = IdentifiabilityMonitor(gate={"r2_h_to_z_heldout": -1.0}, max_rows=MAX_ROWS)
     trainer = fit(PairModule(), [monitor], tmp_path, epochs=2)
     assert monitor.stopped_epoch is None and trainer.current_epoch == 2
+
+
+class ImageLogger(L.pytorch.loggers.Logger):
+    """A Lightning logger that takes images (as Weights & Biases' and Neptune's do): keeps
+    each (key, image, step) it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[tuple[str, np.ndarray, int]] = []
+
+    @property
+    def name(self) -> str:
+        return "images"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_metrics(self, metrics, step=None) -> None:
+        pass
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_image(self, key, images, step=None, **kwargs) -> None:
+        self.images += [(key, image, step) for image in images]
+
+
+def drawn_from(rows, metrics_monitor) -> np.ndarray:
+    """The figure of an audit of the queued ``rows``, drawn here as the page draws it."""
+    from idaudit.evaluations.figures import Drawn, audit_figure, rgb_array
+    from idaudit.evaluations.inputs import AuditInputs
+
+    report = idaudit.audit(rows["z"], rows["h"], rows["h_prime"], WORLD.rho,
+                           seed=metrics_monitor.seed)
+    inp = AuditInputs(z=rows["z"], h=rows["h"], h_prime=rows["h_prime"], rho=WORLD.rho)
+    return rgb_array(audit_figure([Drawn(inp, report, metrics_monitor.seed)]))
+
+
+def test_figures_go_to_tensorboard_and_image_loggers_every_k_validations(tmp_path):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tensorboard", reason="the dev extra's tensorboard")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monitor = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho,
+                                     max_rows=MAX_ROWS, log_figures=True, figures_every=2)
+    rec = Recorder(monitor)
+    steps = []
+
+    class Steps(L.Callback):
+        def on_validation_epoch_end(self, trainer, pl_module):
+            if not trainer.sanity_checking:
+                steps.append(trainer.global_step)
+
+    tb, images = TensorBoardLogger(tmp_path, name="tb"), ImageLogger()
+    trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=[tb, images],
+                        callbacks=[monitor, rec, Steps()], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=1, log_every_n_steps=1)
+    trainer.fit(PairModule(), torch.utils.data.DataLoader(TRAIN, batch_size=BATCH),
+                torch.utils.data.DataLoader(VAL, batch_size=BATCH))
+    # validations 0, 1, 2: drawn at the first and every second after, at those global steps
+    assert [(key, step) for key, _, step in images.images] == [
+        ("idaudit/figure", steps[0]), ("idaudit/figure", steps[2])]
+    last_rows = rec.seen[2][1][0][0]
+    want = drawn_from(last_rows, monitor)
+    assert np.array_equal(images.images[1][1], want)  # the audit of the rows it queued
+    assert np.array_equal(monitor.figure, want)
+    assert not np.array_equal(images.images[0][1], want)  # a new figure of newer weights
+    tb.experiment.flush()
+    events = EventAccumulator(tb.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    got = events.Images("idaudit/figure")
+    assert [e.step for e in got] == [steps[0], steps[2]]
+    png = np.asarray(Image.open(io.BytesIO(got[1].encoded_image_string)).convert("RGB"))
+    assert np.array_equal(png, want)  # TensorBoard's image is the figure, pixel for pixel
 
 
 def test_a_step_without_the_embedding_is_one_line(tmp_path):

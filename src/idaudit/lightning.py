@@ -137,6 +137,15 @@ class IdentifiabilityMonitor(Callback):
     when and why. Unknown metrics, and metrics these inputs cannot give (one that needs z
     without ``latents_key``, …), are refused when the monitor is made.
 
+    **Figures.** With ``log_figures``, the audit's figures (:mod:`idaudit.evaluations.figures`:
+    held-out predictions against z with R², ceiling and floor; for a 2-D latent the embedding
+    coloured by its angle and radius; the bound beside its terms; without z the canonical
+    correlations and the spectrum) are drawn as one image at the first validation and every
+    ``figures_every``-th after, and sent as ``prefix + "figure"`` at the trainer's global step
+    to each logger that takes images: one with a ``log_image`` method (Weights & Biases,
+    Neptune …), or whose ``experiment`` has ``add_image`` (TensorBoard's ``SummaryWriter``);
+    :attr:`figure` holds the last one (H × W × 3 uint8). Needs the ``plot`` extra.
+
     **Cost.** One audit of ``max_rows`` × m rows per validation on rank 0's CPU,
     O(max_rows·m² + m³); the training waits for it. Queueing a batch is one copy to the CPU.
     Measured (``on_validation_epoch_end`` of real ``trainer.validate`` runs, 4096 rows, z of 2
@@ -152,7 +161,8 @@ class IdentifiabilityMonitor(Callback):
                  prefix: str = "idaudit/", gate: Mapping[str, Any] | None = None,
                  by_epoch: int | None = None, action: Action | None = None,
                  floor_draws: int | None = None, test_fraction: float | None = None, seed: int = 0,
-                 dataloader_idx: int | None = 0) -> None:
+                 dataloader_idx: int | None = 0, log_figures: bool = False,
+                 figures_every: int | None = None) -> None:
         if _MISSING is not None:
             raise IdauditError("IdentifiabilityMonitor needs the lightning package (pip install "
                                f"'idaudit[lightning]'): {_MISSING}")
@@ -189,6 +199,7 @@ class IdentifiabilityMonitor(Callback):
                                            or dataloader_idx < 0):
             raise IdauditError("IdentifiabilityMonitor: dataloader_idx must be a non-negative integer "
                                f"or None, got {dataloader_idx!r}")
+        self._check_figures(log_figures, figures_every)
         self.thresholds: list[Threshold] = []
         if gate is None:
             given = [n for n, v in (("by_epoch", by_epoch), ("action", action)) if v is not None]
@@ -214,11 +225,34 @@ class IdentifiabilityMonitor(Callback):
         self.action: Action = action or "stop"
         self.floor_draws, self.test_fraction, self.seed = floor_draws, test_fraction, seed
         self.dataloader_idx = dataloader_idx
+        self.log_figures, self.figures_every = log_figures, figures_every or 1
+        self.validations = 0  # validations audited so far (the figures' count)
+        self.figure: np.ndarray | None = None
+        self._report: Any = None  # the last audit's report and rows, for its figure
         self.queue = RowQueue(max_rows)
         self.metrics: dict[str, float] = {}
         self.stopped_epoch: int | None = None
         self.stop_reason: str | None = None
         self._error: str | None = None  # a batch's bad input, raised at the epoch's end
+
+    @staticmethod
+    def _check_figures(log_figures: Any, figures_every: Any) -> None:
+        if not isinstance(log_figures, bool):
+            raise IdauditError(f"IdentifiabilityMonitor: log_figures must be True or False, got "
+                               f"{log_figures!r}")
+        if figures_every is not None:
+            if not log_figures:
+                raise IdauditError("IdentifiabilityMonitor: figures_every applies to "
+                                   "log_figures=True")
+            if isinstance(figures_every, bool) or not isinstance(figures_every, int) \
+                    or figures_every < 1:
+                raise IdauditError("IdentifiabilityMonitor: figures_every must be an integer "
+                                   f">= 1, got {figures_every!r}")
+        if log_figures:
+            from idaudit.evaluations.figures import PLOT_MISSING, have_matplotlib
+
+            if not have_matplotlib():
+                raise IdauditError(f"IdentifiabilityMonitor: log_figures {PLOT_MISSING}")
 
     def _check_needs(self, latents_key: str | None, pair_key: str | None, rho: float | None,
                      floor_draws: int | None) -> None:
@@ -292,6 +326,7 @@ class IdentifiabilityMonitor(Callback):
         if z is not None:
             options.update(floor_draws=self.floor_draws, test_fraction=self.test_fraction)
         report = audit(z, h, hp, rho, **options)
+        self._report = (rows, report)
         metrics = dict(report.metrics)
         if report.verdict == "inconclusive":
             return metrics, report.reason
@@ -365,6 +400,9 @@ class IdentifiabilityMonitor(Callback):
         except IdauditError as exc:
             return "error", f"IdentifiabilityMonitor: {exc}"
         self.metrics = _scalars(metrics)
+        if self.log_figures and self.validations % self.figures_every == 0:
+            self._send_figure(trainer)
+        self.validations += 1
         epoch = trainer.current_epoch
         if reason is not None:
             rank_zero_warn(f"IdentifiabilityMonitor: epoch {epoch}: the audit is inconclusive: "
@@ -385,6 +423,25 @@ class IdentifiabilityMonitor(Callback):
             f"{t.metric} = {t.actual:.4g} (needs {'≥' if t.op == 'min' else '≤'} {t.value:g})"
             for t in failed)
 
+    def _send_figure(self, trainer: Any) -> None:
+        """Draw the last audit's figures and send them to every logger that takes images."""
+        from idaudit.evaluations.figures import Drawn, audit_figure, rgb_array
+        from idaudit.evaluations.inputs import AuditInputs
+
+        rows, report = self._report
+        hp = rows.get("h_prime")
+        fig = audit_figure([Drawn(AuditInputs(z=rows.get("z"), h=rows["h"], h_prime=hp,
+                                              rho=self.rho if hp is not None else None),
+                                  report, self.seed, self.test_fraction)])
+        if fig is None:  # an inconclusive audit: nothing to draw
+            return
+        self.figure = rgb_array(fig)
+        sent = [send_image(logger, self.prefix + "figure", self.figure, trainer.global_step)
+                for logger in trainer.loggers]
+        if not any(sent):
+            rank_zero_warn("IdentifiabilityMonitor: log_figures: no logger of this trainer "
+                           "takes images (TensorBoard, or one with log_image)")
+
     @property
     def state_key(self) -> str:
         """Monitors of one trainer log under different prefixes; each keeps its own state."""
@@ -396,3 +453,17 @@ class IdentifiabilityMonitor(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.stopped_epoch = state_dict.get("stopped_epoch")
         self.stop_reason = state_dict.get("stop_reason")
+
+
+def send_image(logger: Any, tag: str, image: np.ndarray, step: int) -> bool:
+    """Send an H × W × 3 uint8 ``image`` to a Lightning logger that takes images — one with
+    ``log_image`` (Weights & Biases, Neptune …), or whose ``experiment`` has ``add_image``
+    (TensorBoard's ``SummaryWriter``); whether it took it."""
+    if callable(getattr(logger, "log_image", None)):
+        logger.log_image(key=tag, images=[image], step=step)
+        return True
+    experiment = getattr(logger, "experiment", None)
+    if callable(getattr(experiment, "add_image", None)):
+        experiment.add_image(tag, image, global_step=step, dataformats="HWC")
+        return True
+    return False

@@ -57,6 +57,11 @@ def audit(
     label_free: bool = typer.Option(False, "--label-free", help="ignore the true latents z: "
                                     "the verdict a project without them would get (arrays "
                                     "without z are audited label-free anyway)"),
+    plot: Path | None = typer.Option(None, "--plot", help="write the audit's figures as one "
+                                     "PNG (the plot extra)"),
+    html: Path | None = typer.Option(None, "--html", help="write one self-contained page: "
+                                     "verdict, gates, figures, every metric with its meaning "
+                                     "(the plot extra)"),
 ) -> None:
     """Audit any encoder: identifiability metrics, a pass/fail gate and CI-friendly reports.
 
@@ -68,12 +73,14 @@ def audit(
     from idaudit.evaluations.report import audit_table, side_by_side_table, verdict_lines
 
     check_seed(seed)
-    check_reports(report, files_read(list(targets), encoder, report["gate"], "the input"))
+    check_reports(report, files_read(list(targets), encoder, report["gate"], "the input"),
+                  [(plot, "--plot"), (html, "--html")])
     result = run_audit(AuditRequest.from_options(
         targets=list(targets), reduce=reduce, **encoder, n_eval=n_eval, seed=seed,
         bootstrap=bootstrap, test_fraction=test_fraction, circular=circular or (),
         angle_sigma=angle_sigma,
         gauss_sims=gauss_sims, floor_draws=floor_draws, min_r2=min_r2, max_orthogonality_error=max_orth,
-        min=report["min"], max=report["max"], gate=report["gate"], label_free=label_free))
+        min=report["min"], max=report["max"], gate=report["gate"], label_free=label_free,
+        plot=plot, html=html))
     finish(result, audit_table(result, report["keys"]), report, lead=verdict_lines(result),
            more=[side_by_side_table(result, report["keys"])] if result.runs else [])

@@ -39,12 +39,13 @@ def emit(path: Path, text: str) -> None:
         atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def check_reports(flags: dict, inputs: list) -> None:
-    """The report files of ``flags`` checked writable and none of ``inputs`` (every file the
-    command reads: :func:`idaudit.evaluations.pipeline.files_read`) before any work; a stale
+def check_reports(flags: dict, inputs: list, files: list | None = None) -> None:
+    """The report files of ``flags`` (and the command's own output ``files``, (path, flag))
+    checked writable and none of ``inputs`` (every file the command reads:
+    :func:`idaudit.evaluations.pipeline.files_read`) nor each other before any work; a stale
     report at their paths removed."""
     check_outputs(report_outputs([(flags["json_path"], "--json"), (flags["junit"], "--junit"),
-                                   (flags["markdown"], "--markdown")]),
+                                   (flags["markdown"], "--markdown")]) + list(files or []),
                   inputs, remove_stale=True)
 
 

@@ -309,6 +309,8 @@ class AuditRequest(Composed):
     ``gauss_sims`` simulated data sets for the Gaussianity p-value (0: its asymptotic law),
     ``floor_draws`` shuffles of z against h for the uninformative floor (None:
     :data:`~idaudit.core.defaults.FLOOR_DRAWS`, 0: none), ``label_free`` ignores z.
+    ``plot`` (a PNG of the figures) and ``html`` (a self-contained page: verdict, gates,
+    figures, every metric with its meaning) are written where given (the ``plot`` extra).
     :meth:`from_options` builds one from flat options.
     """
 
@@ -330,6 +332,8 @@ class AuditRequest(Composed):
     gauss_sims: int = 0
     floor_draws: int | None = None
     label_free: bool = False
+    plot: str | Path | None = None
+    html: str | Path | None = None
 
     @classmethod
     def from_options(cls, **options: Any) -> AuditRequest:

@@ -288,6 +288,11 @@ def run_audit(req: AuditRequest) -> AuditReport:
     targets = embed_targets(req.targets, req.encoder.load)  # several embed functions: targets
     if len(targets) <= 1 and req.reduce != "worst":
         raise IdauditError("--reduce applies to several targets; one was given")
+    if req.plot is not None or req.html is not None:  # matplotlib there, outputs writable
+        from idaudit.evaluations.page import check_views
+        from idaudit.evaluations.pipeline import files_read
+
+        check_views(req, files_read(list(req.targets), req.encoder, req.gate.gate))
     inputs: list[tuple[AuditInputs, int | None]] = []
     if arrays_given:
         if req.h is None:
@@ -321,7 +326,14 @@ def run_audit(req: AuditRequest) -> AuditReport:
                             seed=seed or 0, gauss_sims=req.gauss_sims, label_free=req.label_free,
                             floor_draws=req.floor_draws)
                for inp, seed in inputs]
-    return combine_reports(reports, thresholds, req.reduce) if several else reports[0]
+    result = combine_reports(reports, thresholds, req.reduce) if several else reports[0]
+    if req.plot is not None or req.html is not None:
+        from idaudit.evaluations.figures import Drawn
+        from idaudit.evaluations.page import write_views
+
+        write_views(result, [Drawn(inp, rep, seed or 0, req.test_fraction)
+                             for (inp, seed), rep in zip(inputs, reports)], req.plot, req.html)
+    return result
 
 
 def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,

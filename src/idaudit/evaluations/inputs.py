@@ -22,6 +22,18 @@ class AuditInputs(Arrays):
 
     world: dict[str, Any] | None = None
     seed: int | None = None  # the evaluation set's seed (a checkpoint's: its training seed)
+    frames: np.ndarray | None = None  # a few of the evaluation images (image worlds), drawn
+    frame_rows: np.ndarray | None = None  # by the audit's page, and their rows
+
+
+def frame_sample(x: Any, rows: Any, k: int = 6) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(``k`` images of ``x`` at rows spread evenly over ``rows`` — all rows where None —,
+    those rows) where ``x`` holds images (uint8 N × H × W × 3), else (None, None)."""
+    if getattr(x, "dtype", None) != np.uint8 or getattr(x, "ndim", 0) != 4 or x.shape[-1] != 3:
+        return None, None
+    rows = np.arange(x.shape[0]) if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
+    pick = rows[np.unique(np.linspace(0, rows.size - 1, min(k, rows.size)).round().astype(int))]
+    return np.asarray(x[pick]), pick
 
 
 # ---- checks -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from idaudit.core.requests import (
     WorldChoice,
     flat_options,
 )
-from idaudit.evaluations.inputs import AuditInputs, check_embedding_options
+from idaudit.evaluations.inputs import AuditInputs, check_embedding_options, frame_sample
 from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, where_to_embed
 from idaudit.maths.linear import to_numpy
 
@@ -205,9 +205,10 @@ def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int 
     arrays = {k: None if v is None else to_numpy(v) for k, v in
               (("z", ev.z), ("h", h), ("h_prime", hp), ("x", ev.baseline),
                ("test_rows", ev.test_rows))}
+    frames, frame_rows = frame_sample(ev.x, arrays["test_rows"])
     return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, angle_sigma=ev.angle_sigma,
-                       source=str(loaded.path),
-                       world=spec.to_dict(), seed=seed)
+                       source=str(loaded.path), world=spec.to_dict(), seed=seed,
+                       frames=frames, frame_rows=frame_rows)
 
 
 def files_read(targets: list[Any], options: dict[str, Any] | EncoderOptions,

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.defaults import WORLD
-from idaudit.core.errors import IdauditError
 from idaudit.core.io import atomic_write
+from idaudit.evaluations.figures import embedding_panels, new_figure
 from idaudit.experiments.aggregate import grid_cells, method_label
 
 Record = dict[str, Any]
@@ -30,17 +30,8 @@ Row = dict[str, Any]
 
 
 def _figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], **subplots: Any):
-    """A figure on matplotlib's Agg canvas and its axes, made without pyplot: drawing here
-    changes neither the caller's backend (a notebook's, say) nor pyplot's open figures."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise IdauditError('figures need matplotlib: pip install "idaudit[plot]" '
-                           "(or pass --no-figures)") from None
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(nrows, ncols, **subplots)
+    """A figure on an Agg canvas and its axes (:func:`idaudit.evaluations.figures.new_figure`)."""
+    return new_figure(nrows, ncols, figsize=figsize, hint=" (or pass --no-figures)", **subplots)
 
 
 def _save(fig, path: Path) -> Path:
@@ -82,23 +73,14 @@ def plot_embeddings(records: list[Record], path: Path, max_runs: int = 8) -> Pat
     for ax in axes.flat:
         ax.set_axis_off()
     for i, rec in enumerate(chosen):
-        z = np.asarray(rec["embedding_sample"]["z"], dtype=float)
-        h = np.asarray(rec["embedding_sample"]["h"], dtype=float)
-        angle = np.arctan2(z[:, 1], z[:, 0])
-        radius = np.linalg.norm(z, axis=1)
         name = ", ".join(f"{k}={_fmt(rec['run'][k])}" for k in varying if k in rec["run"])
         r2 = rec["metrics"].get("r2_h_to_z")
-        for j, (c, cmap, what) in enumerate(((angle, "twilight", "angle"),
-                                             (radius, "viridis", "radius"))):
-            ax = axes.flat[2 * i + j]
+        pair = axes.flat[2 * i:2 * i + 2]
+        for ax in pair:
             ax.set_axis_on()
-            sc = ax.scatter(h[:, 0], h[:, 1], c=c, cmap=cmap, s=3, linewidths=0)
-            ax.set_aspect("equal", adjustable="datalim")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_title(f"{name}\nR²={r2:.3f} · colour: z {what}" if r2 is not None
-                         else f"{name}\ncolour: z {what}", fontsize=7)
-            fig.colorbar(sc, ax=ax, shrink=0.8).ax.tick_params(labelsize=6)
+        embedding_panels(fig, pair, np.asarray(rec["embedding_sample"]["z"], dtype=float),
+                         np.asarray(rec["embedding_sample"]["h"], dtype=float),
+                         f"{name}\nR²={r2:.3f}" if r2 is not None else name)
     fig.suptitle("embeddings h, coloured by the true latent", fontsize=10)
     return _save(fig, path)
 
