@@ -3,15 +3,16 @@
 act reads a workflow, resolves ``uses: ./`` to this checkout's action.yml and runs its
 composite steps; ``-P ubuntu-latest=-self-hosted`` runs them on this machine instead of in a
 container (no Docker daemon here). Nothing is fetched: the workflow names no remote action
-(``actions/checkout`` of the repository itself is act's own local copy), and the action's three
-remote steps are off by their inputs (``python-version: ""`` skips setup-python, ``cache:
-"false"`` the cache, ``html: "false"`` the page's upload) — act still prepares every action a
-composite names, so those three are local folders (``--local-repository``) whose one step fails the job if it ever runs. The
-runner's ``python3`` is a venv that sees this environment's
-packages, so the action's install step (``pip install`` of its own checkout, ``torch-spec: ""``)
-installs idaudit alone. Three audits of arrays give the three verdicts a job can meet:
-h = zQ (Q orthogonal) passes ``min-r2: 0.9`` (exit 0), independent noise fails it (exit 1),
-a constant embedding is inconclusive (exit 3) — read back from the action's outputs.
+(``actions/checkout`` of the repository itself is act's own local copy), and the action's
+three remote steps are off by their inputs (``python-version: ""`` skips setup-python,
+``cache: "false"`` the cache, ``html: "false"`` the page's upload) — act still prepares every
+action a composite names, so those three are local folders (``--local-repository``) whose one
+step fails the job if it ever runs. The runner's ``python3`` is a venv that sees this
+environment's packages, so the action's install step (``pip install`` of its own checkout,
+``torch-spec: ""``) installs idaudit alone. Three audits of arrays give the three verdicts a
+job can meet: h = zQ (Q orthogonal) passes ``min-r2: 0.9`` (exit 0), independent noise fails
+it (exit 1), a constant embedding is inconclusive (exit 3) — read back from the action's
+outputs.
 """
 
 from __future__ import annotations
