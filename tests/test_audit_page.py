@@ -226,7 +226,7 @@ def test_outputs_are_checked_before_the_audit(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were missing
     one_line(run("audit", tmp_path / "a.npz", "--plot", tmp_path / "p.png"), 2,
              'pip install "idaudit[plot]"')
-    with pytest.raises(ValueError, match=r'--html needs matplotlib: pip install "idaudit\[plot\]"'):
+    with pytest.raises(ValueError, match=r'^html needs matplotlib: pip install "idaudit\[plot\]"'):
         idaudit.audit(z, h, html=tmp_path / "p.html")
     assert not (tmp_path / "p.png").exists() and not (tmp_path / "p.html").exists()
 
