@@ -57,9 +57,9 @@ def audit(
     label_free: bool = typer.Option(False, "--label-free", help="ignore the true latents z: "
                                     "the verdict a project without them would get (arrays "
                                     "without z are audited label-free anyway)"),
-    plot: Path | None = typer.Option(None, "--plot", help="write the audit's figures as one "
+    plot: Path | None = typer.Option(None, "--plot", readable=False, help="write the audit's figures as one "
                                      "PNG (the plot extra)"),
-    html: Path | None = typer.Option(None, "--html", help="write one self-contained page: "
+    html: Path | None = typer.Option(None, "--html", readable=False, help="write one self-contained page: "
                                      "verdict, gates, figures, every metric with its meaning "
                                      "(the plot extra)"),
 ) -> None:

@@ -16,7 +16,8 @@ from idaudit.core.errors import check_seed
 @encoder_flags
 def embed(
     target: Path = EncoderArg,
-    out_path: Path = typer.Option(..., "--out", "-o", help="the .npz to write: z, h; h_prime "
+    out_path: Path = typer.Option(..., "--out", "-o", readable=False,
+                                  help="the .npz to write: z, h; h_prime "
                                   "and rho where the world has pairs; x on vector worlds (the "
                                   "raw-mixing baseline); circular (with angle_sigma, the "
                                   "angles' law, where the world knows it); the split's seed, and "

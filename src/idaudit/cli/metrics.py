@@ -14,7 +14,8 @@ from idaudit.core.io import check_outputs, json_text
 @app.command("metrics")
 @cli_errors
 def metrics_(
-    json_path: Path | None = typer.Option(None, "--json", help="write the catalogue here as a "
+    json_path: Path | None = typer.Option(None, "--json", readable=False,
+                                          help="write the catalogue here as a "
                                           "JSON list, one object per metric"),
 ) -> None:
     """Every metric idaudit reports: its key (what --min, --max and gate files name), label,

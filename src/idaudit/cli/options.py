@@ -164,11 +164,15 @@ encoder_flags = flag_group("encoder", ENCODER_FLAGS, _encoder_fields)
 
 #: the flags of a gated report (audit, consistency): where it is written, and the gate given
 #: as METRIC=VALUE pairs or a file (each command has its own --min-r2 and orthogonality flag)
+# outputs are readable=False here and on every command: click would check that an existing
+# output is readable, and that check races with another process replacing the same report
+# (seen as "Path … is not readable", exit 2, with six audits writing one report at once)
 REPORT_FLAGS = (
-    ("json_path", "Path | None", typer.Option(None, "--json", help="write the report as JSON")),
-    ("junit", "Path | None", typer.Option(None, "--junit", help="JUnit XML, a testcase per "
+    ("json_path", "Path | None", typer.Option(None, "--json", readable=False,
+                                                 help="write the report as JSON")),
+    ("junit", "Path | None", typer.Option(None, "--junit", readable=False, help="JUnit XML, a testcase per "
                                            "gate")),
-    ("markdown", "Path | None", typer.Option(None, "--markdown", help="Markdown summary")),
+    ("markdown", "Path | None", typer.Option(None, "--markdown", readable=False, help="Markdown summary")),
     ("keys", "bool", KeysOpt),
     ("min", "list[str]", typer.Option([], "--min", help="gate: METRIC=VALUE, metric ≥ value "
                                       "(repeatable)")),

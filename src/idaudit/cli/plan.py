@@ -29,8 +29,8 @@ def plan(
                           "averages, from the gallery's latents to the world's"),
     seed: int = typer.Option(default(PlanRequest, "seed"), "--seed",
                              help="seed of the start/goal pairs (and the gallery)"),
-    json_path: Path | None = typer.Option(None, "--json", help="write the results here"),
-    plot: Path | None = typer.Option(None, "--plot", help="PNG of the planned paths next to "
+    json_path: Path | None = typer.Option(None, "--json", readable=False, help="write the results here"),
+    plot: Path | None = typer.Option(None, "--plot", readable=False, help="PNG of the planned paths next to "
                                      "the oracle's (needs the plot extra)"),
 ) -> None:
     """Latent straight-line plans against the oracle, and LQR value equivalence.

@@ -98,7 +98,7 @@ def train(
     encoder_kwargs: str | None = typer.Option(None, "--encoder-kwargs", help="JSON object"),
     device: str | None = typer.Option(None, "--device", help="auto (CUDA when present) | cpu "
                                       "| cuda; it chooses the reacher recipe"),
-    out_path: Path | None = typer.Option(None, "--out", "-o",
+    out_path: Path | None = typer.Option(None, "--out", "-o", readable=False,
                                          help="checkpoint path (.safetensors)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     pairs: int | None = typer.Option(None, "--pairs", help="reacher: rendered training pairs"),

@@ -36,7 +36,8 @@ def world(
     pairs: int = typer.Option(default(WorldRequest, "pairs"), "--pairs",
                               help="number of (z, z′) pairs"),
     seed: int = typer.Option(default(WorldRequest, "seed"), "--seed", help="the dataset's seed"),
-    out_path: Path = typer.Option(..., "--out", "-o", help="output file (.safetensors), or "
+    out_path: Path = typer.Option(..., "--out", "-o", readable=False,
+                                  help="output file (.safetensors), or "
                                   "a directory for reacher"),
     trajectory: bool | None = TrajectoryOpt,
     stride: int | None = StrideOpt,
