@@ -53,6 +53,9 @@ def test_plan_json(ckpt, tmp_path):
     assert 0.8 < plan["cost_ratio_median"] < 1.2
     assert plan["cost_ratio_median"] == pytest.approx(statistics.median(plan["cost_ratios"]))
     assert "lqr_value_rel_error_median" in plan
+    # --k is the decoder's neighbours; -k names nothing (it once meant --pairs)
+    res = run("plan", ckpt, "-k", "10")
+    assert res.exit_code == 2 and "No such option: -k" in res.output
 
 
 def test_world_writes_pairs(tmp_path):
