@@ -117,6 +117,11 @@ METHOD_LABELS = {"lejepa": "SIGReg", "whiten": "whitening (the paper's VICReg)",
                  "vicreg": "VICReg"}
 
 
+def method_order(label: str) -> tuple[int, str]:
+    """Sort key of a method's table label: METHOD_LABELS' order, then the rest by name."""
+    return list(METHOD_LABELS.values()).index(label) if label in METHOD_LABELS.values() else 9, label
+
+
 def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and std over seeds of each configuration (all options but the seed)."""
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -297,8 +302,7 @@ def _paper_table_1(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["", "Beside the paper's Table 1 (its mean ± std over 5 seeds; InfoNCE there is σ = 1):",
              "", "| N | method | seeds | R²(h→z) | paper R²(h→z) | mixing R²(x→z) | paper mixing "
              "| minutes per run |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    order = {v: i for i, v in enumerate(METHOD_LABELS.values())}
-    for r in sorted(rows, key=lambda r: (r["dim"], order.get(r["method"], 9), r["method"])):
+    for r in sorted(rows, key=lambda r: (r["dim"], *method_order(r["method"]))):
         n = r["dim"]
         mins = f"{r['minutes_mean']:.1f}" if "minutes_mean" in r else "—"
         lines.append(f"| {n} | {r['method']} | {r['n_seeds']} | "
@@ -353,7 +357,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
 
     lines = []
     methods = sorted({r["method"] for r in rows},
-                     key=lambda m: ({v: i for i, v in enumerate(METHOD_LABELS.values())}.get(m, 9), m))
+                     key=method_order)
     if all(("mode" in r or "trajectory" in r) for r in rows):  # OU vs trajectory pairs
         lines += _ou_trajectory_table(rows, pm) + _paper_side_by_side(rows)
     elif len({r.get("dim", 2) for r in rows}) > 1:
