@@ -32,6 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+# idaudit first, as the ``idaudit`` command loads it: its thread settings (OpenBLAS's 16-cycle
+# spin timeout, OpenMP's spin count) reach only the libraries loaded after it. Loaded after
+# torch (which loads numpy), numpy's OpenBLAS threads spin ≈ 0.1 s after each call and the
+# audit's rounds, interleaved with torch's baseline, measured 1.9–2.4x instead of 3.8–4.9x
+# (2026-12-06, idle); an audit alone in a torch-first process loses ≤ 10%.
+import idaudit  # noqa: F401  (first: see above)
+
 #: the lowest median ratio each check may reach (baseline time / idaudit time), between the
 #: measured ratios and those of idaudit's side done twice (benchmarks/README.md)
 FLOORS = {"train_step": 3.3, "audit": 2.8, "render": 3.3}
