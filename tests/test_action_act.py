@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.examples  # CI stage 2d (pyproject: not in the default run)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 WORKFLOW = """name: act

@@ -31,6 +31,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.examples  # CI stage 2d (pyproject: not in the default run)
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 

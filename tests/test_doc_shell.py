@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from test_doc_examples import ROOT, blocks
 
+pytestmark = pytest.mark.examples  # CI stage 2d (pyproject: not in the default run)
+
 REACHER_SMALL = "--pairs 300 --n-eval 1000 --epochs 1"
 SHRUNK: dict[tuple[str, str], list[tuple[str, str]]] = {
     ("README.md", "idaudit world spiral --rho 0.95 --pairs 10000 --out pairs.safetensors"): [
