@@ -218,9 +218,10 @@ def test_the_documented_workflow_runs_through_the_action(job):
     assert steps["prepare"]["rc"] == 0, steps["prepare"]
     assert steps["install"]["rc"] == 0, steps["install"]["stderr"]
     # the example's install left the project's torch alone and put idaudit beside it
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     probe = subprocess.run([str(job["python"]), "-c", "import torch, idaudit; "
                             "print(torch.__version__, idaudit.__file__)"],
-                           capture_output=True, text=True, check=True)
+                           capture_output=True, text=True, check=True, env=clean)
     assert probe.stdout.startswith("2.13.0") and str(job["python"].parents[1]) in probe.stdout
     # random weights: the R² gate fails — exit 1, the verdict, the summary and its annotation
     assert rc == 1, steps["audit"]

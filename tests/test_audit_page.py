@@ -158,6 +158,21 @@ def test_frames_are_image_rows_with_their_decoded_latents():
     assert d.split()[1].tolist() == test.tolist()  # the world's fixed rows
     fig = audit_figure([d])
     assert fig is not None
+    # without fixed test rows (a Reacher set rendered for an encoder from elsewhere) the
+    # frames come from every row: those among the fit's train rows are marked, not called
+    # held out
+    frames, rows = frame_sample(pics, None)
+    d = Drawn(AuditInputs(z=z, h=h, frames=frames, frame_rows=rows), idaudit.audit(z, h), 0)
+    held_out = np.isin(rows, d.split()[1])
+    assert 0 < held_out.sum() < rows.size  # this seed's split puts frames on both sides
+    from idaudit.evaluations.figures import _frames, new_figure
+
+    fig, _ = new_figure(figsize=(8, 2))
+    fig.clear()
+    _frames(fig, d)
+    assert fig._suptitle.get_text().endswith(f"frames {held_out.sum()} of {rows.size} held out)")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t.endswith("(fit row)") for t in titles] == (~held_out).tolist()
 
 
 def test_audit_writes_the_plot_and_a_self_contained_page(tmp_path):
@@ -245,3 +260,29 @@ def test_an_inconclusive_audit_still_says_why(tmp_path):
     assert p.verdict == "INCONCLUSIVE" and p.images == []
     assert f'id="reason">{rep.reason}<' in text
     assert Image.open(tmp_path / "a.png").size[0] > 300
+
+
+def test_many_targets_wrap_and_the_page_says_which_are_drawn(tmp_path):
+    """Targets wrap PER_ROW to a row, so a figure's width does not grow with their number;
+    past MAX_DRAWN the page says how many the figures leave to the tables."""
+    from idaudit.evaluations.figures import MAX_DRAWN, PER_ROW, section_figure
+
+    reps = []
+    for i in range(MAX_DRAWN + 2):
+        z, h, _, _ = arrays(n=300, d=4, seed=i)
+        reps.append(Drawn(AuditInputs(z=z, h=h), idaudit.audit(z, h), 0))
+    (pred, drawn), = [(s, got) for s, got in sections(reps) if s.name == "predictions"]
+    assert len(drawn) == MAX_DRAWN
+    one = section_figure(pred, drawn[:1]).get_size_inches()
+    many = section_figure(pred, drawn).get_size_inches()
+    assert many[0] == pytest.approx(PER_ROW * one[0])
+    assert many[1] == pytest.approx(MAX_DRAWN // PER_ROW * one[1])
+    paths = []
+    for i in range(MAX_DRAWN + 1):
+        z, h, _, _ = arrays(n=300, seed=i)
+        paths.append(tmp_path / f"r{i}.npz")
+        np.savez(paths[-1], z=z, h=h)
+    idaudit.audit(targets=paths, html=tmp_path / "many.html")
+    text = (tmp_path / "many.html").read_text()
+    assert f"The figures show the first {MAX_DRAWN} of {MAX_DRAWN + 1} targets" in text
+    assert text.count("<th class=\"value\">") >= MAX_DRAWN + 1  # every target in the table

@@ -181,6 +181,13 @@ def test_sweep_then_report(tmp_path):
     (["train", "--objective", "infonce", "--lamb", "0.5"], "--lamb does not apply"),
     (["train", "--encoder-kwargs", "{}"], "--encoder-kwargs needs --encoder"),
     (["train", "--world", "banana", "--layers", "3"], "--layers only applies to coupling"),
+    (["train", "--world", "spiral", "--mixing-seed", "3"], "--mixing-seed only applies to "
+                                                           "coupling worlds, not 'spiral'"),
+    (["train", "--objective", "whiten", "--n-slices", "8"], "--n-slices does not apply to "
+                                                             "--objective whiten"),
+    (["train", "--data-root", "elsewhere"], "--data-root does not apply to world 'spiral'"),
+    (["train", "--world", "reacher", "--data", "d", "--data-root", "elsewhere"],
+     "--data-root does not apply with --data"),
     (["world", "spiral", "--trajectory", "--out", "x.safetensors"], "--trajectory does not "
                                                                      "apply"),
     (["consistency", "a.npy"], "consistency needs at least two runs, got 1"),

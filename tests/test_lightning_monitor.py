@@ -345,6 +345,27 @@ def test_figures_go_to_tensorboard_and_image_loggers_every_k_validations(tmp_pat
     assert np.array_equal(png, want)  # TensorBoard's image is the figure, pixel for pixel
 
 
+def test_a_validation_without_rows_draws_nothing_and_resends_nothing():
+    """An audit of an empty queue has no figure: _decide must neither fail on it nor send the
+    previous validation's figure again under the new step."""
+    pytest.importorskip("matplotlib")
+    images = ImageLogger()
+    trainer = L.Trainer(logger=[images], accelerator="cpu", devices=1,
+                        enable_progress_bar=False, enable_model_summary=False)
+    monitor = IdentifiabilityMonitor(max_rows=MAX_ROWS, log_figures=True)
+    assert monitor._decide(trainer) is None  # the first validation, nothing queued
+    assert images.images == [] and monitor.figure is None
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((200, 2)).astype(np.float32)
+    monitor.queue.add({"z": z, "h": z @ np.array([[0.0, 1.0], [-1.0, 0.0]], np.float32)})
+    monitor._decide(trainer)
+    assert len(images.images) == 1
+    assert monitor.metrics["r2_h_to_z_heldout"] == pytest.approx(1.0)  # a rotation of z
+    monitor.queue.clear()
+    monitor._decide(trainer)  # the next validation queued nothing: no second image
+    assert len(images.images) == 1
+
+
 def test_a_step_without_the_embedding_is_one_line(tmp_path):
     class NoDict(PairModule):
         def validation_step(self, batch, batch_idx):

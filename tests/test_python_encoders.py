@@ -110,6 +110,18 @@ def test_output_picks_an_element_as_on_the_command_line(views):
         idaudit.audit(encoder=net, embed=lambda m, x: m(x[:, None]), output=2, **WORLD)
 
 
+@pytest.mark.parametrize("index", [0, 1])
+def test_output_of_index_0_is_refused_where_it_does_not_apply(index, tmp_path):
+    """``output=0`` (the embedding of an (embedding, projection) tuple) is as given as 1: arrays
+    audited as they are refuse it in the library and on the command line."""
+    z = np.random.default_rng(3).standard_normal((300, 2))
+    with pytest.raises(IdauditError, match=r"^output does not apply to arrays z, h"):
+        idaudit.audit(z, z, output=index)
+    np.savez(tmp_path / "e.npz", z=z, h=z)
+    res = runner.invoke(app, ["audit", str(tmp_path / "e.npz"), "--output", str(index)])
+    assert res.exit_code == 2 and "--output does not apply" in res.output, res.output
+
+
 def test_a_network_that_takes_views_is_told_how_in_one_line(views):
     """The shape it was given and embed= (Python) / --embed (the command line)."""
     _, net, weights = views
@@ -130,6 +142,13 @@ def test_a_network_that_takes_views_is_told_how_in_one_line(views):
         "for another width give --dim N; for inputs in another form (a stack of views, a "
         "dict) say how to call it with --embed module:function, called as function(model, "
         "x) → (batch, m)")
+    # plan tries the encoder the same way and says the same
+    with pytest.raises(IdauditError) as err:
+        idaudit.plan(encoder=net, pairs=4, world="coupling", dim=4)
+    assert str(err.value) == said
+    res = runner.invoke(app, ["plan", str(weights), "--arch", "views:make", "--pairs", "4",
+                              *WORLD_FLAGS[:4]])
+    assert res.exit_code == 2 and "--embed module:function" in res.output, res.output
     # an embed function that fails is not told to give one
     with pytest.raises(IdauditError) as err:
         idaudit.audit(encoder=net, embed=lambda m, x: m(x), **WORLD)

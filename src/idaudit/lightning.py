@@ -317,6 +317,7 @@ class IdentifiabilityMonitor(Callback):
         from idaudit.evaluations.audit import audit
         from idaudit.maths.labelfree import label_free_metrics
 
+        self._report = None  # a validation with no rows has no figure (not the last one's)
         rows = self.queue.arrays()
         if not rows:
             return {}, "no validation rows were queued"
@@ -428,6 +429,8 @@ class IdentifiabilityMonitor(Callback):
         from idaudit.evaluations.figures import Drawn, audit_figure, rgb_array
         from idaudit.evaluations.inputs import AuditInputs
 
+        if self._report is None:  # no rows were queued: nothing to draw
+            return
         rows, report = self._report
         hp = rows.get("h_prime")
         fig = audit_figure([Drawn(AuditInputs(z=rows.get("z"), h=rows["h"], h_prime=hp,

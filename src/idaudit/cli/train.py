@@ -21,8 +21,8 @@ from idaudit.cli.options import (
     WorldOpt,
     world_default,
 )
-from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS, default_text
-from idaudit.core.requests import TrainRequest, default
+from idaudit.core.defaults import DATA_ROOT, OFFICIAL_LAMB, TRAIN_DEFAULTS, default_text
+from idaudit.core.requests import TrainRequest
 
 
 @app.command()
@@ -113,9 +113,9 @@ def train(
                                      "`idaudit world`, or a Reacher dataset directory "
                                      "(rendered there if missing)"),
     workers: int | None = WorkersOpt,
-    data_root: Path = typer.Option(Path(default(TrainRequest, "data_root")), "--data-root",
-                                   help="reacher: where a dataset is rendered unless --data "
-                                   "names the place"),
+    data_root: Path | None = typer.Option(None, "--data-root", help="reacher: where a "
+                                          "dataset is rendered unless --data names the place "
+                                          f"(default: {DATA_ROOT})"),
     show_config: bool = typer.Option(False, "--show-config", help="print every resolved "
                                      "option with where its value comes from (given, recipe, "
                                      "world, default) and exit: nothing is trained, rendered "

@@ -14,6 +14,10 @@ from typing import Any
 #: the world a run trains on when none is named and no --data says which
 WORLD = "spiral"
 
+#: where a run renders the dataset of a world with data on disk (Reacher) unless --data names
+#: the place; sweeps keep theirs under OUT/data
+DATA_ROOT = "data"
+
 #: world options: the OU correlation, the source law, the coupling world's layers and the seed
 #: of its mixing network, its latent dimension on 2D worlds, Reacher's stride, dataset seed,
 #: image side and evaluation images; the evaluation set and plan gallery sizes of synthetic

@@ -122,8 +122,8 @@ class LoadOptions:
 
     def refuse(self, names: tuple[str, ...], what: str) -> None:
         """A one-line error if an option in ``names`` is given for ``what``."""
-        given = [f"--{n.replace('_', '-')}" for n in names
-                 if getattr(self, n) not in (None, False)]
+        given = [f"--{n.replace('_', '-')}" for n in names  # `is`: output=0 is given
+                 if getattr(self, n) is not None and getattr(self, n) is not False]
         if given:
             raise IdauditError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not "
                                f"apply to {what}")
@@ -421,7 +421,7 @@ class TrainRequest(WorldChoice):
     together; ``out`` is the checkpoint to write (None: none; the CLI picks
     :func:`idaudit.training.runs.default_checkpoint_path`), ``workers`` the render processes of a
     Reacher dataset, ``data_root`` where datasets are rendered unless ``data`` names the
-    place.
+    place (None: :data:`~idaudit.core.defaults.DATA_ROOT`; refused where nothing is rendered).
     """
 
     mixing_seed: int | None = None
@@ -456,7 +456,7 @@ class TrainRequest(WorldChoice):
     projector: str | None = None
     out: str | Path | None = None
     workers: int | None = None
-    data_root: str | Path = "data"
+    data_root: str | Path | None = None
 
     def options(self) -> dict[str, Any]:
         """The run options given (every field but ``out``, ``workers``, ``data_root``),

@@ -10,12 +10,13 @@ column per target:
 * ``embeddings`` — for a 2-D latent, h (its top two principal axes where it is wider)
   coloured by the latent's angle atan2(z₂, z₁) and radius ‖z‖;
 * ``bound`` — the Theorem 3 bound D + (ε + D)² beside its terms and the Procrustes MSE;
-* ``frames`` — a strip of evaluation images with their true and decoded latents (worlds whose
-  inputs are images);
+* ``frames`` — a strip of evaluation images with their true latents and those the train rows'
+  linear fit decodes, each frame marked where it is one of those rows (worlds whose inputs are
+  images);
 * ``label_free`` — without z: the canonical correlations of (h, h′) against ρ, and the
   spectrum of Cov(h) against the identity's.
 
-Every number a title shows is the report's own (the JSON's).
+Every number a title shows is the report's own (the JSON's), but for the frames' latents.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from idaudit.maths.moments import split_rows
 PLOT_MISSING = 'needs matplotlib: pip install "idaudit[plot]"'
 MAX_POINTS = 2000  # scatter points drawn per panel (a seeded sample of the rows)
 MAX_LATENTS = 4  # latents drawn as scatter panels (every latent gets its bar)
+PER_ROW = 4  # targets side by side in a section; more wrap onto further rows
+MAX_DRAWN = 16  # targets drawn (the first ones; the tables hold every target)
 
 
 def have_matplotlib() -> bool:
@@ -239,15 +242,18 @@ def _frames(fig: Any, d: Drawn) -> None:
     frames, rows = d.inputs.frames, d.inputs.frame_rows
     pred = d.predicted(rows)
     z = np.asarray(d.inputs.z, dtype=np.float64)[rows]
-    axes = fig.subplots(1, len(rows), squeeze=False).flat
-    for ax, img, true, got in zip(axes, frames, z, pred):
+    held_out = np.isin(rows, d.split()[1])  # frames of a world without fixed test rows may
+    axes = fig.subplots(1, len(rows), squeeze=False).flat  # be among the fit's own rows
+    for ax, img, true, got, out in zip(axes, frames, z, pred, held_out):
         ax.imshow(img)
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_title("true " + ", ".join(f"{v:+.2f}" for v in true) + "\ndecoded "
-                     + ", ".join(f"{v:+.2f}" for v in got), fontsize=6)
-    fig.suptitle(f"{_short(d.name)}: evaluation frames, true and decoded latents "
-                 "(held-out linear fit)", fontsize=8)
+                     + ", ".join(f"{v:+.2f}" for v in got) + ("" if out else " (fit row)"),
+                     fontsize=6)
+    which = "held out" if held_out.all() else f"{held_out.sum()} of {held_out.size} held out"
+    fig.suptitle(f"{_short(d.name)}: evaluation frames, true and decoded latents (linear fit "
+                 f"on the audit's train rows; frames {which})", fontsize=8)
 
 
 def _label_free(fig: Any, d: Drawn) -> None:
@@ -319,21 +325,38 @@ SECTIONS: tuple[Section, ...] = (
 
 
 def sections(drawn: list[Drawn]) -> list[tuple[Section, list[Drawn]]]:
-    """The sections some target supports, each with the targets it draws."""
-    ok = [d for d in drawn if _can_draw(d)]
+    """The sections some target supports, each with the targets it draws (of the first
+    :data:`MAX_DRAWN` targets)."""
+    ok = [d for d in drawn[:MAX_DRAWN] if _can_draw(d)]
     return [(s, got) for s in SECTIONS if (got := [d for d in ok if s.applies(d)])]
 
 
+def _rows(targets: list[Drawn]) -> list[list[Drawn]]:
+    return [targets[i:i + PER_ROW] for i in range(0, len(targets), PER_ROW)]
+
+
+def _size(section: Section, targets: list[Drawn]) -> tuple[float, float]:
+    """(width, height) in inches of a section's targets, :data:`PER_ROW` to a row."""
+    rows = _rows(targets)
+    return (max(sum(section.width(d) for d in row) for row in rows),
+            section.height * len(rows))
+
+
 def _fill(fig: Any, section: Section, targets: list[Drawn]) -> None:
-    subs = fig.subfigures(1, len(targets), squeeze=False,
-                          width_ratios=[section.width(d) for d in targets]).flat
-    for sub, d in zip(subs, targets):
-        section.draw(sub, d)
+    rows = _rows(targets)
+    width = _size(section, targets)[0]
+    for place, row in zip(fig.subfigures(len(rows), 1, squeeze=False).flat, rows):
+        widths = [section.width(d) for d in row]
+        spare = width - sum(widths)  # a short last row keeps the others' scale
+        subs = place.subfigures(1, len(row) + (spare > 0), squeeze=False,
+                                width_ratios=widths + ([spare] if spare > 0 else [])).flat
+        for sub, d in zip(subs, row):
+            section.draw(sub, d)
 
 
 def section_figure(section: Section, targets: list[Drawn]) -> Any:
-    """One section's figure: its targets side by side."""
-    fig, _ = new_figure(0, figsize=(sum(section.width(d) for d in targets), section.height))
+    """One section's figure: its targets side by side, :data:`PER_ROW` to a row."""
+    fig, _ = new_figure(0, figsize=_size(section, targets))
     _fill(fig, section, targets)
     return fig
 
@@ -344,8 +367,8 @@ def audit_figure(drawn: list[Drawn]) -> Any | None:
     chosen = sections(drawn)
     if not chosen:
         return None
-    width = max(sum(s.width(d) for d in got) for s, got in chosen)
-    heights = [s.height for s, _ in chosen]
+    sizes = [_size(s, got) for s, got in chosen]
+    width, heights = max(w for w, _ in sizes), [h for _, h in sizes]
     fig, _ = new_figure(0, figsize=(width, sum(heights)))
     rows = fig.subfigures(len(chosen), 1, squeeze=False, height_ratios=heights).flat
     for row, (section, got) in zip(rows, chosen):

@@ -17,6 +17,7 @@ from typing import Any
 from idaudit.core.errors import IdauditError
 from idaudit.core.io import atomic_write, check_outputs, jsonable
 from idaudit.evaluations.figures import (
+    MAX_DRAWN,
     PLOT_MISSING,
     Drawn,
     audit_figure,
@@ -26,7 +27,16 @@ from idaudit.evaluations.figures import (
     section_figure,
     sections,
 )
-from idaudit.evaluations.report import NO_GATE_NOTE, VERDICTS, fmt, notes
+from idaudit.evaluations.report import (
+    NO_GATE_NOTE,
+    VERDICTS,
+    fmt,
+    gated_of,
+    notes,
+    side_by_side_rows,
+    side_cell,
+    threshold_text,
+)
 from idaudit.maths.catalogue import BY_KEY, CATALOGUE
 
 VIEW_FLAGS = (("plot", "--plot"), ("html", "--html"))
@@ -108,10 +118,12 @@ def _shown(value: Any) -> str:
     return fmt(value)
 
 
-def _value_cell(key: str, value: Any) -> str:
-    """A value as the console shows it, the JSON value in ``data-value``."""
-    data = json.dumps(jsonable(value), allow_nan=True)
-    return (f'<td class="value" data-key="{_e(key)}" data-value="{_e(data)}">'
+def _value_cell(key: str, value: Any, passed: bool | None = None) -> str:
+    """A value as the console shows it, the JSON value in ``data-value``; ``passed``: marked
+    as passing or failing its gate."""
+    data = json.dumps(jsonable(value))
+    mark = {True: " pass", False: " fail", None: ""}[passed]
+    return (f'<td class="value{mark}" data-key="{_e(key)}" data-value="{_e(data)}">'
             f"{_e(_shown(value))}</td>")
 
 
@@ -123,8 +135,7 @@ def _label(key: str) -> str:
 def _gates(report: Any) -> list[str]:
     if not report.thresholds:
         return [f'<p class="note">{_e(NO_GATE_NOTE)}</p>']
-    runs, reduce = report.metrics.get("n_runs"), report.metrics.get("reduce")
-    which = f" ({_e(reduce)} of {runs})" if reduce is not None and runs else ""
+    which = _e(gated_of(report.metrics))
     out = ['<table class="gates"><tr><th>gated metric</th><th>key</th><th>threshold</th>'
            f'<th class="value">value{which}</th><th>result</th></tr>']
     for t in report.thresholds:
@@ -133,7 +144,7 @@ def _gates(report: Any) -> list[str]:
         value = t.actual if t.actual is not None else report.metrics.get(t.metric)
         row = ' class="failed"' if t.passed is False else ""
         out.append(f"<tr{row}><td>{_e(_label(t.metric))}</td><td><code>{_e(t.metric)}</code>"
-                   f"</td><td>{'≥' if t.op == 'min' else '≤'} {t.value:g}</td>"
+                   f"</td><td>{_e(threshold_text(t))}</td>"
                    f"{_value_cell(t.metric, value)}<td>{result}</td></tr>")
     out.append("</table>")
     return out
@@ -162,21 +173,26 @@ def _metric_table(report: Any) -> list[str]:
 
 
 def _runs_table(report: Any) -> list[str]:
-    """Several targets: each run's verdict and metrics side by side."""
+    """Several targets: the console's "each target" table (the same rows,
+    :func:`~idaudit.evaluations.report.side_by_side_rows`), each value on a gated row marked
+    as passing or failing the gate on its own."""
     runs = report.runs or []
-    keys = [k for k in _ordered_keys(runs[0]["metrics"]) if k in BY_KEY and BY_KEY[k].row]
     head = "".join(f'<th class="value">{_e(r["source"])}</th>' for r in runs)
-    out = ['<table class="runs"><tr><th>metric</th><th>key</th>' + head + "</tr>"]
-    for key in keys:
-        cells = "".join(_value_cell(key, r["metrics"][key]) if key in r["metrics"]
-                        else '<td class="value">—</td>' for r in runs)
-        out.append(f"<tr><td>{_e(_label(key))}</td><td><code>{_e(key)}</code></td>{cells}</tr>")
+    out = ['<table class="runs"><tr><th>metric</th><th>key</th>' + head + "<th>gate</th></tr>"]
+    for label, key, values, t in side_by_side_rows(report):
+        cells = "".join('<td class="value">—</td>' if v is None
+                        else _value_cell(key, v, side_cell(v, t)[1]) for v in values)
+        out.append(f"<tr><td>{_e(label.strip())}</td><td><code>{_e(key)}</code></td>{cells}"
+                   f"<td>{_e(threshold_text(t)) if t else ''}</td></tr>")
     out.append("</table>")
     return out
 
 
 def _figures(drawn: list[Drawn]) -> list[str]:
     out = []
+    if len(drawn) > MAX_DRAWN:
+        out.append(f'<p class="note" id="drawn">The figures show the first {MAX_DRAWN} of '
+                   f"{len(drawn)} targets; the tables hold every one.</p>")
     for section, targets in sections(drawn):
         data = base64.b64encode(png_bytes(section_figure(section, targets), dpi=PAGE_DPI)
                                 ).decode("ascii")

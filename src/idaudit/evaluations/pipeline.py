@@ -130,41 +130,20 @@ def probe_input(loaded: LoadedEncoder, opts: EncoderOptions) -> Any | None:
     return KINDS.get(where.name).probe_input(where, PROBE_ROWS)
 
 
-def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None) -> None:
+def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = None) -> None:
     """Embed the first :data:`PROBE_ROWS` rows of ``x`` as the whole set will be embedded:
     every refusal that depends only on the options or on the shape of the output (``--pool``
     for an output pooled already, tokens without ``--pool``, an ``--output`` the output
     lacks, an input size the encoder does not take) then costs a forward pass of two inputs,
-    not a full one after the set is rendered."""
-    from idaudit.models.encoders import embed
+    not a full one after the set is rendered. An encoder whose own call fails is told, in the
+    same line, how the inputs it was given may become what it takes: the world's dim (a vector
+    world's ``spec``) and, unless it is called through one already, an embed function."""
+    from idaudit.models.embedding_choice import ChosenEmbedding
+    from idaudit.models.encoders import EncoderFailed, embed
 
     few = x[:PROBE_ROWS]
-    embed(input_adapter(loaded, few, normalize), few)
-
-
-def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
-                   n_eval: int | None = None, seed: int | None = None) -> tuple[Any, Any, int]:
-    """:func:`eval_set_for` the first encoder, every encoder tried on a few inputs first
-    (:func:`try_first`: on the kind's probe input before the set is made, else on the set's
-    first rows before any encoder is embedded on it)."""
-    probe = probe_input(encoders[0], opts)
-    for loaded in encoders if probe is not None else ():
-        _tried(loaded, probe, opts.normalize)
-    spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
-    for loaded in encoders if probe is None else ():
-        _tried(loaded, ev.x, opts.normalize, spec)
-    return spec, ev, seed
-
-
-def _tried(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = None) -> None:
-    """:func:`try_first`; an encoder whose own call fails is told, in the same line, how
-    the inputs it was given may become what it takes: the world's dim (a vector world's
-    ``spec``) and, unless it is called through one already, an embed function."""
-    from idaudit.models.embedding_choice import ChosenEmbedding
-    from idaudit.models.encoders import EncoderFailed
-
     try:
-        try_first(loaded, x, normalize)
+        embed(input_adapter(loaded, few, normalize), few)
     except EncoderFailed as exc:
         flags, library = [exc.flags_text], [exc.library_text]  # (command line, Python)
         dim = getattr(spec, "dim", None)
@@ -182,13 +161,27 @@ def _tried(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = Non
         raise IdauditError("; ".join(flags), library="; ".join(library)) from None
 
 
+def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
+                   n_eval: int | None = None, seed: int | None = None) -> tuple[Any, Any, int]:
+    """:func:`eval_set_for` the first encoder, every encoder tried on a few inputs first
+    (:func:`try_first`: on the kind's probe input before the set is made, else on the set's
+    first rows before any encoder is embedded on it)."""
+    probe = probe_input(encoders[0], opts)
+    for loaded in encoders if probe is not None else ():
+        try_first(loaded, probe, opts.normalize)
+    spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
+    for loaded in encoders if probe is None else ():
+        try_first(loaded, ev.x, opts.normalize, spec)
+    return spec, ev, seed
+
+
 def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions) -> None:
     """Each encoder tried on its probe input (:func:`probe_input`) before any is embedded:
     with several targets, a refusal for the last comes before the first is embedded."""
     for loaded in encoders:
         probe = probe_input(loaded, opts)
         if probe is not None:
-            _tried(loaded, probe, opts.normalize)
+            try_first(loaded, probe, opts.normalize)
 
 
 def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,

@@ -217,7 +217,7 @@ def run_plan(req: PlanRequest) -> PlanReport:
     check_plan_memory(req.pairs, req.waypoints, w.latent_dim, w.latent_dim)
     ps = w.plan_set(req.pairs, req.gallery, seed)
     if probe is None:
-        try_first(loaded, ps.gallery_x, place.normalize)
+        try_first(loaded, ps.gallery_x, place.normalize, w.spec)
     module = input_adapter(loaded, ps.gallery_x, place.normalize)
     hg = embed(module, ps.gallery_x).numpy()
     res = plan_from_embeddings(hg, ps.gallery_z.numpy(), embed(module, ps.start_x).numpy(),

@@ -92,7 +92,8 @@ def verdict_markup(verdict: str) -> str:
     return f"[{style}]{label}{suffix}[/{style}]"
 
 
-def _threshold_text(t) -> str:
+def threshold_text(t) -> str:
+    """A threshold as the tables write it: ``≥ 0.9``, ``≤ 0.05``."""
     return f"{'≥' if t.op == 'min' else '≤'} {t.value:g}"
 
 
@@ -117,6 +118,14 @@ def _ceiling(metrics: dict[str, Any], key: str) -> str:
     return f" (ceiling {short(ceiling)})" if ceiling is not None and key in FLOOR_OF else ""
 
 
+def gated_of(metrics: dict[str, Any]) -> str:
+    """`` (worst of 3)`` / `` (median of 3)`` after the value a several-target report gates
+    (:func:`~idaudit.evaluations.audit.combine_reports`), else ""."""
+    runs, reduce = metrics.get("n_runs"), metrics.get("reduce")
+    several = reduce is not None and isinstance(runs, int) and runs > 1
+    return f" ({reduce} of {runs})" if several else ""
+
+
 def verdict_lines(report) -> list[str]:
     """What the verdict rests on, in words, before the full table: each gated metric's value
     against its threshold (of several targets, the value gated: the worst or the median),
@@ -124,8 +133,7 @@ def verdict_lines(report) -> list[str]:
     written. An ungated audit quotes the metrics --min-r2 and --max-orthogonality-error
     gate; an inconclusive one its reason."""
     m = report.metrics
-    runs, reduce = m.get("n_runs"), m.get("reduce")
-    which = f" ({reduce} of {runs})" if reduce is not None and isinstance(runs, int) else ""
+    runs, which = m.get("n_runs"), gated_of(m)
 
     def label(key: str) -> str:
         return BY_KEY[key].label if key in BY_KEY else key
@@ -171,7 +179,7 @@ def audit_table(report, keys: bool = False) -> Table:
             mark = "[green]pass[/green]" if t.passed else "[red]FAIL[/red]"
             style = None if t.passed else "red"
         cells = [label, *([key] if keys else []), fmt(report.metrics[key]),
-                 _threshold_text(t) if t else "", mark]
+                 threshold_text(t) if t else "", mark]
         table.add_row(*cells, style=style)
     table.caption = "\n".join(notes(report.metrics, report.thresholds)) or None
     return table
@@ -196,7 +204,7 @@ def side_by_side_rows(report, keys: list[str] | None = None
     return rows
 
 
-def _side_cell(value: Any, t: Any) -> tuple[str, bool | None]:
+def side_cell(value: Any, t: Any) -> tuple[str, bool | None]:
     """A target's value and, on a gated row, whether it alone passes the threshold."""
     if t is None or not isinstance(value, (int, float)):
         return fmt(value), None
@@ -216,10 +224,10 @@ def side_by_side_table(report, keys: bool = False) -> Table:
         table.add_column(escape(run["source"]), justify="right")
     table.add_column("gate", justify="right")
     for label, key, values, t in side_by_side_rows(report):
-        cells = [_side_cell(v, t) for v in values]
+        cells = [side_cell(v, t) for v in values]
         table.add_row(label, *([key] if keys else []),
                       *(text if ok is not False else f"[red]{text}[/red]" for text, ok in cells),
-                      _threshold_text(t) if t else "")
+                      threshold_text(t) if t else "")
     return table
 
 
@@ -229,9 +237,9 @@ def side_by_side_markdown(report, keys: list[str] | None = None) -> str:
     lines = ["| metric | " + " | ".join(r["source"] for r in runs) + " | gate |",
              "|---|" + "---:|" * len(runs) + "---:|"]
     for label, key, values, t in side_by_side_rows(report, keys):
-        cells = [_side_cell(v, t)[0] for v in values]
+        cells = [side_cell(v, t)[0] for v in values]
         lines.append(f"| {label} `{key}` | " + " | ".join(cells) +
-                     f" | {_threshold_text(t) if t else ''} |")
+                     f" | {threshold_text(t) if t else ''} |")
     return "\n".join(lines) + "\n"
 
 
@@ -321,7 +329,7 @@ def consistency_table(report, keys: bool = False) -> Table:
                 " [green]pass[/green]" if t.passed else " [red]FAIL[/red]")
             table.caption = (table.caption + "\n" if table.caption else "") + \
                 f"{label}{f' [{key}]' if keys else ''}: {fmt(report.metrics[key])}" + \
-                (f" (gate {_threshold_text(t)}){mark}" if t else "")
+                (f" (gate {threshold_text(t)}){mark}" if t else "")
     return table
 
 
@@ -335,9 +343,8 @@ def audit_markdown(report, table: str = "audit") -> str:
         lines += [f"> {NO_GATE_NOTE}", ""]
     if report.reason:
         lines += [f"> {report.reason}", ""]
-    runs, reduce = report.metrics.get("n_runs"), report.metrics.get("reduce")
-    several = reduce is not None and isinstance(runs, int) and runs > 1  # combine_reports
-    value = f"value (median of {runs})" if several else "value"
+    runs, which = report.metrics.get("n_runs"), gated_of(report.metrics)
+    value = f"value (median of {runs})" if which else "value"
     lines += [f"| metric | {value} | gate | result |", "|---|---:|---:|---|"]
     gates = {t.metric: t for t in report.thresholds}
     keys = [k for k, _ in table_rows(table)] + [t.metric for t in report.thresholds]
@@ -348,9 +355,9 @@ def audit_markdown(report, table: str = "audit") -> str:
         seen.add(key)
         t = gates.get(key)
         res = "" if t is None or t.passed is None else ("pass" if t.passed else "**FAIL**")
-        label = f" ({reduce} of {runs})" if several and t is not None else ""
+        label = which if t is not None else ""
         lines.append(f"| `{key}` | {fmt(report.metrics[key])}{label} | "
-                     f"{_threshold_text(t) if t else ''} | {res} |")
+                     f"{threshold_text(t) if t else ''} | {res} |")
     for note in notes(report.metrics, report.thresholds):
         lines += ["", f"Note: {note}."]
     return "\n".join(lines) + "\n"
@@ -375,12 +382,12 @@ def audit_junit(report) -> str:
     else:
         for t in report.thresholds:
             case = ET.SubElement(suite, "testcase", classname="idaudit.gate",
-                                 name=f"{t.metric} {_threshold_text(t)}")
+                                 name=f"{t.metric} {threshold_text(t)}")
             if not t.passed:
                 failures += 1
                 ET.SubElement(case, "failure",
                               message=f"{t.metric} = {fmt(t.actual)}, required "
-                                      f"{_threshold_text(t)}")
+                                      f"{threshold_text(t)}")
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))

@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from idaudit.core.defaults import DATA_ROOT
 from idaudit.core.workers import exit_with_parent
 from idaudit.training.runs import resolve
 from idaudit.training.runs import run as run_one
@@ -62,7 +63,7 @@ def execute(run: dict[str, Any], data_root: str | None = None,
         device = device or _WORKER_DEVICE
         ckpt = None if checkpoint_dir is None else Path(checkpoint_dir) / f"{run_id(run)}.safetensors"
         with _threads(threads):
-            rec = run_one({**run, "device": device}, ckpt, data_root=data_root or "data",
+            rec = run_one({**run, "device": device}, ckpt, data_root=data_root or DATA_ROOT,
                           sample=True, label_free=True)
         return {"run": run, "status": "ok", **rec.to_dict(),
                 "config": {"world": rec.world, "train": rec.train},

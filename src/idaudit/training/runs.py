@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from idaudit.core.defaults import DATA_ROOT, TRAIN_DEFAULTS
 from idaudit.core.errors import IdauditError
 from idaudit.core.io import check_outputs, write_json
 from idaudit.core.requests import TrainRequest, unknown_options
@@ -122,6 +123,7 @@ def resolve(options: dict[str, Any], device: str | None = None) -> ResolvedRun:
         raise IdauditError(f"unknown run option(s) {', '.join(unknown)}; valid: "
                            f"{', '.join(sorted(RUN_OPTIONS))}")
     name = world_name(given.pop("world", None), given)
+    _refuse_slices_without_sigreg(given)
     kind = KINDS.get(name)
     if device is None:
         asked = str(given.get("device", "auto"))
@@ -140,6 +142,26 @@ def resolve(options: dict[str, Any], device: str | None = None) -> ResolvedRun:
     return ResolvedRun(options=dict(options), world=spec, train=cfg, recipe=recipe,
                        recipe_note=recipe_note(kind, recipe, spec, cfg, device),
                        sources=sources, device=device, id_basis=basis)
+
+
+def _refuse_unused_data_root(resolved: ResolvedRun) -> None:
+    """``data_root`` is where a world with data on disk renders it: refused where ``data``
+    names the place, or the world renders nothing."""
+    name = resolved.world.name
+    if resolved.options.get("data") is not None:
+        raise IdauditError("--data-root does not apply with --data (the dataset is at --data)")
+    if not KINDS.get(name).files(resolved.world, data_root=Path(DATA_ROOT)):
+        raise IdauditError(f"--data-root does not apply to world {name!r} (it renders no "
+                           "dataset)")
+
+
+def _refuse_slices_without_sigreg(given: dict[str, Any]) -> None:
+    """``n_slices`` counts SIGReg's random directions: only the lejepa objective draws them."""
+    objective = given.get("objective", TRAIN_DEFAULTS["objective"])
+    if "n_slices" in given and objective != "lejepa":
+        raise IdauditError(f"--n-slices does not apply to --objective {objective} (it counts "
+                           "the random directions of SIGReg, the lejepa objective's "
+                           "regulariser)")
 
 
 def _resolve_chain(kind: WorldKind, name: str, given: dict[str, Any], device: str | None
@@ -323,7 +345,7 @@ def log_path_for(checkpoint: Path) -> Path:
 
 
 def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
-        data_root: str | Path = "data", workers: int | None = None, progress: bool = False,
+        data_root: str | Path = DATA_ROOT, workers: int | None = None, progress: bool = False,
         sample: bool = False, say: Callable[[str], None] | None = None,
         label_free: bool = False) -> RunRecord:
     """Resolve ``options``, prepare the world's data (Reacher datasets are rendered under
@@ -402,7 +424,10 @@ def resolve_request(req: TrainRequest, device: str | None = None) -> ResolvedRun
         from idaudit.models.encoders import pick_device
 
         device = str(pick_device(req.device or "auto"))
-    return resolve(req.options(), device)
+    resolved = resolve(req.options(), device)
+    if req.data_root is not None:
+        _refuse_unused_data_root(resolved)
+    return resolved
 
 
 def default_checkpoint_path(resolved: ResolvedRun) -> Path:
@@ -417,7 +442,7 @@ def run_train(req: TrainRequest, resolved: ResolvedRun | None = None, *,
     :func:`resolve_request`, when the caller has it already). Bad input raises
     :class:`~idaudit.core.errors.IdauditError` before any work."""
     resolved = resolved if resolved is not None else resolve_request(req)
-    return run(resolved, req.out, data_root=req.data_root, workers=req.workers,
+    return run(resolved, req.out, data_root=req.data_root or DATA_ROOT, workers=req.workers,
                progress=progress, say=say)
 
 

@@ -184,6 +184,8 @@ class SyntheticKind(WorldKind):
             check_mixing_memory(name, dim)
         else:
             require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")
+            require(options.get("mixing_seed") is None,
+                    f"--mixing-seed only applies to coupling worlds, not {name!r}")
         return WorldSpec(name=name, dim=dim, source=source, alpha=alpha, rho=float(rho),
                          layers=layers, mixing_seed=int(options.get("mixing_seed",
                                                                   WORLD_DEFAULTS["mixing_seed"])))
@@ -197,6 +199,8 @@ class SyntheticKind(WorldKind):
         for key in ("layers", "mixing_seed"):
             if fields[key] is not None and not isinstance(fields[key], int):
                 raise IdauditError(f"{key} must be an integer, got {fields[key]!r}")
+        if spec.name not in COUPLING:  # not an option there: the default is what it holds
+            fields["mixing_seed"] = None
         remade = self.make_spec(spec.name, {k: v for k, v in fields.items() if v is not None})
         if remade != spec:
             raise IdauditError(f"the spec does not describe a valid {spec.name!r} world")
