@@ -3,7 +3,8 @@ written, or why none does (issue 40). A new example fails here until it is liste
 
 ``EXAMPLES`` maps (file, the block's first line) to the test that runs it, or to ``"not run:
 …"`` with the reason. Listed tests must exist and read that file; the blocks run here are
-the README's Python ones.
+the README's Python ones. The shell blocks and the action's workflow run under the
+``examples`` marker (``pytest -m examples``; CI's stage 2d), not in the default run.
 """
 
 from __future__ import annotations
