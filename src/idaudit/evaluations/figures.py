@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -130,7 +131,11 @@ class Drawn:
         return self.report.metrics
 
     def split(self) -> tuple[np.ndarray, np.ndarray]:
-        """(train rows, test rows): the audit's own split."""
+        """(train rows, test rows): the audit's own split (drawn once per target)."""
+        return self._split
+
+    @cached_property
+    def _split(self) -> tuple[np.ndarray, np.ndarray]:
         rows = self.inputs.h.shape[0]
         if self.inputs.test_rows is not None:
             mask = np.zeros(rows, dtype=bool)
@@ -143,9 +148,15 @@ class Drawn:
     def predicted(self, rows: np.ndarray) -> np.ndarray:
         """ẑ = Ŵh + ĉ at ``rows``, Ŵ and ĉ fitted on the train rows (held-out where ``rows``
         are test rows)."""
-        train, _ = self.split()
-        w, c = fit_linear_map(self.inputs.h[train], self.inputs.z[train])
+        w, c = self._linear_map
         return np.asarray(self.inputs.h[rows], dtype=np.float64) @ w.T + c
+
+    @cached_property
+    def _linear_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Ŵ, ĉ) fitted on the train rows, once per target (the predictions and the frames
+        both decode with it)."""
+        train, _ = self.split()
+        return fit_linear_map(self.inputs.h[train], self.inputs.z[train])
 
     @property
     def has_z(self) -> bool:
