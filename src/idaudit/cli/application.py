@@ -43,6 +43,16 @@ _PASS_THROUGH = (typer.Exit, typer.Abort,
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 
+def _reader_left(console: Console) -> None:
+    """rich's answer to a reader that left (``Console.on_broken_pipe``), made the shell's:
+    exit :data:`EXIT_BROKEN_PIPE`. rich's own is ``SystemExit(1)``, which reads as a failed
+    gate; a BrokenPipeError would not do either, as click turns one that reaches it (from
+    --help, say) into exit 1 too."""
+    console.quiet = True
+    quiet_stdout()
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
 def quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
     import os
@@ -130,7 +140,13 @@ def _click_class(name: str) -> type:
 
 def main() -> None:
     """Run the CLI. A flag or argument a command does not take is one line on stderr and
-    exit 2, as every other bad input is (not click's usage box)."""
+    exit 2, as every other bad input is (not click's usage box). A reader that leaves early
+    (``idaudit … | head``) ends the command with 141, whichever console wrote last: ours,
+    the progress bar's or typer's help (rich's class is told so in this process only, the
+    command's; the library leaves it as it is)."""
+    import rich.console
+
+    rich.console.Console.on_broken_pipe = _reader_left
     with command_line():  # errors name flags
         _main()
 
