@@ -10,7 +10,8 @@
 #   idaudit_action.sh link        the uploaded page's link (IDAUDIT_PAGE_URL) in the summary
 #
 # Inputs are environment variables (all optional but IDAUDIT_TARGETS):
-#   IDAUDIT_TARGETS      the paths to audit, one per line (spaces inside a path are kept)
+#   IDAUDIT_TARGETS      the paths to audit, one per line (spaces inside a path are kept;
+#                        passed after --, and one beginning with - is refused)
 #   IDAUDIT_MIN_R2       gate: held-out R²(h → z) ≥ this
 #   IDAUDIT_ARGS         more `idaudit audit` arguments, quoted as in a shell but never expanded
 #   IDAUDIT_OUTPUT_DIR   where audit.json, audit.xml (JUnit), audit.md and audit.html go
@@ -44,10 +45,41 @@ output() {  # output NAME VALUE: a step output, when there is a GITHUB_OUTPUT
   if [ -n "${GITHUB_OUTPUT:-}" ]; then printf '%s=%s\n' "$1" "$2" >>"$GITHUB_OUTPUT"; fi
 }
 
+# Text that came from a file or a program (a target's name, a reason, idaudit's output) never
+# acts as Markdown or as a workflow command: it is quoted in a fence or a code span longer than
+# any run of backticks it holds, on one line where one line is shown, and a line GitHub would
+# read as a workflow command (::name …::) is defused.
+
+fence() {  # fence TEXT: a Markdown code fence (``` or longer) that TEXT cannot close
+  local f='```'
+  while [[ $1 == *"$f"* ]]; do f+='`'; done
+  printf '%s' "$f"
+}
+
+code_span() {  # code_span TEXT: TEXT as one inline Markdown code span, control characters as ?
+  local text=${1//[[:cntrl:]]/?} tick='`'
+  while [[ $text == *"$tick"* ]]; do tick+='`'; done
+  if [[ $text == *'`'* ]]; then text=" $text "; fi
+  printf '%s%s%s' "$tick" "$text" "$tick"
+}
+
+defused() {  # stdin to stdout, each line that would be a workflow command (::…) made plain text
+  sed 's/^\([[:space:]]*\)::/\1: :/'
+}
+
+command_data() {  # command_data TEXT: TEXT as a workflow command's message (%, CR, LF escaped)
+  local text=${1//%/%25}
+  text=${text//$'\r'/%0D}
+  printf '%s' "${text//$'\n'/%0A}"
+}
+
 die() {  # die MESSAGE: one line on stderr, the error in the summary and outputs, exit 2
   trap - ERR
-  echo "error: $1" >&2
-  { printf '## idaudit · error (exit 2)\n\n```\n%s\n```\n' "$1" | summary; } 2>/dev/null || true
+  local message=${1//[$'\n\r']/ } f
+  echo "error: $message" >&2
+  f=$(fence "$message")
+  { printf '## idaudit · error (exit 2)\n\n%s\n%s\n%s\n' "$f" "$message" "$f" | summary; } \
+    2>/dev/null || true
   { output verdict error && output exit-code 2; } 2>/dev/null || true
   exit 2
 }
@@ -138,7 +170,7 @@ install() {
 
 audit() {
   need_python
-  local out=${IDAUDIT_OUTPUT_DIR:-idaudit-report} line arg tmp rc verdict r2 failed
+  local out=${IDAUDIT_OUTPUT_DIR:-idaudit-report} line arg tmp rc verdict r2 failed fenced
   local -a targets=() args=()
   case $out in *$'\n'*) die "IDAUDIT_OUTPUT_DIR holds a newline" ;; esac
   while IFS= read -r line || [ -n "$line" ]; do  # one target per line, outer blanks trimmed
@@ -149,6 +181,9 @@ audit() {
   done <<<"${IDAUDIT_TARGETS:-}"
   [ "${#targets[@]}" -gt 0 ] || die "no target to audit (IDAUDIT_TARGETS, the action's targets input)"
   for line in "${targets[@]}"; do
+    case $line in  # a file named like a flag (--trust-code) stays a file: refused, never read as one
+      -*) die "target '$line' begins with '-' and would read as an option; name it ./$line" ;;
+    esac
     [ -e "$line" ] || die "target not found: $line"
   done
   command -v idaudit >/dev/null 2>&1 || die "idaudit is not on PATH (the action's install step puts it there)"
@@ -171,6 +206,7 @@ sys.stdout.write("".join(w + "\0" for w in words))
     case $arg in
       --json | --json=* | --junit | --junit=* | --markdown | --markdown=* | --html | --html=*)
         die "args: ${arg%%=*} is the action's own (the reports go to $out; choose it with output-dir)" ;;
+      --) die "args: -- is the action's own (the targets follow it)" ;;
       --min-r2 | --min-r2=*)
         if [ -n "${IDAUDIT_MIN_R2:-}" ]; then die "--min-r2 is given twice: in min-r2 and in args"; fi ;;
     esac
@@ -188,15 +224,15 @@ sys.stdout.write("".join(w + "\0" for w in words))
     *) die "html must be true or false, got '${IDAUDIT_HTML}'" ;;
   esac
   rm -f -- "$json" "$junit" "$markdown" "$html" 2>/dev/null || die "cannot remove an earlier report in $out"
-  # the table to stdout, stderr both shown and kept (for the summary when there is no report)
-  exec 3>&1
-  if idaudit audit "${targets[@]}" "${args[@]}" --json "$json" --junit "$junit" \
-       --markdown "$markdown" "${page[@]}" 2>&1 1>&3 3>&- | tee "$tmp/stderr" >&2; then
+  # the targets after --, never read as options; stderr shown (defused) and kept (for the
+  # summary when there is no report), then the table to stdout (defused)
+  if idaudit audit "${args[@]}" --json "$json" --junit "$junit" --markdown "$markdown" \
+       "${page[@]}" -- "${targets[@]}" 2>&1 >"$tmp/stdout" | tee "$tmp/stderr" | defused >&2; then
     rc=0
   else
     rc=${PIPESTATUS[0]}
   fi
-  exec 3>&-
+  defused <"$tmp/stdout"
 
   verdict=error r2='' failed='' reason=''
   if [ -f "$json" ] && [ "$rc" -le 3 ]; then
@@ -211,13 +247,15 @@ reason = " ".join(str(report.get("reason") or "").split())
 print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), reason, sep="\x1f")
 ' "$json")
     if [ -f "$markdown" ]; then
-      { cat -- "$markdown"; printf '\n<sub>idaudit audit'; printf ' `%s`' "${targets[@]}"
-        printf ' · exit %s · reports in `%s`</sub>\n\n' "$rc" "$out"; } | summary
+      { cat -- "$markdown"; printf '\n<sub>idaudit audit'
+        for line in "${targets[@]}"; do printf ' %s' "$(code_span "$line")"; done
+        printf ' · exit %s · reports in %s</sub>\n\n' "$rc" "$(code_span "$out")"; } | summary
     fi
   else
-    { printf '## idaudit · error (exit %s)\n\n```\n' "$rc"
-      sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$tmp/stderr" | tail -n 20
-      printf '```\n\n'; } | summary
+    line=$(sed 's/\x1b\[[0-9;]*[A-Za-z]//g' "$tmp/stderr" | tail -n 20)
+    fenced=$(fence "$line")
+    printf '## idaudit · error (exit %s)\n\n%s\n%s\n%s\n\n' "$rc" "$fenced" "$line" "$fenced" \
+      | summary
   fi
   output verdict "$verdict"
   output r2 "$r2"
@@ -234,7 +272,8 @@ print(report["verdict"], "" if r2 is None else repr(r2), ", ".join(failed), reas
   esac
   if [ -n "$msg" ]; then
     if in_actions; then
-      if [ "$verdict" = fail ]; then echo "::error title=idaudit::$msg"; else echo "::warning title=idaudit::$msg"; fi
+      if [ "$verdict" = fail ]; then echo "::error title=idaudit::$(command_data "$msg")"
+      else echo "::warning title=idaudit::$(command_data "$msg")"; fi
     elif [ "$verdict" = ungated ] || [ "$verdict" = inconclusive ]; then
       echo "warning: $msg" >&2
     fi
@@ -249,9 +288,12 @@ link() {  # the uploaded page's address, linked from the job summary
     https://*) ;;
     *) die "IDAUDIT_PAGE_URL must be the artifact's https:// address, got '$url'" ;;
   esac
+  case $url in  # nothing that could end the link and write Markdown of its own
+    *[!A-Za-z0-9._~:/?#@!\$\&\'*+,\;=%-]*) die "IDAUDIT_PAGE_URL holds a character no address holds: '$url'" ;;
+  esac
   check_github_files
-  printf '📄 [The audit'"'"'s page](%s): the verdict, gates, figures and every metric with its meaning (artifact `%s`, a zip holding audit.html)\n\n' \
-    "$url" "${IDAUDIT_ARTIFACT_NAME:-idaudit-page}" | summary
+  printf '📄 [The audit'"'"'s page](%s): the verdict, gates, figures and every metric with its meaning (artifact %s, a zip holding audit.html)\n\n' \
+    "$url" "$(code_span "${IDAUDIT_ARTIFACT_NAME:-idaudit-page}")" | summary
 }
 
 case ${1:-audit} in

@@ -174,7 +174,8 @@ def test_a_sweep_never_writes_a_run_file_over_one_of_its_inputs(w):
 
 def test_report_never_replaces_a_run_record(tmp_path):
     """A run record reached through a link to the summary the report writes: the record
-    (the report's input) was replaced by the table."""
+    (the report's input) was replaced by the table. A symbolic link is no record at all (never
+    followed, issue 54); a hard link is the same file as an output."""
     from idaudit.experiments.sweep import run_sweep
 
     out = tmp_path / "sw"
@@ -182,14 +183,19 @@ def test_report_never_replaces_a_run_record(tmp_path):
               workers=1)
     record = next((out / "runs").glob("*.json"))
     for table in ("summary.md", "summary.csv"):
-        shutil.move(record, out / table)
-        record.symlink_to(Path("..") / table)
-        before = digest(record)
-        one_line(run("report", out, "--no-figures"), 2,
-                 f"the table {out / table}: is the same file as the run record")
-        assert digest(record) == before
-        record.unlink()
-        shutil.move(out / table, record)
+        for hard in (False, True):
+            shutil.move(record, out / table)
+            if hard:
+                os.link(out / table, record)
+                refusal = f"the table {out / table}: is the same file as the run record"
+            else:
+                record.symlink_to(Path("..") / table)
+                refusal = f"{record} is a symbolic link (records are never followed)"
+            before = digest(record)
+            one_line(run("report", out, "--no-figures"), 2, refusal)
+            assert digest(record) == before
+            record.unlink()
+            shutil.move(out / table, record)
     os.link(record, out / "figures.png")  # a file that is no output of the report
     assert run("report", out, "--no-figures").exit_code == 0
     assert (out / "summary.md").is_file() and digest(out / "figures.png") == digest(record)

@@ -178,6 +178,8 @@ def test_api_surface():
             "TrainRequest": "core.requests", "WorldRequest": "core.requests",
             "SweepRequest": "core.requests", "World": "worlds.base", "WorldSpec": "worlds.spec",
             "build_world": "worlds", "make_spec": "worlds", "IdauditError": "core.errors",
+            "UsageError": "core.errors", "GateFailed": "core.errors",
+            "Inconclusive": "core.errors", "RunsFailed": "core.errors",
             "__version__": "core.version", "world_pairs": "worlds.user_pairs",
             "WorldPairs": "worlds.user_pairs", "Pairs": "worlds.base", "sigreg": "maths.losses",
             "alignment": "maths.losses", "random_directions": "maths.losses"}
@@ -216,3 +218,25 @@ def test_openmp_waits_briefly_unless_the_user_says_otherwise(env, expected):
     out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True,
                          text=True, check=True).stdout.split()
     assert tuple(None if v == "None" else v for v in out) == expected
+
+
+def test_each_exit_code_is_an_error_class_callers_catch_by_type():
+    """IdauditError(message, code) is the class of its code (issue 55): callers catch a
+    failed gate, bad input, an inconclusive audit and failed runs apart; pickled (a Ray
+    task's error) it comes back as it was."""
+    import pickle
+
+    import idaudit
+    from idaudit.core.errors import EXIT_INTERNAL, IdauditError
+
+    kinds = {1: idaudit.GateFailed, 2: idaudit.UsageError, 3: idaudit.Inconclusive,
+             4: idaudit.RunsFailed}
+    for code, kind in kinds.items():
+        err = IdauditError("--n-eval is wrong", code, library="n_eval is wrong here")
+        assert type(err) is kind and err.exit_code == code and isinstance(err, ValueError)
+        back = pickle.loads(pickle.dumps(err))
+        assert (type(back), back.exit_code, back.library_text) == (kind, code,
+                                                                    "n_eval is wrong here")
+        assert kind("made directly").exit_code == code
+    assert type(IdauditError("plain")) is idaudit.UsageError
+    assert type(IdauditError("a bug", EXIT_INTERNAL)) is IdauditError

@@ -33,7 +33,7 @@ os.environ.setdefault("KMP_BLOCKTIME", "1")  # the same for Intel's OpenMP runti
 # speed of the other's next call, and of any neighbour. 2^4 cycles: they sleep at once.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from idaudit.core.errors import IdauditError
+from idaudit.core.errors import GateFailed, IdauditError, Inconclusive, RunsFailed, UsageError
 from idaudit.core.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,9 +73,10 @@ _LAZY = {
     "sigreg": "maths.losses", "alignment": "maths.losses", "random_directions": "maths.losses",
 }
 
-__all__ = ["AuditReport", "AuditRequest", "ConsistencyRequest", "IdauditError", "Pairs",
-           "PlanReport", "PlanRequest", "RunRecord", "SweepRequest", "TrainRequest", "World",
-           "WorldPairs", "WorldRequest", "WorldSpec", "__version__", "alignment", "audit",
+__all__ = ["AuditReport", "AuditRequest", "ConsistencyRequest", "GateFailed", "IdauditError",
+           "Inconclusive", "Pairs", "PlanReport", "PlanRequest", "RunRecord", "RunsFailed",
+           "SweepRequest", "TrainRequest", "UsageError", "World", "WorldPairs", "WorldRequest",
+           "WorldSpec", "__version__", "alignment", "audit",
            "build_world", "consistency", "make_spec", "plan", "random_directions", "run",
            "run_audit", "run_consistency", "run_plan", "run_train", "sigreg", "train", "world",
            "world_pairs", "write_world"]

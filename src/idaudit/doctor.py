@@ -174,8 +174,8 @@ def _check_cage() -> dict[str, Any]:
 
     why = why_no_cage()
     if why is None:
-        return _check("cage", True, f"Landlock ABI {landlock_abi()} + seccomp + rlimits: "
-                      "programs from files run confined")
+        return _check("cage", True, f"Landlock ABI {landlock_abi()} + seccomp allow list + "
+                      "no capabilities + rlimits: programs from files run confined")
     return _check("cage", True, f"not available: {why}; programs from files are refused "
                   "unless --trust-code runs them in this process",
                   None if "turned off" in why else "Linux 6.2+ with Landlock enabled, and "

@@ -54,6 +54,7 @@ def finish(report, table, flags: dict, kind: str = "audit", lead: list[str] = ()
     """Print a gated report — the ``lead`` lines (what its verdict rests on), its table, then
     the ``more`` tables —, write the --json/--junit/--markdown files its ``flags`` name, exit
     with its code."""
+    from idaudit.core.errors import one_line
     from idaudit.evaluations.report import audit_junit, audit_markdown
 
     json_path, junit, markdown = flags["json_path"], flags["junit"], flags["markdown"]
@@ -64,8 +65,8 @@ def finish(report, table, flags: dict, kind: str = "audit", lead: list[str] = ()
     for shown in (table, *more):
         console.print(shown)
     if report.reason:
-        err.print(f"[yellow]inconclusive:[/yellow] {escape(report.reason)}", highlight=False,
-                  soft_wrap=True)
+        err.print(f"[yellow]inconclusive:[/yellow] {escape(one_line(report.reason))}",
+                  highlight=False, soft_wrap=True)  # a reason may quote a file's name
     if json_path is not None:
         emit(json_path, json_text(report.to_dict()))
     if junit is not None:

@@ -62,22 +62,45 @@ def command_line():
 class IdauditError(ValueError):
     """A user-facing problem: bad input, an unknown name, an unreadable file.
 
-    ``exit_code`` is what the CLI exits with (2 for usage or input errors, 3 for an
-    inconclusive result such as a diverged training run). A ``ValueError``, so library users
-    can catch it as one.
+    ``exit_code`` is what the CLI exits with. Each code is a class of its own, which library
+    callers catch by type: :class:`UsageError` (2: bad input or usage), :class:`GateFailed`
+    (1: a gate failed, as the Lightning monitor's), :class:`Inconclusive` (3: a collapsed or
+    diverged run, too few rows), :class:`RunsFailed` (4: a sweep with failed runs);
+    ``IdauditError(message[, code])`` makes the class of that code (2 by default; another
+    code, such as 5, stays an ``IdauditError``). A ``ValueError``, so library users can catch it as one.
 
     The message is written as the command line says it, naming flags (``--n-eval must be an
     integer ≥ 10``); shown outside the CLI (:data:`COMMAND_LINE` unset) each flag reads as the
     library's parameter (``n_eval must be …``: :func:`library_spelling`), or as ``library``
     where one is given (a line that reads otherwise in Python, ``embed=`` a function where
     the command line names ``--embed module:function``).
+
+    Args:
+        message: the one line, as the command line shows it.
+        exit_code: the CLI's exit code; by default the class's own.
+        library: the line as the library shows it, where it reads otherwise.
+
+    Example:
+        >>> err = IdauditError("run diverged", EXIT_INCONCLUSIVE)
+        >>> isinstance(err, Inconclusive), err.exit_code
+        (True, 3)
     """
 
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE, *,
+    exit_code: int = EXIT_USAGE
+
+    def __new__(cls, message: str = "", exit_code: int | None = None, **_: Any) -> IdauditError:
+        if cls is IdauditError:
+            cls = _KINDS.get(EXIT_USAGE if exit_code is None else exit_code, IdauditError)
+        return super().__new__(cls, message)
+
+    def __init__(self, message: str = "", exit_code: int | None = None, *,
                  library: str | None = None) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = type(self).exit_code if exit_code is None else exit_code
         self.library = library
+
+    def __reduce__(self) -> tuple:  # pickled (a Ray task's error) as made: class, code, line
+        return (type(self), (self.flags_text, self.exit_code), {"library": self.library})
 
     @property
     def flags_text(self) -> str:
@@ -91,6 +114,36 @@ class IdauditError(ValueError):
 
     def __str__(self) -> str:
         return self.flags_text if COMMAND_LINE.get() else self.library_text
+
+
+class UsageError(IdauditError):
+    """Bad input or usage: a value out of range, an unknown name, an unreadable file (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class GateFailed(IdauditError):
+    """A gate failed: a metric past its threshold (exit 1, and nothing else exits 1)."""
+
+    exit_code = EXIT_GATE_FAILED
+
+
+class Inconclusive(IdauditError):
+    """No verdict can be given: a collapsed or diverged run, NaN or Inf, too few rows
+    (exit 3)."""
+
+    exit_code = EXIT_INCONCLUSIVE
+
+
+class RunsFailed(IdauditError):
+    """A sweep finished with some of its runs failed; a rerun retries them (exit 4)."""
+
+    exit_code = EXIT_RUNS_FAILED
+
+
+#: the class of each exit code (:class:`IdauditError` makes them)
+_KINDS: dict[int, type[IdauditError]] = {k.exit_code: k for k in (UsageError, GateFailed,
+                                                                   Inconclusive, RunsFailed)}
 
 
 def require(condition: bool, message: str) -> None:
@@ -118,6 +171,33 @@ def printable(text: str) -> str:
     from a file (state dict keys, paths, messages) are echoed as data, never as terminal
     commands."""
     return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+#: what breaks a line besides the control characters :func:`printable` escapes: newline, tab
+#: and Unicode's line and paragraph separators
+_BREAKS = re.compile("[\t\n\u2028\u2029]")
+
+
+def one_line(text: Any, limit: int = 1000) -> str:
+    """``text`` (any value, as ``str`` gives it) as ONE printable line of at most ``limit``
+    characters, for text from outside idaudit (what a caged program sent) before any layer
+    prints it: control characters escaped (:func:`printable`), newlines, tabs and line
+    separators escaped too (``\\n``), and a longer text cut in its middle (`` … ``), so that
+    both its start and its end (where a note such as the cage's says why) stay.
+
+    Args:
+        text: what to show; not a ``str`` is shown as ``str(text)`` gives it.
+        limit: the most characters the line may have (at least 20).
+
+    Returns:
+        The line, ``len(line) <= max(limit, 20)``.
+    """
+    limit = max(int(limit), 20)
+    line = printable(_BREAKS.sub(lambda m: ascii(m.group())[1:-1], str(text)))
+    if len(line) <= limit:
+        return line
+    tail = (limit - 3) // 3
+    return f"{line[:limit - 3 - tail]} … {line[len(line) - tail:]}"
 
 
 def internal_error_line(exc: BaseException, what: str | None = None) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from idaudit.core.errors import IdauditError
+from idaudit.core.errors import IdauditError, printable
 
 MAX_TEXT_INPUT = 1 << 20  # gate and suite files larger than 1 MiB are refused
 CHECKPOINT_FORMAT = "idaudit-checkpoint"  # safetensors metadata "format" of a checkpoint
@@ -76,6 +76,48 @@ def _remove(entry: Path) -> None:
             entry.unlink()
     except OSError:
         pass
+
+
+def remove_tree(path: str | Path) -> str | None:
+    """Remove a directory tree that a program we do not trust wrote (a cage's private
+    directory): where an entry resists, its directory's permissions (and its own, for a
+    directory) are given back to the owner and the removal is tried again. Returns None when
+    the tree is gone, else one line saying what is left and why.
+
+    Args:
+        path: the tree's root (a missing one is already gone).
+
+    Returns:
+        None, or the one line naming what could not be removed.
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp(); os.makedirs(f"{d}/locked/in"); os.chmod(f"{d}/locked", 0)
+        >>> remove_tree(d) is None and not os.path.exists(d)
+        True
+    """
+    import sys
+
+    def unlock(_function: Callable, name: str, _exc: object) -> None:
+        for entry in (os.path.dirname(name), name):  # the next pass can list and remove it
+            try:
+                if os.path.isdir(entry) and not os.path.islink(entry):
+                    os.chmod(entry, stat.S_IRWXU)
+            except OSError:
+                pass
+
+    handler = {"onexc" if sys.version_info >= (3, 12) else "onerror": unlock}
+    for _ in range(64):  # each pass unlocks one more level of locked directories
+        try:
+            shutil.rmtree(path, **handler)
+        except FileNotFoundError:
+            return None
+        if not os.path.lexists(path):
+            return None
+    left = [os.path.join(root, name) for root, dirs, files in os.walk(path)
+            for name in dirs + files]
+    return printable(f"could not remove {path} ({len(left)} entries left, e.g. "
+                     f"{left[0] if left else path})")[:300]
 
 
 def _open_by_some_process(path: Path) -> bool:

@@ -259,13 +259,28 @@ def combine_reports(reports: list[AuditReport], thresholds: list[Threshold] | No
     return gated_report(metrics, thresholds, source, reports[0].world, runs)
 
 
+def _world_options_refusal(req: AuditRequest, with_rho: bool) -> str | None:
+    """The line refusing arrays where options that say where an encoder is embedded are
+    given (``rho`` among them only where the arrays bring their own), or None.
+
+    Args:
+        req: the audit's request.
+        with_rho: whether ``--rho`` counts (arrays that store their own).
+
+    Returns:
+        The line, or None where arrays apply.
+    """
+    given = req.encoder.placement_flags(req.n_eval, with_rho)
+    return f"arrays are audited as they are: {', '.join(given)} " \
+        f"{'does' if len(given) == 1 else 'do'} not apply" if given else None
+
+
 def _refuse_world_options(req: AuditRequest, with_rho: bool) -> None:
     """Arrays are audited as they are: the options that say where an encoder is embedded do
-    not apply to them (``rho`` among them only where the arrays bring their own)."""
-    given = req.encoder.placement_flags(req.n_eval, with_rho)
-    if given:
-        raise IdauditError(f"arrays are audited as they are: {', '.join(given)} "
-                           f"{'does' if len(given) == 1 else 'do'} not apply")
+    not apply to them (:func:`_world_options_refusal`)."""
+    refusal = _world_options_refusal(req, with_rho)
+    if refusal is not None:
+        raise IdauditError(refusal)
 
 
 def run_audit(req: AuditRequest) -> AuditReport:
@@ -306,7 +321,9 @@ def run_audit(req: AuditRequest) -> AuditReport:
             x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
     # every target opened, and every encoder tried on a few inputs, before any is embedded: a
     # refusal for the last target never waits for the first one's evaluation set
-    opened = [open_target(target, load) for target, load, _ in targets]
+    refusal = _world_options_refusal(req, with_rho=True)  # a caged program's arrays: from
+    opened = [open_target(target, load, arrays_refused=refusal)  # its answer's header
+              for target, load, _ in targets]
     if any(isinstance(loaded, Arrays) for loaded in opened):
         _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
     if len(opened) > 1:

@@ -36,6 +36,7 @@ from idaudit.evaluations.report import (
     side_by_side_rows,
     side_cell,
     threshold_text,
+    xml_text,
 )
 from idaudit.maths.catalogue import BY_KEY, CATALOGUE
 
@@ -108,7 +109,16 @@ code { font-size: .95em; }
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` as HTML text or an attribute's value: escaped, with no character the page
+    could not hold (control characters, lone surrogates: :func:`xml_text`).
+
+    Args:
+        text: what to show (``str()`` of anything else).
+
+    Returns:
+        The escaped text.
+    """
+    return html.escape(xml_text(text), quote=True)
 
 
 def _shown(value: Any) -> str:

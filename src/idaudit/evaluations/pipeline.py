@@ -286,9 +286,10 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
     if req.target is None:
         raise IdauditError("embed needs an encoder")
     check_embedding_options(req.n_eval, req.encoder.normalize)
-    loaded = open_target(req.target, req.encoder.load)
+    held = f"{req.target} holds arrays already: audit it as it is"
+    loaded = open_target(req.target, req.encoder.load, arrays_refused=held)
     if isinstance(loaded, Arrays):
-        raise IdauditError(f"{req.target} holds arrays already: audit it as it is")
+        raise IdauditError(held)
     inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed)
     if out is not None:
         arrays = {k: v for k, v in (("z", inp.z), ("h", inp.h), ("h_prime", inp.h_prime),

@@ -159,9 +159,12 @@ class PlanReport:
         plot_plans(self.to_dict(), path, max_pairs=max_pairs, labels=self.labels[:2])
 
     def _repr_markdown_(self) -> str:
+        from idaudit.evaluations.report import markdown_text
+
         rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in self.metrics.items()
                          if isinstance(v, float))
-        return f"**plan** · {self.source}\n\n| quantity | value |\n|---|---:|\n{rows}\n"
+        return (f"**plan** · {markdown_text(self.source)}\n\n| quantity | value |\n|---|---:|\n"
+                f"{rows}\n")
 
 
 def _report(res: dict[str, Any], gallery_z: Any, gallery_h: Any, seed: int, source: str,
@@ -190,19 +193,21 @@ def run_plan(req: PlanRequest) -> PlanReport:
     place = req.encoder
     options = place.world.world_options()
     encoder = req.target
+    placed = place.world.world is not None or place.data is not None or options
+    gallery = "a gallery of arrays is planned on as it is: --world, --data and world options " \
+        "do not apply" if placed else None  # a caged program's arrays: from their header
     if encoder is not None:
         if not isinstance(encoder, (str, Path)) and (req.z is not None or req.h is not None):
             raise IdauditError("give either a gallery of arrays (z, h) or an encoder, not both")
-        loaded: Arrays | LoadedEncoder = open_target(encoder, place.load)
+        loaded: Arrays | LoadedEncoder = open_target(encoder, place.load, arrays_refused=gallery)
     elif req.z is not None and req.h is not None:
         place.load.refuse_all("a gallery of arrays z, h (planned on as it is)")
         loaded = Arrays(z=torch.as_tensor(np.asarray(req.z)), h=torch.as_tensor(np.asarray(req.h)))
     else:
         raise IdauditError("plan needs an encoder (with a world) or a gallery of z and h arrays")
     if isinstance(loaded, Arrays):
-        if place.world.world is not None or place.data is not None or options:
-            raise IdauditError("a gallery of arrays is planned on as it is: --world, --data and "
-                               "world options do not apply")
+        if gallery is not None:
+            raise IdauditError(gallery)
         if loaded.z is None:
             raise IdauditError(f"{loaded.source} has no z: planning against the oracle needs "
                                "the true latents of the gallery")

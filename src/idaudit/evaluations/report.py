@@ -3,12 +3,57 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
+from idaudit.core.errors import one_line, printable
 from idaudit.maths.catalogue import BY_KEY, CATALOGUE, NEEDS, table_rows
+
+#: characters XML 1.0 forbids in a document (C0 controls but tab, line feed and carriage
+#: return; lone surrogates; U+FFFE, U+FFFF)
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: Any) -> str:
+    """``text`` as XML 1.0 allows it (and UTF-8 can encode it): control characters, lone
+    surrogates (an undecodable byte of a file name) and U+FFFE/U+FFFF shown as
+    ``\\xNN``/``\\uNNNN`` (:func:`~idaudit.core.errors.printable`); ``& < >`` and quotes
+    are left to the XML writer, which escapes them.
+
+    Args:
+        text: what to write into an attribute or an element (``str()`` of anything else).
+
+    Returns:
+        The text with no character a well-formed XML 1.0 document may not hold.
+    """
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], printable(str(text)))
+
+
+#: what Markdown reads as markup inside a line: backslash escapes, code spans, emphasis and
+#: strikethrough, links and images, table cells, headings, maths; each is written escaped
+_MARKDOWN_PUNCTUATION = re.compile(r"[\\`*\[\]|#~$]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+_MARKDOWN_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def markdown_text(text: Any) -> str:
+    """``text`` (a name, a reason: anything a file or a program chose) as literal Markdown on
+    one line: every run of white space (line breaks too) one space, control characters and
+    lone surrogates shown as ``\\xNN``/``\\uNNNN`` (:func:`xml_text`), the characters
+    Markdown reads as markup backslash-escaped and ``& < >`` as entities, so it can neither
+    end a table cell, open a heading, a link or a code span, nor hold raw HTML.
+
+    Args:
+        text: what to show (``str()`` of anything else).
+
+    Returns:
+        The text as one line of Markdown that renders as the text itself.
+    """
+    line = xml_text(" ".join(str(text).split()))
+    line = _MARKDOWN_PUNCTUATION.sub(lambda m: "\\" + m.group(), line)
+    return "".join(_MARKDOWN_ENTITIES.get(c, c) for c in line)
 
 
 def fmt(v: Any) -> str:
@@ -139,7 +184,7 @@ def verdict_lines(report) -> list[str]:
         return BY_KEY[key].label if key in BY_KEY else key
 
     if report.verdict == "inconclusive":
-        first = f"verdict: inconclusive — {report.reason}"
+        first = f"verdict: inconclusive — {one_line(report.reason)}"
     elif report.verdict == "ungated":  # several targets: every number is their median
         which = f" (median of {runs})" if which else ""
         shown = [f"{label(k)} {short(m[k])}{which}{_ceiling(m, k)}"
@@ -232,9 +277,10 @@ def side_by_side_table(report, keys: bool = False) -> Table:
 
 
 def side_by_side_markdown(report, keys: list[str] | None = None) -> str:
-    """:func:`side_by_side_table` as Markdown (``keys``: these metrics only)."""
+    """:func:`side_by_side_table` as Markdown (``keys``: these metrics only); each target's
+    name one escaped cell (:func:`markdown_text`)."""
     runs = report.runs or []
-    lines = ["| metric | " + " | ".join(r["source"] for r in runs) + " | gate |",
+    lines = ["| metric | " + " | ".join(markdown_text(r["source"]) for r in runs) + " | gate |",
              "|---|" + "---:|" * len(runs) + "---:|"]
     for label, key, values, t in side_by_side_rows(report, keys):
         cells = [side_cell(v, t)[0] for v in values]
@@ -336,13 +382,14 @@ def consistency_table(report, keys: bool = False) -> Table:
 def audit_markdown(report, table: str = "audit") -> str:
     """A Markdown summary (for a CI job summary) listing the rows of ``table`` ("audit" or
     "consistency") and every gated metric. For several runs the value column says it holds
-    medians and each gated row which value it gates (``worst of 3``, ``median of 3``)."""
+    medians and each gated row which value it gates (``worst of 3``, ``median of 3``). A
+    reason (which may quote a target's name) is one escaped line (:func:`markdown_text`)."""
     _, label, icon = VERDICTS[report.verdict]
     lines = [f"## idaudit · {icon} {label.lower()}", ""]
     if report.verdict == "ungated":
         lines += [f"> {NO_GATE_NOTE}", ""]
     if report.reason:
-        lines += [f"> {report.reason}", ""]
+        lines += [f"> {markdown_text(report.reason)}", ""]
     runs, which = report.metrics.get("n_runs"), gated_of(report.metrics)
     value = f"value (median of {runs})" if which else "value"
     lines += [f"| metric | {value} | gate | result |", "|---|---:|---:|---|"]
@@ -364,7 +411,9 @@ def audit_markdown(report, table: str = "audit") -> str:
 
 
 def audit_junit(report) -> str:
-    """JUnit XML: one testcase per threshold (an inconclusive audit is one error)."""
+    """JUnit XML: one testcase per threshold (an inconclusive audit is one error); every text
+    in it as XML 1.0 allows (:func:`xml_text`) and escaped by the XML writer, so a name or a
+    reason holding control characters, ``<`` or ``&`` leaves the file well-formed."""
     from xml.etree import ElementTree as ET
 
     n_cases = len(report.thresholds) if report.thresholds and report.verdict != "inconclusive" \
@@ -377,17 +426,18 @@ def audit_junit(report) -> str:
         skipped = 1
     elif report.verdict == "inconclusive":
         case = ET.SubElement(suite, "testcase", classname="idaudit", name="audit")
-        ET.SubElement(case, "error", message=report.reason or "inconclusive").text = report.reason
+        reason = xml_text(report.reason) if report.reason else None
+        ET.SubElement(case, "error", message=reason or "inconclusive").text = reason
         errors = 1
     else:
         for t in report.thresholds:
             case = ET.SubElement(suite, "testcase", classname="idaudit.gate",
-                                 name=f"{t.metric} {threshold_text(t)}")
+                                 name=xml_text(f"{t.metric} {threshold_text(t)}"))
             if not t.passed:
                 failures += 1
                 ET.SubElement(case, "failure",
-                              message=f"{t.metric} = {fmt(t.actual)}, required "
-                                      f"{threshold_text(t)}")
+                              message=xml_text(f"{t.metric} = {fmt(t.actual)}, required "
+                                               f"{threshold_text(t)}"))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))

@@ -4,6 +4,8 @@ written as CSV and Markdown in the paper's layouts."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import numpy as np
 
 from idaudit.core.defaults import WORLD
 from idaudit.core.errors import IdauditError
+from idaudit.evaluations.report import markdown_text
 from idaudit.maths.catalogue import entries
 
 # the metrics the sweep tables average over seeds (their columns)
@@ -38,12 +41,20 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
     """The finished and the failed run records of a sweep (``DIR/runs/*.json`` and
     ``*.failed.json``).
 
-    A record that is not one the sweep writes — not a regular file, not a JSON object, no
-    ``run`` or ``metrics`` object, a metric or run option the tables use that is not a number,
+    A record that is not one the sweep writes — a symbolic link (never followed) or anything
+    else but a regular file, not a JSON object, no ``run`` or ``metrics`` object, a metric,
+    run option or duration the tables use that is not a finite number (:func:`check_record`),
     an embedding sample that is not rows of numbers — is refused (exit 2, one line naming the
     file), not skipped: the tables would silently leave a run out while looking complete, and
     the sweep itself skips a run whose record exists. Delete the file and rerun the sweep:
-    it redoes that run."""
+    it redoes that run.
+
+    Args:
+        out_dir: the sweep's directory (``--out`` of ``idaudit sweep``).
+
+    Returns:
+        (the finished runs' records, the failed runs' records), each by file name.
+    """
     from idaudit.core.jsontext import parse_json_object
 
     runs_dir = Path(out_dir) / "runs"
@@ -53,12 +64,8 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
     for path in record_paths(out_dir):
         is_failed = path.name.endswith(".failed.json")
         try:
-            if not path.is_file():
-                raise IdauditError(f"{path} is not a regular file")
-            try:
-                text = path.read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise IdauditError(f"cannot read {path} ({exc})") from None
+            text = _read_record(path)
+
             rec = parse_json_object(text, str(path))
             if not is_failed:
                 check_record(rec, str(path))
@@ -69,25 +76,88 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
     return ok, failed
 
 
+def _read_record(path: Path) -> str:
+    """The text of the run record at ``path``, read without following a symbolic link (one
+    there is refused: it would put another file's numbers, or a file outside the sweep, in
+    the tables) and only from a regular file.
+
+    Args:
+        path: a file under the sweep's ``runs/``.
+
+    Returns:
+        The record's text.
+    """
+    try:
+        st = path.lstat()
+    except OSError as exc:
+        raise IdauditError(f"cannot read {path} ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise IdauditError(f"{path} is a symbolic link (records are never followed)")
+    if not stat.S_ISREG(st.st_mode):
+        raise IdauditError(f"{path} is not a regular file")
+    try:  # O_NOFOLLOW: a link put there since the check is refused as well
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with open(fd) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IdauditError(f"cannot read {path} ({exc})") from None
+
+
 RECORD_NUMBERS = ("lamb", "rho", "alpha", "dim", "stride", "seed", "sigma")  # run options
+
+#: the largest magnitude a number of a record may have: the tables' means and standard
+#: deviations over seeds (squares of differences, summed) stay finite below it
+RECORD_MAGNITUDE = 1e150
+
+
+def record_number(value: Any, what: str, *, least: float | None = None) -> Any:
+    """``value`` if it is None or a finite number of magnitude at most
+    :data:`RECORD_MAGNITUDE` (and ≥ ``least`` when given), else a one-line error naming
+    ``what``: NaN, ±Infinity or 1e308 in a record would make the tables print ``inf`` or
+    ``nan`` minutes and means as if they were results.
+
+    Args:
+        value: the value read from a record.
+        what: the record and the field, as the error names them.
+        least: the smallest value allowed (0 for a duration), or None.
+
+    Returns:
+        ``value`` itself.
+    """
+    from idaudit.worlds.spec import check_type, shown
+
+    check_type(value, "number", what, optional=True)
+    if value is not None and not abs(value) <= RECORD_MAGNITUDE:  # NaN compares False too
+        raise IdauditError(f"{what} must be a finite number of magnitude at most "
+                           f"{RECORD_MAGNITUDE:g}, got {shown(value)}")
+    if value is not None and least is not None and value < least:
+        raise IdauditError(f"{what} must be ≥ {least:g}, got {shown(value)}")
+    return value
 
 
 def check_record(rec: dict[str, Any], where: str) -> None:
     """What the tables and figures read of a finished run's record: ``run`` and ``metrics``
-    objects, numbers (or null) where numbers are read, an embedding sample of numeric rows."""
+    objects, finite numbers (or null) where numbers are read (:func:`record_number`: run
+    options, metrics, the training ``seconds``), an embedding sample of finite numeric rows.
+
+    Args:
+        rec: the record, parsed.
+        where: the record's file, as errors name it.
+    """
     from idaudit.worlds.spec import check_fields, check_type
 
     check_fields(rec, where, set(rec), ("run", "metrics"))
     run, metrics = (check_type(rec[k], "object", f"{where}: {k}") for k in ("run", "metrics"))
     for key in RECORD_NUMBERS:
         if key in run and not (key == "sigma" and isinstance(run[key], str)):
-            check_type(run[key], "number", f"{where}: run option {key}", optional=True)
+            record_number(run[key], f"{where}: run option {key}")
     for key in REPORT_METRICS:
-        check_type(metrics.get(key), "number", f"{where}: metric {key}", optional=True)
+        record_number(metrics.get(key), f"{where}: metric {key}")
     per_dim = check_type(metrics.get("r2_h_to_z_per_dim"), "list",
                          f"{where}: metric r2_h_to_z_per_dim", optional=True) or []
     for v in per_dim:
-        check_type(v, "number", f"{where}: metric r2_h_to_z_per_dim", optional=True)
+        record_number(v, f"{where}: metric r2_h_to_z_per_dim")
+    record_number(rec.get("seconds"), f"{where}: seconds", least=0.0)
     sample = check_type(rec.get("embedding_sample"), "object", f"{where}: embedding_sample",
                         optional=True)
     if sample is not None:
@@ -97,9 +167,10 @@ def check_record(rec: dict[str, Any], where: str) -> None:
         except (TypeError, ValueError):
             z = h = np.zeros(0)
         if z.ndim != 2 or h.ndim != 2 or len(z) != len(h) or min(z.shape[1:] + h.shape[1:],
-                                                                 default=0) < 2:
+                                                                 default=0) < 2 \
+                or not (np.isfinite(z).all() and np.isfinite(h).all()):
             raise IdauditError(f"{where}: embedding_sample must hold z and h as rows of at "
-                               "least two numbers each, as many of one as of the other")
+                               "least two finite numbers each, as many of one as of the other")
 
 
 def method_label(run: dict[str, Any]) -> str:
@@ -305,7 +376,7 @@ def _paper_table_1(rows: list[dict[str, Any]]) -> list[str]:
     for r in sorted(rows, key=lambda r: (r["dim"], *method_order(r["method"]))):
         n = r["dim"]
         mins = f"{r['minutes_mean']:.1f}" if "minutes_mean" in r else "—"
-        lines.append(f"| {n} | {r['method']} | {r['n_seeds']} | "
+        lines.append(f"| {n} | {markdown_text(r['method'])} | {r['n_seeds']} | "
                      f"{r.get('r2_h_to_z_mean', float('nan')):.6f} | {ref(n, paper_key(r))} | "
                      f"{r.get('mixing_r2_x_to_z_mean', float('nan')):.3f} | "
                      f"{TABLE_1[n]['mixing'][0]:.3f} | {mins} |")
@@ -319,7 +390,7 @@ def runs_per_node(records: list[dict[str, Any]]) -> list[str]:
     for rec in records:
         node = rec.get("node")
         if isinstance(node, dict):
-            key = f"{node.get('host')} ({node.get('ip')})"
+            key = markdown_text(f"{node.get('host')} ({node.get('ip')})")
             nodes.setdefault(key, []).append(float(rec.get("seconds") or 0.0))
     if not nodes:
         return []
@@ -331,11 +402,44 @@ def runs_per_node(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: what a spreadsheet reads as the start of a formula (or of a cell it splits off) in a text
+#: cell: such a cell is written with a leading ' (as OWASP advises against CSV injection)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a cell of summary.csv: numbers as they are (a negative number stays a
+    number), text — a run option or a method read from a record — prefixed with ``'`` where
+    a spreadsheet would take it for a formula (:data:`FORMULA_STARTS`).
+
+    Args:
+        value: a value of an aggregated row (or a column's name).
+
+    Returns:
+        The number itself, or the text the CSV writer writes.
+    """
+    if value is None or isinstance(value, (int, float)):  # bool is an int: True/False
+        return value
+    text = str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
                  records: list[dict[str, Any]] | None = None) -> dict[str, Path]:
     """summary.csv (every configuration) and summary.md (the paper's Table 1 layout when the
     runs vary the dimension: N, raw-mixing R², then R²(h → z) per method; with ``records``
-    from a Ray sweep, the runs per node)."""
+    from a Ray sweep, the runs per node). Text read from records is written inert: CSV cells
+    that a spreadsheet would run as formulas prefixed (:func:`csv_cell`), Markdown cells
+    escaped (:func:`~idaudit.evaluations.report.markdown_text`).
+
+    Args:
+        rows: :func:`aggregate`'s rows.
+        out_dir: the sweep's directory, where the tables go.
+        records: the finished runs' records (for the runs per Ray node), or None.
+
+    Returns:
+        {"csv": summary.csv, "markdown": summary.md}, the paths written.
+    """
     import csv
     import io
 
@@ -344,9 +448,9 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
     out_dir = Path(out_dir)
     cols = sorted({k for r in rows for k in r}, key=lambda k: (k.endswith(("_mean", "_std")), k))
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols)
-    w.writeheader()
-    w.writerows(rows)
+    w = csv.writer(buf)
+    w.writerow([csv_cell(c) for c in cols])
+    w.writerows([csv_cell(r.get(c, "")) for c in cols] for r in rows)
     text_csv = buf.getvalue()
     atomic_write(out_dir / TABLES["csv"], lambda tmp: Path(tmp).write_text(text_csv))
 
@@ -361,7 +465,8 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
     if all(("mode" in r or "trajectory" in r) for r in rows):  # OU vs trajectory pairs
         lines += _ou_trajectory_table(rows, pm) + _paper_side_by_side(rows)
     elif len({r.get("dim", 2) for r in rows}) > 1:
-        lines += ["| N | mixing R²(x→z) | " + " | ".join(f"{m} R²(h→z)" for m in methods) + " |",
+        lines += ["| N | mixing R²(x→z) | " + " | ".join(f"{markdown_text(m)} R²(h→z)"
+                                                       for m in methods) + " |",
                   "|---:|---:|" + "---:|" * len(methods)]
         for dim in sorted({r.get("dim", 2) for r in rows}):
             at = [r for r in rows if r.get("dim", 2) == dim]
@@ -373,11 +478,11 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
         varying = [k for k in sorted({k for r in rows for k in r})
                    if not k.endswith(("_mean", "_std")) and k not in ("n_seeds",)
                    and len({json.dumps(r.get(k)) for r in rows}) > 1]
-        lines += ["| " + " | ".join(varying + ["seeds", "R²(h→z)", "orthogonality error",
-                                               "mixing R²(x→z)"]) + " |",
+        lines += ["| " + " | ".join([markdown_text(k) for k in varying] + [
+                      "seeds", "R²(h→z)", "orthogonality error", "mixing R²(x→z)"]) + " |",
                   "|" + "---|" * (len(varying) + 4)]
         for r in sorted(rows, key=lambda r: [_order(r.get(k)) for k in varying]):
-            lines.append("| " + " | ".join([str(r.get(k)) for k in varying] + [
+            lines.append("| " + " | ".join([markdown_text(r.get(k)) for k in varying] + [
                 str(r["n_seeds"]), pm(r, "r2_h_to_z"), pm(r, "orthogonality_error"),
                 pm(r, "mixing_r2_x_to_z")]) + " |")
     trends = rho_trends(rows)

@@ -388,10 +388,12 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                 prepare: list[tuple[Any, Path]], progress: bool = False
                 ) -> Iterator[dict[str, Any]]:
     """Yield ``None`` once the cluster is reached, its nodes checked and the datasets
-    rendered, then each run's record (with ``id``, ``node``, and ``files`` to write) as the
-    cluster finishes it. ``prepare``: (world spec, the driver's dataset directory) for every
-    dataset the runs read under ``data_root``, rendered on the cluster when missing on the
-    driver."""
+    rendered, then ``(i, the record of todo[i])`` (with ``id``, ``node``, and ``files`` to
+    write) as the cluster finishes each run: ``i`` is the driver's, the record the node's, to
+    be filed under ``ids[i]`` (:func:`idaudit.experiments.sweep.own_record`), never under
+    an id the record names. ``prepare``: (world spec, the driver's dataset directory) for
+    every dataset the runs read under ``data_root``, rendered on the cluster when missing on
+    the driver."""
     from idaudit.core.progress import ProgressBar
 
     with connected(address) as ray, signals_noted() as stop:
@@ -455,7 +457,7 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                     except Exception as exc:  # Ray could not finish it: recorded, go on
                         rec = {"run": todo[i], "id": ids[i], "status": "failed",
                                "error": _first_line(exc), "seconds": None}
-                    yield rec
+                    yield i, rec
         _clean_nodes(ray, token)
 
 

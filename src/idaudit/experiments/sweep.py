@@ -10,7 +10,6 @@ need data on disk (Reacher) have it prepared first, under ``OUT/data``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -140,8 +139,9 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     prepare_data([resolve(r, devices[0]) for r, _ in todo], data_root, progress=progress)
     with ProgressBar(progress, len(todo), "sweep") as bar:
         if workers == 1:
-            for r, _ in todo:
-                _record(out, execute(r, str(data_root), devices[0], ckpt_dir), counts, bar)
+            for r, rid in todo:
+                _record(out, rid, r, execute(r, str(data_root), devices[0], ckpt_dir), counts,
+                        bar, ckpt_dir)
         else:
             import multiprocessing as mp
 
@@ -151,10 +151,11 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                 queue.put(device)
             with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                      initargs=(queue,)) as pool, _stop_on_sigterm(pool):
-                futures = [pool.submit(execute, r, str(data_root), None, ckpt_dir)
-                           for r, _ in todo]
+                futures = {pool.submit(execute, r, str(data_root), None, ckpt_dir): (r, rid)
+                           for r, rid in todo}
                 for fut in as_completed(futures):
-                    _record(out, fut.result(), counts, bar)
+                    r, rid = futures[fut]
+                    _record(out, rid, r, fut.result(), counts, bar, ckpt_dir)
     return counts
 
 
@@ -183,8 +184,8 @@ def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str |
     with contextlib.closing(results):
         next(results)  # reached, nodes checked, datasets rendered: then the bar
         with ProgressBar(progress, len(todo), "sweep on Ray") as bar:
-            for rec in results:
-                _record(out, rec, counts, bar)
+            for i, rec in results:  # filed under the id this driver gave todo[i]
+                _record(out, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
 
 
 def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
@@ -295,27 +296,97 @@ def _stop_on_sigterm(pool: ProcessPoolExecutor):
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def _record(out: Path, rec: dict[str, Any], counts: dict[str, int], bar) -> None:
-    """Successful runs are ``ID.json`` (skipped on rerun); failures ``ID.failed.json``
-    (retried). A record from another machine brings its checkpoint files (``files``:
-    ``{path under OUT: bytes}``), written first, whole or not at all."""
+def own_record(rid: str, run: dict[str, Any], rec: Any, checkpoint_dir: str | None = None
+               ) -> tuple[dict[str, Any], dict[Path, bytes | dict[str, Any]]]:
+    """What a worker returned for the run ``run`` that this driver submitted under the id
+    ``rid``, made this driver's: the record with ``run`` and ``id`` its own, and the files
+    it brought (a Ray node's ``files``: the run's checkpoint and log, ``{driver path:
+    bytes}``) at the paths this driver builds from ``checkpoint_dir`` and ``rid`` — never
+    at a path the record names. A record that is not an object, names another run id
+    (``../../X`` would otherwise be a file outside ``OUT``), has a status other than ok or
+    failed, or brings any other file (or a log that is not a JSON object) becomes this
+    run's failure, with no file of it written.
+
+    Args:
+        rid: the run id this driver gave the run (:func:`run_id`).
+        run: the run's options, as this driver submitted them.
+        rec: what the worker returned (untrusted: a Ray node's answer).
+        checkpoint_dir: where ``--checkpoints`` keeps the run's files, or None.
+
+    Returns:
+        (the record to file, {path: the checkpoint's bytes, or the log as an object}).
+    """
+    from idaudit.core.jsontext import parse_json_object
+    from idaudit.worlds.spec import shown
+
+    def failed(why: str) -> tuple[dict[str, Any], dict[Path, bytes | dict[str, Any]]]:
+        return {"run": run, "id": rid, "status": "failed", "error": why, "seconds": None}, {}
+
+    if not isinstance(rec, dict):
+        return failed(f"the worker returned {type(rec).__name__}, not a run record")
+    if rec.get("id", rid) != rid:
+        return failed(f"the worker's record names the run id {shown(rec.get('id'))}, not this "
+                      f"run's {rid}: not filed under it")
+    if rec.get("status") not in ("ok", "failed"):
+        return failed(f"the worker's record has the status {shown(rec.get('status'))}, not ok "
+                      "or failed")
+    rec = {**rec, "run": run, "id": rid}
+    sent = rec.pop("files", None) or {}
+    names = {} if checkpoint_dir is None else {
+        str(Path(checkpoint_dir) / f"{rid}.safetensors"): "checkpoint",
+        str(Path(checkpoint_dir) / f"{rid}.log.json"): "log"}
+    if not isinstance(sent, dict) or any(
+            path not in names or not isinstance(data, bytes) for path, data in sent.items()):
+        return failed("the worker's record brings files other than this run's checkpoint and "
+                      f"log: {shown(list(sent) if isinstance(sent, dict) else sent)}")
+    files: dict[Path, bytes | dict[str, Any]] = {}
+    for path, key in names.items():
+        if path not in sent:
+            continue
+        data: bytes | dict[str, Any] = sent[path]
+        if key == "log":
+            try:
+                data = parse_json_object(sent[path].decode("utf-8"), "the run's log")
+            except (IdauditError, UnicodeDecodeError) as exc:
+                return failed(f"the worker's record brings a log that is not one: {exc}")
+        files[Path(path)] = data
+        rec[key] = path
+    return rec, files
+
+
+def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str, int], bar,
+            checkpoint_dir: str | None = None) -> None:
+    """File what a worker returned for ``run``, submitted under the id ``rid``
+    (:func:`own_record`): a finished run is ``OUT/runs/RID.json`` (skipped on rerun), a
+    failed one ``RID.failed.json`` (retried). A record from another machine brings its
+    checkpoint files, written first, whole or not at all.
+
+    Args:
+        out: the sweep's ``runs/`` directory.
+        rid: the run id this driver gave the run.
+        run: the run's options, as this driver submitted them.
+        rec: what the worker returned.
+        counts: the sweep's counts of ok and failed runs, updated.
+        bar: the progress bar, advanced by one.
+        checkpoint_dir: where ``--checkpoints`` keeps the run's files, or None.
+    """
+    from idaudit.core.errors import printable
     from idaudit.core.io import atomic_write
 
+    rec, files = own_record(rid, run, rec, checkpoint_dir)
     counts[rec["status"]] += 1
-    rid = rec.get("id") or run_id(rec["run"])
-    for path, data in (rec.pop("files", None) or {}).items():
-        if not Path(path).resolve().is_relative_to(out.parent):
-            raise IdauditError(f"a run's record names a file outside {out.parent}: {path}")
-        if path.endswith(".log.json"):  # the log names the checkpoint where it now lies
-            log = json.loads(data)
-            log.update(checkpoint=rec.get("checkpoint"), log=rec.get("log"), node=rec.get("node"))
-            write_json(path, log)
+    for path, data in files.items():
+        if isinstance(data, dict):  # the log names the checkpoint where it now lies
+            data.update(checkpoint=rec.get("checkpoint"), log=rec.get("log"),
+                        node=rec.get("node"))
+            write_json(path, data)
         else:
             atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data))
     write_json(out / (f"{rid}.json" if rec["status"] == "ok" else f"{rid}.failed.json"), rec)
-    node = rec.get("node")
-    where = f"; last on {node['host']} ({node['ip']}) in {rec['seconds']:.0f} s" if (
-        node and rec.get("seconds") is not None) else ""
+    node, seconds = rec.get("node"), rec.get("seconds")
+    where = (f"; last on {printable(str(node.get('host')))} ({printable(str(node.get('ip')))}) "
+             f"in {seconds:.0f} s") if isinstance(node, dict) and isinstance(
+        seconds, (int, float)) else ""
     bar.advance(1, f"{counts['ok']} ok, {counts['failed']} failed{where}")
 
 

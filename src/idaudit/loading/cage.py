@@ -16,11 +16,12 @@ unless trusted (:func:`idaudit.loading.loaders.open_target`).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
+import sys
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,25 @@ import numpy as np
 import torch
 from torch import nn
 
-from idaudit.core.errors import EXIT_INCONCLUSIVE, EXIT_USAGE, IdauditError, printable
+from idaudit.core.errors import EXIT_INCONCLUSIVE, EXIT_USAGE, IdauditError, one_line
+from idaudit.core.io import remove_tree
 from idaudit.loading.confine import why_no_cage  # noqa: F401 - the cage's one availability test
 from idaudit.loading.trust import memory_budget
+from idaudit.loading.wire import Declared
 from idaudit.loading.zygote import _Zygote, import_path, zygote
+
+#: the widest embedding (float32 values a row) a program's answer may declare for inputs of a
+#: shape it has not embedded yet; once it has, its answers for that shape must keep the width
+#: it gave. The widest a supported encoder gives: a pooled output is at most a network's
+#: hidden size (18 432 for the widest published transformers), flattened tokens or feature
+#: maps (``--pool none``) reach 2 104 320 (DINOv2-giant at 518 px, 1 370 tokens × 1 536);
+#: 2²² (16 MiB a row) holds that twice. idaudit tries an encoder on 2 inputs first, so an
+#: answer it has not yet seen the width of is at most 32 MiB there.
+MAX_WIDTH = 1 << 22
+#: the most characters of a text from the cage (an error, a failure's reason) shown in a line
+TEXT_LIMIT = 1000
+#: the most characters of the cage's last line of stderr quoted when its process dies
+LAST_LINE_LIMIT = 300
 
 
 def _signal_name(code: int) -> str:
@@ -84,7 +100,9 @@ def _end(process: _Process, files: list[Any], private: str, timer: threading.Tim
             pass
     process.kill()
     process.status()
-    shutil.rmtree(private, ignore_errors=True)
+    left = remove_tree(private)
+    if left:  # what the program made there resists removal: said, in one line
+        sys.stderr.write(f"idaudit: {left}\n")
 
 
 class Cage:
@@ -107,7 +125,7 @@ class Cage:
         request = {"op": "spawn", "private": self.private, "read": read, "listing": listing,
                    "cwd": os.getcwd(), "sys_path": import_path(),
                    "memory": self.memory, "threads": threads,
-                   "cpu_seconds": int(seconds * max(threads, 1)) + 1}
+                   "cpu_seconds": int(seconds * max(threads, 1)) + 1, "seconds": seconds}
         z = zygote()
         try:
             self.process = _Process(z, z.send(request, [to_r, from_w, err]))
@@ -122,6 +140,7 @@ class Cage:
         self._finalize = weakref.finalize(self, _end, self.process, [self.to, self.frm],
                                           self.private, self.timer)
         self._opened: dict[str, Any] | None = None
+        self._widths: dict[tuple[int, ...], int] = {}  # input shape (a row's) → its width
         self._send({"op": "load", "target": str(target), "options": options,
                     "embedding": embedding})
 
@@ -133,22 +152,49 @@ class Cage:
         except (BrokenPipeError, OSError):
             raise self._ended() from None
 
-    def _answer(self, max_bytes: float) -> dict[str, Any]:
+    def _broke(self, why: Any) -> IdauditError:
+        """The cage closed, and the error to raise for an answer that breaks the protocol.
+
+        Args:
+            why: what was wrong with it (from the cage's bytes: shown as one line).
+
+        Returns:
+            The error (exit 2).
+        """
+        self.close()
+        return IdauditError(f"{self.target}: the program's process broke the cage's protocol "
+                            f"({one_line(why, 300)})")
+
+    def _answer(self, max_bytes: float,
+                check: Callable[[list[Declared]], None] | None = None) -> dict[str, Any]:
+        """The process's next answer, its arrays checked from the frame's header before a
+        byte of them is read.
+
+        Args:
+            max_bytes: the most bytes its arrays may hold together (what the request expects).
+            check: refuses (raises) the arrays the header declares
+                (:func:`idaudit.loading.wire.read_frame`).
+
+        Returns:
+            The answer, a dict; a refusal the process answered (``error``) is raised as
+            :class:`IdauditError`, every text from the cage one line.
+        """
         from idaudit.loading.wire import WireError, read_frame
 
         try:
-            answer = read_frame(self.frm, max_bytes)
+            answer = read_frame(self.frm, max_bytes, check)
         except (EOFError, OSError):
             raise self._ended() from None
         except WireError as exc:
+            raise self._broke(exc) from None
+        except IdauditError:  # refused from its header: the rest is never read
             self.close()
-            raise IdauditError(f"{self.target}: the program's process broke the cage's "
-                               f"protocol ({printable(str(exc))})") from None
+            raise
         if not isinstance(answer, dict):
-            raise IdauditError(f"{self.target}: the program's process sent no answer")
+            raise self._broke(f"an answer that is no object but {type(answer).__name__}")
         if "error" in answer:
             code = EXIT_INCONCLUSIVE if answer.get("exit") == EXIT_INCONCLUSIVE else EXIT_USAGE
-            raise IdauditError(printable(str(answer["error"]))[:4000], code)
+            raise IdauditError(one_line(answer["error"], TEXT_LIMIT), code)
         return answer
 
     def _ended(self) -> IdauditError:
@@ -167,40 +213,112 @@ class Cage:
                                 EXIT_INCONCLUSIVE)
         how = "ended" if status is None else \
             f"was killed by {_signal_name(status)}" if status < 0 else f"exited ({status})"
-        said = f"; it said last: {last}" if last else ""
+        said = f"; it said last: {last}" if last else ""  # one line already (_last_line)
         return IdauditError(f"{self.target}: the program's process {how} before it answered "
                             f"(inside the cage){said}")
 
     def _last_line(self) -> str:
+        """The last line the process wrote to its stderr, as one line of at most
+        :data:`LAST_LINE_LIMIT` characters ("" for none).
+
+        Returns:
+            The line.
+        """
         try:
             with open(os.path.join(self.private, "stderr.txt"), "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - 2000))
                 lines = f.read().decode("utf-8", "replace").strip().splitlines()
         except OSError:
             return ""
-        return printable(lines[-1].strip())[:300] if lines else ""
+        return one_line(lines[-1].strip(), LAST_LINE_LIMIT) if lines else ""
 
-    def result(self) -> dict[str, Any]:
-        """What the target opened as: ``{"encoder": True}``, ``{"arrays": {…}}`` or
-        ``{"embedding": h}``."""
+    def result(self, arrays: Callable[[list[Declared]], None] | None = None
+               ) -> dict[str, Any]:
+        """What the target opened as: ``{"encoder": True}``, ``{"arrays": {name: array}}`` or
+        ``{"embedding": h}``; anything else breaks the protocol.
+
+        Args:
+            arrays: where the load may answer with arrays (a pickle unpickled whole), the
+                check of those its answer declares (place, dtype, shape), before their bytes
+                are read: it raises to refuse them (arrays that cannot apply, more than the
+                memory left); None: it may answer with none (a program that opens as an
+                encoder). Only the first call's counts: the answer is kept.
+
+        Returns:
+            The answer.
+        """
         if self._opened is None:
-            self._opened = self._answer(self.memory)
+            def check(declared: list[Declared]) -> None:
+                if arrays is not None:
+                    arrays(declared)
+                elif declared:
+                    from idaudit.loading.wire import WireError
+
+                    raise WireError(f"{len(declared)} arrays in the answer to a load that "
+                                    "opens as an encoder")
+
+            answer = self._answer(self.memory if arrays is not None else 0, check)
+            kinds = [k for k in ("encoder", "arrays", "embedding") if k in answer]
+            got = answer.get(kinds[0]) if len(kinds) == 1 else None
+            if not (kinds == ["encoder"] and got is True or kinds == ["embedding"] and
+                    isinstance(got, np.ndarray) or kinds == ["arrays"] and
+                    isinstance(got, dict) and
+                    all(isinstance(v, np.ndarray) for v in got.values())):
+                raise self._broke("an answer to its load that is none of an encoder, arrays "
+                                  f"by name and an embedding (keys: {sorted(answer)})")
+            self._opened = answer
         return self._opened
 
     def embed(self, x: np.ndarray) -> np.ndarray:
-        """The embeddings (len(x), m), float32, of inputs ``x``; a failure of the program's own
-        call is :class:`CallFailed`, idaudit's refusals :class:`IdauditError`."""
+        """The embeddings of inputs ``x``; the answer's size is bounded before a byte of it is
+        read: ``len(x)`` rows of the width the program gave for inputs of this shape before,
+        else of at most :data:`MAX_WIDTH` values, float32.
+
+        Args:
+            x: the inputs (batch, …).
+
+        Returns:
+            The embeddings (len(x), m), float32.
+
+        Raises:
+            CallFailed: the program's own call failed (its reason, one line).
+            IdauditError: idaudit's refusals (and an answer of another size or type).
+        """
         self.result()
+        rows, key = len(x), tuple(int(d) for d in np.shape(x)[1:])
+        width = self._widths.get(key)
+
+        def check(declared: list[Declared]) -> None:
+            if not declared:  # a refusal or a failure: text only
+                return
+            place, dtype, shape = declared[0]
+            if len(declared) != 1 or place != "h" or dtype != "float32" or len(shape) != 2 \
+                    or shape[0] != rows:
+                shown = ", ".join(f"{d} {s}" for _, d, s in declared[:3])
+                raise IdauditError(f"{self.target}: the program's process answered an array "
+                                   f"{one_line(shown, 200)} for {rows} inputs; expected "
+                                   "(batch, m) float32")
+            if width is None and shape[1] > MAX_WIDTH:
+                raise IdauditError(f"{self.target}: the program's process answered "
+                                   f"embeddings {shape[1]} values wide for {rows} inputs, "
+                                   f"wider than the {MAX_WIDTH} a supported encoder gives")
+            if width is not None and shape[1] != width:
+                raise IdauditError(f"{self.target}: the program's process answered "
+                                   f"embeddings {shape[1]} values wide for {rows} inputs of "
+                                   f"shape {key}, after {width} for inputs of that shape")
+
         self._send({"op": "embed", "x": np.ascontiguousarray(x)})
-        answer = self._answer(self.memory)
+        most = rows * (MAX_WIDTH if width is None else width) * 4
+        answer = self._answer(min(most, self.memory), check)
         if "failed" in answer:
-            raise CallFailed(printable(str(answer["failed"]))[:2000])
+            raise CallFailed(one_line(answer["failed"], TEXT_LIMIT))
         h = answer.get("h")
         if not isinstance(h, np.ndarray) or h.dtype != np.float32 or h.ndim != 2 or \
-                h.shape[0] != len(x):
+                h.shape[0] != rows:
             raise IdauditError(f"{self.target}: the program's process answered "
-                               f"{_describe(h)} for {len(x)} inputs; expected (batch, m) "
+                               f"{_describe(h)} for {rows} inputs; expected (batch, m) "
                                "float32")
+        self._widths.setdefault(key, h.shape[1])
         return h
 
     def close(self) -> None:

@@ -41,12 +41,79 @@ def _die_with_parent(sig: int) -> None:
         pass
 
 
+#: seconds past a cage's own time limit at which its zygote kills it (idaudit's timer fires
+#: first and says why; the zygote's is for an idaudit that is stopped or hung)
+ZYGOTE_GRACE = 5.0
+
+
+class _Cages:
+    """The zygote's own record of the cages it forked: their deadlines and private
+    directories, so that it kills a cage past its time limit whatever idaudit does, and,
+    when idaudit leaves (its socket closes, or the zygote is told so by SIGTERM, its
+    parent-death signal), kills every cage and removes what they wrote."""
+
+    def __init__(self) -> None:
+        self.deadline: dict[int, float] = {}
+        self.private: dict[int, str] = {}
+
+    def add(self, pid: int, seconds: float, private: str) -> None:
+        import time
+
+        self.deadline[pid] = time.monotonic() + seconds + ZYGOTE_GRACE
+        self.private[pid] = private
+
+    def wait(self) -> float | None:
+        """Seconds until the next deadline (None: none), the overdue cages killed first."""
+        import time
+
+        now = time.monotonic()
+        for pid, when in list(self.deadline.items()):
+            if when <= now:
+                self.kill(pid)
+        return max(0.0, min(self.deadline.values()) - now) if self.deadline else None
+
+    def kill(self, pid: int) -> None:
+        self.deadline.pop(pid, None)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def reaped(self, pid: int) -> None:
+        self.deadline.pop(pid, None)
+        self.private.pop(pid, None)
+
+    def end_all(self) -> None:
+        """Kill every cage, reap it and remove its private directory; then exit."""
+        from idaudit.core.io import remove_tree
+
+        for pid in list(self.private):
+            self.kill(pid)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            left = remove_tree(self.private.pop(pid))
+            if left:
+                os.write(2, f"idaudit's cage: {left}\n".encode())
+        os._exit(0)
+
+
 def zygote(setup: dict[str, Any]) -> None:
     """Serve spawn and status requests on the socket descriptor ``setup["fd"]`` until it
-    closes (or the idaudit process that started it dies)."""
-    _die_with_parent(signal.SIGKILL)
+    closes (or the idaudit process that started it dies: then every cage is killed and its
+    private directory removed)."""
+    cages = _Cages()
+
+    def parent_died(signum: int, frame: Any) -> None:
+        cages.end_all()
+
+    signal.signal(signal.SIGTERM, parent_died)
+    _die_with_parent(signal.SIGTERM)
     if os.getppid() != setup["parent"]:
         os._exit(0)
+    import select
+
     import numpy  # noqa: F401 - warm: every forked process needs them
     import torch  # noqa: F401
 
@@ -57,19 +124,23 @@ def zygote(setup: dict[str, Any]) -> None:
     sock = socket.socket(fileno=setup["fd"])
     while True:
         try:
+            if not select.select([sock], [], [], cages.wait())[0]:
+                continue  # a deadline passed: wait() killed the cage
             data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
         except OSError:
-            os._exit(0)
+            cages.end_all()
         if not data:
-            os._exit(0)
+            cages.end_all()
         request = json.loads(data)
         if request["op"] == "spawn":
             pid = os.fork()
             if pid == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 sock.close()
                 _confined(request, fds)  # never returns
             for fd in fds:
                 os.close(fd)
+            cages.add(pid, float(request["seconds"]), request["private"])
             answer = {"pid": pid}
         else:
             try:
@@ -77,6 +148,7 @@ def zygote(setup: dict[str, Any]) -> None:
                 answer = {"status": os.waitstatus_to_exitcode(status)}
             except ChildProcessError:
                 answer = {"status": None}
+            cages.reaped(int(request["pid"]))
         sock.sendall(json.dumps(answer).encode() + b"\n")
 
 
@@ -103,15 +175,16 @@ def _confined(request: dict[str, Any], fds: list[int]) -> None:
         import tempfile
 
         tempfile.tempdir = private
-        from idaudit.loading.confine import confine, system_read_paths
+        from idaudit.loading.confine import confine, import_path_listing, system_read_paths
 
         status = {k.split(":")[0]: k.split(":")[1].split()[0] for k in
                   open("/proc/self/status").read().splitlines() if k.startswith("Vm")}
         data_now, size_now = int(status["VmData"]) * 1024, int(status["VmSize"]) * 1024
         memory = int(request["memory"])
-        confine(system_read_paths() + request["read"], [private], request["listing"],
-                memory_bytes=data_now + memory, address_bytes=size_now + memory + (8 << 30),
-                cpu_seconds=request["cpu_seconds"])
+        confine(system_read_paths() + request["read"], [private],
+                request["listing"] + import_path_listing(), memory_bytes=data_now + memory,
+                address_bytes=size_now + memory + (8 << 30), cpu_seconds=request["cpu_seconds"],
+                threads=max(64, 4 * int(request["threads"])))
         _serve(os.fdopen(_IN, "rb"), os.fdopen(_OUT, "wb"), request)
     except BaseException:  # noqa: BLE001 - the process ends here whatever happened
         code = 70
@@ -125,6 +198,10 @@ def _note(exc: BaseException | None, memory: int) -> str:
     if isinstance(exc, MemoryError) or "can't allocate memory" in text or \
             "Cannot allocate memory" in text:
         return f" (past the cage's memory limit, {memory / 2**30:.1f} GiB)"
+    if "File too large" in text:
+        from idaudit.loading.confine import MAX_FILE_BYTES
+
+        return f" (past the cage's file-size limit, {MAX_FILE_BYTES >> 20} MiB)"
     if isinstance(exc, PermissionError) or "Permission denied" in text or \
             "Operation not permitted" in text:
         return f" ({CAGE_REFUSED})"

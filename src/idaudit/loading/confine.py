@@ -36,6 +36,9 @@ from collections.abc import Iterable
 
 #: Landlock's ABI must be at least this (6.2: truncation is a right of its own)
 MIN_LANDLOCK_ABI = 3
+#: the largest file a caged program may write (RLIMIT_FSIZE: SIGXFSZ past it), in its private
+#: directory, the one place it may write
+MAX_FILE_BYTES = 64 << 20
 #: ``IDAUDIT_CAGE=off`` turns the cage off, as on a machine that cannot build one
 OFF_VARIABLE = "IDAUDIT_CAGE"
 
@@ -44,19 +47,8 @@ _PR_GET_SECCOMP = 21
 _SECCOMP_SET_MODE_FILTER = 1
 _CLONE_THREAD = 0x00010000
 
-#: per architecture: (AUDIT_ARCH, seccomp syscall number, denied calls, clone, clone3)
-_ARCHES: dict[str, tuple[int, int, tuple[int, ...], int, int]] = {
-    # socket 41, fork 57, vfork 58, execve 59, execveat 322, io_uring 425-427,
-    # ptrace 101, process_vm_readv/writev 310/311, unshare 272, setns 308, mount 165,
-    # bpf 321, userfaultfd 323, perf_event_open 298, keyctl 250, add_key 248, request_key 249
-    "x86_64": (0xC000003E, 317, (41, 57, 58, 59, 322, 425, 426, 427, 101, 310, 311, 272,
-                                 308, 165, 321, 323, 298, 250, 248, 249), 56, 435),
-    # socket 198, execve 221, execveat 281, io_uring 425-427, ptrace 117,
-    # process_vm 270/271, unshare 97, setns 268, mount 40, bpf 280, userfaultfd 282,
-    # perf_event_open 241, keyctl 219, add_key 217, request_key 218
-    "aarch64": (0xC00000B7, 277, (198, 221, 281, 425, 426, 427, 117, 270, 271, 97, 268,
-                                  40, 280, 282, 241, 219, 217, 218), 220, 435),
-}
+#: per architecture: (AUDIT_ARCH, the seccomp call's number)
+_ARCHES: dict[str, tuple[int, int]] = {"x86_64": (0xC000003E, 317), "aarch64": (0xC00000B7, 277)}
 
 
 def _machine() -> str:
@@ -114,21 +106,60 @@ def _bpf(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def seccomp_program(machine: str | None = None) -> bytes:
-    """The cage's seccomp BPF program for ``machine`` (this one by default), as bytes."""
-    arch, _, denied, clone, clone3 = _ARCHES[machine or _machine()]
+def seccomp_program(machine: str | None = None, pid: int | None = None) -> bytes:
+    """The cage's seccomp BPF program for ``machine`` (this one by default), as bytes: the
+    allow list of :mod:`idaudit.loading.syscalls` — each allowed call passes, ``clone`` only
+    for a thread, ``clone3`` answers ENOSYS, ``prctl`` refuses the options that detach,
+    ``ioctl`` passes only its listed requests, and the calls aimed at a process pass only for
+    ``pid`` (this process by default) — and EPERM for every other call. Another architecture's
+    calls (x32 included) kill the process.
+
+    Args:
+        machine: ``x86_64`` or ``aarch64``.
+        pid: the process the filter will confine (the caller, by default).
+
+    Returns:
+        The program, 8 bytes an instruction.
+    """
+    from idaudit.loading import syscalls
+
+    machine = machine or _machine()
+    arch, _ = _ARCHES[machine]
+    numbers = syscalls.NUMBERS[machine]
+    pid = os.getpid() if pid is None else pid
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, …
     allow, kill = 0x7FFF0000, 0x80000000
     eperm, enosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+
+    def arg(i: int) -> bytes:  # the low 32 bits of argument i (little-endian seccomp_data)
+        return _bpf(ld, 16 + 8 * i)
+
+    def only(nr: int, rule: list[bytes]) -> list[bytes]:
+        """nr: run ``rule`` (which ends every path in a return); other calls skip it."""
+        return [_bpf(jeq, nr, 0, len(rule))] + rule
+
+    def one_of(values: tuple[int, ...], then: int, otherwise: int) -> list[bytes]:
+        out = []
+        for i, v in enumerate(values):  # jump to the `then` return past the rest
+            out.append(_bpf(jeq, v, len(values) - i, 0))
+        return out + [_bpf(ret, otherwise), _bpf(ret, then)]
+
     prog = [_bpf(ld, 4), _bpf(jeq, arch, 1, 0), _bpf(ret, kill),  # seccomp_data.arch
             _bpf(ld, 0),                                          # seccomp_data.nr
-            _bpf(jge, 0x40000000, 0, 1), _bpf(ret, eperm)]         # x32 calls
-    for nr in denied:
-        prog += [_bpf(jeq, nr, 0, 1), _bpf(ret, eperm)]
-    prog += [_bpf(jeq, clone3, 0, 1), _bpf(ret, enosys)]
-    prog += [_bpf(jeq, clone, 0, 3), _bpf(ld, 16),                # args[0]: the clone flags
-             _bpf(jset, _CLONE_THREAD, 1, 0), _bpf(ret, eperm)]
-    prog += [_bpf(ret, allow)]
+            _bpf(jge, 0x40000000, 0, 1), _bpf(ret, kill)]          # x32 calls
+    plain = [n for names in syscalls.ALLOWED.values() for n in names if n in numbers]
+    for name in plain:
+        prog += [_bpf(jeq, numbers[name], 0, 1), _bpf(ret, allow)]
+    prog += only(numbers[syscalls.CLONE3], [_bpf(ret, enosys)])
+    prog += only(numbers[syscalls.CLONE], [arg(0), _bpf(jset, syscalls.CLONE_THREAD, 0, 1),
+                                           _bpf(ret, allow), _bpf(ret, eperm)])
+    prog += only(numbers["prctl"], [arg(0), *one_of(syscalls.PRCTL_REFUSED, eperm, allow)])
+    prog += only(numbers["ioctl"], [arg(1), *one_of(syscalls.IOCTLS, allow, eperm)])
+    for name in syscalls.OWN_PROCESS:
+        if name in numbers:
+            own = (0, pid) if name in syscalls.ZERO_IS_SELF else (pid,)
+            prog += only(numbers[name], [arg(0), *one_of(own, allow, eperm)])
+    prog += [_bpf(ret, eperm)]
     return b"".join(prog)
 
 
@@ -143,7 +174,7 @@ def _apply_seccomp() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    number = _ARCHES[_machine()][1]
+    number = _ARCHES[_machine()][1]  # the filter allows no more seccomp calls
     if libc.syscall(number, _SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(prog)) != 0:
         raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER) failed")
 
@@ -168,6 +199,70 @@ def _apply_landlock(read: Iterable[str], write: Iterable[str], listing: Iterable
     rules.apply()
 
 
+_PR_CAPBSET_DROP = 24
+_PR_SET_SECUREBITS = 28
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+#: noroot, no_setuid_fixup, keep_caps off, no_cap_ambient_raise — each with its lock
+_SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+_CAP_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def capabilities() -> dict[str, int]:
+    """This process's capability sets as /proc/self/status gives them (``CapEff``,
+    ``CapPrm``, ``CapInh``, ``CapBnd``, ``CapAmb``), as integers."""
+    with open("/proc/self/status") as f:
+        return {k: int(v, 16) for k, _, v in (ln.partition(":\t") for ln in f)
+                if k.startswith("Cap")}
+
+
+def drop_capabilities() -> None:
+    """Give up every capability for good: the bounding and ambient sets emptied, the
+    securebits that would give root's powers back on a uid change set and locked, then
+    effective, permitted and inheritable set to nothing. Run as root, the process keeps uid 0
+    but no privilege (no reboot, sethostname, settimeofday, raw I/O, immutable files, real-time
+    scheduling, reading others' files); run as a user, it had none. Raises OSError where a
+    capability survives."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = capabilities()
+    if held.get("CapEff", 0) or held.get("CapPrm", 0):  # root, or a binary given caps
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+        for cap in range(last + 1):
+            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+    left = capabilities()
+    if left.get("CapEff") or left.get("CapPrm") or left.get("CapInh") or left.get("CapAmb") \
+            or (held.get("CapPrm") and left.get("CapBnd")):
+        raise OSError(errno.EPERM, f"capabilities survive the drop ({left})")
+
+
+def _processes_of_this_user() -> int:
+    """How many processes and threads this user has now (what RLIMIT_NPROC counts)."""
+    uid, count = os.getuid(), 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                count += len(os.listdir(f"/proc/{entry}/task")) if \
+                    os.stat(f"/proc/{entry}").st_uid == uid else 0
+            except OSError:
+                pass
+    return count
+
+
 def _limit(which: int, value: int) -> None:
     _, hard = resource.getrlimit(which)
     value = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -176,13 +271,19 @@ def _limit(which: int, value: int) -> None:
 
 def confine(read: Iterable[str], write: Iterable[str], listing: Iterable[str] = (), *,
             memory_bytes: int | None = None, address_bytes: int | None = None,
-            cpu_seconds: int | None = None) -> None:
+            cpu_seconds: int | None = None, threads: int = 256) -> None:
     """Confine this process for good (see the module's docstring): ``read`` the paths it may
     read beneath, ``write`` the directories it may do anything in, ``listing`` directories
     whose names (not contents) it may list; ``memory_bytes`` its private data (RLIMIT_DATA),
     ``address_bytes`` its address space (RLIMIT_AS), ``cpu_seconds`` its CPU time, all threads
-    together (RLIMIT_CPU: SIGXCPU past it). Call it before any thread is started."""
+    together (RLIMIT_CPU: SIGXCPU past it), ``threads`` how many more threads it may start
+    (RLIMIT_NPROC, which counts this user's processes and threads together; root's count is
+    not held to it by the kernel, seccomp's no-new-process is). Every capability is dropped
+    first (:func:`drop_capabilities`). Call it before any thread is started."""
+    _limit(resource.RLIMIT_NPROC, _processes_of_this_user() + threads)
+    drop_capabilities()
     _limit(resource.RLIMIT_CORE, 0)
+    _limit(resource.RLIMIT_FSIZE, MAX_FILE_BYTES)
     if memory_bytes is not None:
         _limit(resource.RLIMIT_DATA, int(memory_bytes))
     if address_bytes is not None:
@@ -194,15 +295,45 @@ def confine(read: Iterable[str], write: Iterable[str], listing: Iterable[str] = 
 
 
 def system_read_paths() -> list[str]:
-    """What any Python process here reads: its interpreter and import path (less the working
-    directory, which ``python -m`` puts on it), the system's shared libraries, and the few
-    /proc, /sys and /dev files that libraries consult."""
+    """What any Python process here reads: its interpreter, standard library and
+    site-packages (the installation's prefixes), idaudit's own package, the system's shared
+    libraries, and the few /proc, /sys and /dev files that libraries consult. Other entries of
+    the import path (a project root on PYTHONPATH or in a ``.pth`` line, a flat-layout
+    editable install) are not among them: their names may be listed
+    (:func:`import_path_listing`), the modules a load names read (the loader adds them)."""
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # idaudit's own
     paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable),
-             os.path.realpath(sys.executable)]
-    here = os.getcwd()  # on the import path under ``python -m``: its files are not the
-    paths += [p for p in sys.path if p and os.path.isabs(p) and p != here]  # environment
+             os.path.realpath(sys.executable), package]
+    paths += _installation_paths()
     paths += ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share/zoneinfo",
               "/etc/ld.so.cache", "/etc/localtime", "/proc/self", "/proc/cpuinfo",
               "/proc/meminfo", "/sys/devices/system/cpu", "/sys/fs/cgroup", "/dev/null",
               "/dev/urandom", "/dev/zero"]
     return [os.path.realpath(p) for p in paths if os.path.exists(p)]
+
+
+def _installation_paths() -> list[str]:
+    """The standard library's and site-packages' directories (sysconfig's and site's)."""
+    import site
+    import sysconfig
+
+    found = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    found += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    return found + ([user] if isinstance(user, str) else [])
+
+
+def import_path_listing() -> list[str]:
+    """The import path's entries outside :func:`system_read_paths` (less the working
+    directory): the cage may list their names, as the import system does to find a module
+    (idaudit's source tree in an editable install, a project on PYTHONPATH), never read their
+    files."""
+    reads = [os.path.realpath(p) for p in system_read_paths()]
+    here = os.path.realpath(os.getcwd())
+    out = []
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry and os.path.isabs(entry) else None
+        if real and real != here and os.path.isdir(real) and not any(
+                real == r or real.startswith(r.rstrip("/") + "/") for r in reads):
+            out.append(real)
+    return out

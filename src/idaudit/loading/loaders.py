@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -41,6 +41,7 @@ from idaudit.core.requests import ENCODER_FORMS, LoadOptions
 from idaudit.loading.architectures import build_arch, import_factory  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
+    from idaudit.loading.wire import Declared as Sent
     from idaudit.worlds import World, WorldSpec
 
 ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed", "angle_sigma")
@@ -688,12 +689,25 @@ def _is_array(obj: Any) -> bool:
     return isinstance(obj, np.ndarray) or (hasattr(obj, "__array__") and not callable(obj))
 
 
-def open_target(target: Any, options: LoadOptions | None = None, embedding: bool = False
-                ) -> Arrays | LoadedEncoder | np.ndarray:
+def open_target(target: Any, options: LoadOptions | None = None, embedding: bool = False,
+                *, arrays_refused: str | None = None) -> Arrays | LoadedEncoder | np.ndarray:
     """What a target holds, opened as ``options`` say (a :class:`LoadOptions`, or any request
     that is one): a path (by :class:`FileKind`, read from its bytes) gives :class:`Arrays` or
     a :class:`LoadedEncoder`; an ``nn.Module`` or callable gives a :class:`LoadedEncoder`.
-    ``embedding`` (consistency): an array file or array gives its embedding ``h`` instead."""
+    ``embedding`` (consistency): an array file or array gives its embedding ``h`` instead.
+
+    Args:
+        target: a path, an ``nn.Module`` or callable, or (``embedding``) an array.
+        options: how it is opened.
+        embedding: open an array file as its embedding ``h``.
+        arrays_refused: where the caller cannot take arrays (``--world`` given to an
+            audit), the line that refuses them: a program in its cage that answers with
+            arrays is refused with it from its answer's header, before a byte of them is read
+            (other files: the caller refuses what it gets, as before).
+
+    Returns:
+        Arrays, an encoder, or (``embedding``) an array.
+    """
     opts = _load_options(options)
     if not isinstance(target, (str, Path)):
         if embedding and _is_array(target):
@@ -710,7 +724,7 @@ def open_target(target: Any, options: LoadOptions | None = None, embedding: bool
         opts.refuse(("time_limit",), f"{path} (it limits programs from files, which run in "
                     "the cage; this file holds no program)")
         return _OPENERS[kind](path, opts, embedding)
-    return _open_program(path, kind, opts, embedding, program)
+    return _open_program(path, kind, opts, embedding, program, arrays_refused)
 
 
 #: set in a cage's own process: there programs are opened as they are
@@ -802,14 +816,68 @@ def _project_paths(path: Path, kind: FileKind, opts: LoadOptions) -> list[str]:
     if opts.trust_pickle:  # a whole pickle may name any class of the project: all its modules
         return [str(p) for p in sorted(cwd.iterdir()) if (p.suffix == ".py" and p.is_file())
                 or (p / "__init__.py").is_file()]
-    return [str(p) for top in sorted(tops) for p in (cwd / f"{top}.py", cwd / top)
-            if p.is_file() or (p / "__init__.py").is_file()]
+    found = [str(p) for top in sorted(tops) for p in (cwd / f"{top}.py", cwd / top)
+             if p.is_file() or (p / "__init__.py").is_file()]
+    return found + [p for top in sorted(tops) if (p := _module_path(top)) is not None]
+
+
+def _module_path(top: str) -> str | None:
+    """Where a top-level module of the import path lives (its package directory or its file),
+    found without importing it (no code of it runs here); None where it is not on the path."""
+    import importlib.machinery
+
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not Path(spec.origin).is_absolute():
+        return None
+    return str(Path(spec.origin).parent if spec.submodule_search_locations else spec.origin)
+
+
+def _answered_arrays(path: Path, embedding: bool, refused: str | None
+                     ) -> Callable[[list[Sent]], None]:
+    """The check of the arrays a caged load answers with, from its header (before a byte of
+    them is read): refused with ``refused`` where the caller cannot take arrays; otherwise
+    only the names a load sends (:data:`ARRAY_KEYS` under ``arrays``, or ``embedding``), and
+    as a file declaring them is (:func:`check_declared`: their elements, and the memory
+    reading them and the audit's copies take).
+
+    Args:
+        path: the target (named in refusals).
+        embedding: the load was asked for an embedding (``{"embedding": h}``).
+        refused: the caller's line refusing arrays, or None where they apply.
+
+    Returns:
+        The check, for :meth:`idaudit.loading.cage.Cage.result`.
+    """
+    from idaudit.loading.wire import WireError
+
+    def check(declared: list[Sent]) -> None:
+        if declared and refused is not None:
+            raise IdauditError(refused)
+        entries: dict[str, _Entry] = {}
+        for place, dtype, shape in declared:
+            top, _, name = place.partition("/")
+            if not (place == "embedding" if embedding else
+                    top == "arrays" and name in ARRAY_KEYS and name not in entries):
+                raise WireError(f"an array at {place[:80]!r}, where a load answers with "
+                                + ("its embedding" if embedding else "arrays named "
+                                   + ", ".join(ARRAY_KEYS)))
+            entries["h" if embedding else name] = (shape, np.dtype(dtype))
+        check_declared(entries, str(path), sum(math.prod(s) * d.itemsize
+                                               for s, d in entries.values()))
+    return check
 
 
 def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool,
-                  what: str) -> Arrays | LoadedEncoder | np.ndarray:
+                  what: str, arrays_refused: str | None = None
+                  ) -> Arrays | LoadedEncoder | np.ndarray:
     """A program from a file, loaded and called in its cage (:mod:`idaudit.loading.cage`);
-    where no cage can be built, refused unless trusted (then opened here)."""
+    where no cage can be built, refused unless trusted (then opened here). A torch.save file
+    unpickled whole may answer with arrays: checked from the answer's header
+    (:func:`_answered_arrays`, ``arrays_refused`` where the caller takes none); other
+    programs answer with none."""
     from idaudit.loading.confine import why_no_cage
 
     why = why_no_cage()
@@ -843,7 +911,7 @@ def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool
                 read=[str(path.resolve())] + project, listing=[cwd] if project else [],
                 seconds=opts.time_limit or CAGE_SECONDS)
     if kind is FileKind.TORCH_SAVE:  # unpickled whole: arrays, or a module
-        opened = cage.result()
+        opened = cage.result(_answered_arrays(path, embedding, arrays_refused))
         if "arrays" in opened:
             cage.close()
             return arrays_from_mapping(opened["arrays"], str(path))

@@ -18,8 +18,17 @@ from typing import Any
 
 from idaudit.core.errors import IdauditError
 
-#: environment variables a cage never sees (their names hold one of these words)
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH", "COOKIE")
+#: the environment variables a cage sees, by name: what the system's libraries, torch's
+#: thread pools, GL and the loaders read; every other one — tokens, URLs holding passwords,
+#: proxies, connection strings, whatever a runner holds — stays out. (The zygote has HOME and
+#: TMPDIR; in a cage they and the caches are its private directory, and HF_HUB_OFFLINE is 1.)
+ENVIRONMENT = ("PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR",
+               "COLUMNS", "LD_LIBRARY_PATH", "MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY",
+               "CUDA_VISIBLE_DEVICES", "IDAUDIT_TRACEBACK")
+#: … and those whose names begin with one of these: locale, OpenMP and BLAS threads, torch's
+#: own switches, numba, Mesa's software GL
+ENVIRONMENT_PREFIXES = ("LC_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH_",
+                        "PYTORCH_", "NUMBA_", "LP_", "MESA_", "EGL_", "NVIDIA_")
 _BOOT = ("import json, sys; s = json.loads(sys.argv[1]); sys.path[:] = s['sys_path']; "
          "from idaudit.loading.cage_child import main; main()")
 
@@ -29,8 +38,23 @@ def import_path() -> list[str]:
     return [os.path.abspath(p or os.getcwd()) for p in sys.path]
 
 
-def _environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not any(w in k.upper() for w in SECRET_WORDS)}
+def cage_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (this process's by default) a cage may see: those
+    :data:`ENVIRONMENT` names, or whose names begin with an :data:`ENVIRONMENT_PREFIXES` entry.
+
+    Args:
+        environ: the environment to filter; ``os.environ`` when None.
+
+    Returns:
+        The filtered copy.
+
+    Example:
+        >>> cage_environment({"OMP_NUM_THREADS": "2", "DATABASE_URL": "postgres://u:p@h/db"})
+        {'OMP_NUM_THREADS': '2'}
+    """
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items()
+            if k in ENVIRONMENT or k.startswith(ENVIRONMENT_PREFIXES)}
 
 
 class _Zygote:
@@ -43,7 +67,7 @@ class _Zygote:
         setup = {"fd": theirs.fileno(), "parent": os.getpid(), "sys_path": import_path()}
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-c", _BOOT, json.dumps(setup)], pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL, env=_environment(), close_fds=True)
+            stdin=subprocess.DEVNULL, env=cage_environment(), close_fds=True)
         theirs.close()
         self.sock = ours
         self.answers = ours.makefile("rb")
