@@ -88,10 +88,11 @@ class IdauditError(ValueError):
 
     exit_code: int = EXIT_USAGE
 
-    def __new__(cls, message: str = "", exit_code: int | None = None, **_: Any) -> IdauditError:
-        if cls is IdauditError:
-            cls = _KINDS.get(EXIT_USAGE if exit_code is None else exit_code, IdauditError)
-        return super().__new__(cls, message)
+    def __new__(cls, *args: Any, **kwargs: Any) -> IdauditError:
+        if cls is IdauditError:  # (message, exit_code): the class of that code
+            code = args[1] if len(args) > 1 else kwargs.get("exit_code")
+            cls = _KINDS.get(EXIT_USAGE if code is None else code, IdauditError)
+        return super().__new__(cls, *args[:1])
 
     def __init__(self, message: str = "", exit_code: int | None = None, *,
                  library: str | None = None) -> None:
@@ -99,8 +100,8 @@ class IdauditError(ValueError):
         self.exit_code = type(self).exit_code if exit_code is None else exit_code
         self.library = library
 
-    def __reduce__(self) -> tuple:  # pickled (a Ray task's error) as made: class, code, line
-        return (type(self), (self.flags_text, self.exit_code), {"library": self.library})
+    def __reduce__(self) -> tuple:  # pickled (a Ray task's error) as it is, subclasses too
+        return (_rebuilt, (type(self), self.args, self.__dict__))
 
     @property
     def flags_text(self) -> str:
@@ -139,6 +140,15 @@ class RunsFailed(IdauditError):
     """A sweep finished with some of its runs failed; a rerun retries them (exit 4)."""
 
     exit_code = EXIT_RUNS_FAILED
+
+
+def _rebuilt(cls: type[IdauditError], args: tuple, state: dict[str, Any]) -> IdauditError:
+    """An unpickled :class:`IdauditError`: its class, message and attributes, as they were
+    (without its ``__init__``, whose arguments a subclass may choose)."""
+    err = Exception.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 #: the class of each exit code (:class:`IdauditError` makes them)
