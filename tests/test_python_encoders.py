@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rounding
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
@@ -193,7 +194,8 @@ def test_several_embed_functions_are_targets_side_by_side(views):
 
 def test_the_lejepa_style_example_runs_as_it_says(tmp_path, monkeypatch):
     """docs/integrations.md's block as written: what it prints is the report's summary and
-    side-by-side table, and the numbers the guide shows are those it prints."""
+    side-by-side table, and the lines the guide shows are those it prints, each trained number
+    within the spread another CPU's kernels give it (tests/rounding.py)."""
     from test_doc_examples import blocks
 
     monkeypatch.chdir(tmp_path)
@@ -208,13 +210,9 @@ def test_the_lejepa_style_example_runs_as_it_says(tmp_path, monkeypatch):
     assert printed.getvalue() == report.summary() + "\n" + report.side_by_side(
         ["r2_h_to_z_heldout", "r2_h_to_z_heldout_floor_high", "orthogonality_error",
          "procrustes_mse", "embed_dim"]) + "\n"
-    text = (ROOT / "docs" / "integrations.md").read_text()
-    shown = text.split(code, 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
-    numbers = [float(v) for v in re.findall(r"-?\d+\.\d+", shown)]
-    got = [float(v) for v in re.findall(r"-?\d+\.\d+", printed.getvalue())]
-    assert len(numbers) == len(got) > 10
-    np.testing.assert_allclose(got, numbers, atol=2e-3)  # another CPU's rounding, no more
-    assert shown.splitlines()[0].split(" — ")[0] == printed.getvalue().split(" — ")[0]
+    # the doc's lines, each number within what another CPU's kernels move it by (a simulation:
+    # tests/rounding.py, docs/data/rounding-spread.json); the verdict and marks exactly
+    rounding.check_printed("integrations", printed.getvalue())
 
 
 def test_a_function_is_not_sent_into_a_program_s_cage(tmp_path):

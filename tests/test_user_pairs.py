@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rounding
 import torch
 
 import idaudit
@@ -127,5 +128,5 @@ def test_the_loop_in_the_docs_runs_on_public_names_and_beats_the_mixing(tmp_path
     assert res.returncode == 0, res.stderr
     verdict, r2, mixing = res.stdout.split()[-3:]
     assert verdict == "pass" and float(r2) >= 0.9 and float(mixing) < 0.1
-    doc = (DOCS / "user-loop.md").read_text()
-    assert f"pass {r2} {mixing}" in doc  # the output the docs show is what it prints
+    # the line the docs show, its numbers within another CPU's spread (tests/rounding.py)
+    rounding.check_printed("user-loop", res.stdout.splitlines()[-1] + "\n")
