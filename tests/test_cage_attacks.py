@@ -425,3 +425,38 @@ def test_remove_tree_unlocks_directories_and_names_what_resists(tmp_path):
         fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0))
         os.close(fd)
     assert remove_tree(stuck) is None
+
+
+def test_the_cage_s_pid_is_asked_once_whichever_thread_asks(probes_scene, monkeypatch):
+    """The time limit's thread and the main thread both ask for a cage's pid (a time-out
+    while idaudit reads its answer): one asks the zygote, the other waits for that answer.
+    Both asking took one answer and left the other reading the socket for ever, holding the
+    zygote's lock (idaudit hung after SIGCONT)."""
+    import threading
+
+    from idaudit.loading.cage import Cage
+
+    root, victim, secret = probes_scene
+    path = _probe(root, "Reboot", victim, secret)
+    cage = Cage(path, {}, False, read=[str(path)], listing=[], seconds=60)
+    try:
+        zygote, asked = cage.process.zygote, []
+        answer = zygote.answer
+
+        def slow_answer(number):  # widen the window in which both threads ask
+            asked.append(number)
+            time.sleep(0.3)
+            return answer(number)
+
+        monkeypatch.setattr(zygote, "answer", slow_answer)
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(cage.process.pid))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert len(got) == 2 and got[0] == got[1] > 0 and asked == [cage.process.spawned]
+    finally:
+        monkeypatch.undo()
+        cage.close()

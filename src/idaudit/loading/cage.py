@@ -63,13 +63,15 @@ class _Process:
     def __init__(self, zygote: _Zygote, spawned: int) -> None:
         self.zygote, self.spawned = zygote, spawned
         self._pid: int | None = None
+        self._asking = threading.Lock()
         self.timed_out = False
 
     @property
     def pid(self) -> int:
-        if self._pid is None:
-            self._pid = int(self.zygote.answer(self.spawned)["pid"])
-        return self._pid
+        with self._asking:  # asked once: a second asker (the timer's thread) waits, then
+            if self._pid is None:  # reads it (it would wait forever for a taken answer)
+                self._pid = int(self.zygote.answer(self.spawned)["pid"])
+            return self._pid
 
     def time_out(self) -> None:
         self.timed_out = True
