@@ -29,6 +29,8 @@ import torch  # noqa: E402
 
 #: variables a runner may hold that must not reach the program (tests/test_cage_attacks.py)
 SECRETS = ta.SECRETS
+#: the start every failure of the encoder's own call shares, shortened in the table
+FAILED = "error: the encoder failed on inputs of shape (2, 4): "
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -72,14 +74,15 @@ def _row(route: str, effect: str, build, flags: list[str], uid: int | None = Non
         after = _tree(Path(tmp))
         lines = (res.stderr.strip() or res.stdout.strip()).splitlines()
         said = lines[-1] if res.returncode else "(the audit's table)"
+        said = said.replace(str(Path(tmp)), "…").replace(FAILED, "failed: ")
         if len(said) > 150:
-            said = said[:70] + " … " + said[-75:]
+            said = said[:147] + "…"
         changed = sorted(set(after) ^ set(before)) + [k for k in before if
                                                         k in after and after[k] != before[k]]
         left = list(private.iterdir())
         trace = "none" if not changed and victim.read_text() == "original\n" and not left else \
             "CHANGED: " + ", ".join(changed + [str(p.name) for p in left] or ["victim"])
-        if any(v in res.stdout + res.stderr for v in (env or {}).values()):
+        if any(v in res.stdout + res.stderr for v in [*SECRETS.values(), tc.SECRET]):
             trace += "; A SECRET WAS PRINTED"
         return (f"| {route} | {effect} | {who} | {' '.join(flags) or 'untrusted'} | "
                 f"{res.returncode} | {trace} | {said.replace('|', '/')} |")
