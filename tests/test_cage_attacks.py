@@ -270,17 +270,23 @@ def _wait_for_the_cage(proc: subprocess.Popen, private_root: Path, seconds: floa
     raise AssertionError("the cage did not start")
 
 
-def test_a_program_does_not_outlive_idaudit(probes_scene, tmp_path):
-    """SIGTERM to idaudit while the program runs (having tried to clear its parent-death
-    signal): the cage is dead within 2 s and its private directory — with a directory in it
-    nobody may list — removed."""
+def _a_running_program(probes_scene, tmp_path: Path, seconds: int):
+    """(idaudit, its cage's pid, the cage's private directory): a program that made a locked
+    directory and sleeps, run with ``--time-limit seconds``."""
     root, victim, secret = probes_scene
     private_root = tmp_path / "tmp"
     private_root.mkdir()
     path = _probe(root, "Locked", victim, secret, extra=True)
-    proc = _idaudit([str(path), "--trust-code", "--time-limit", "120"], root,
+    proc = _idaudit([str(path), "--trust-code", "--time-limit", str(seconds)], root,
                     {"TMPDIR": str(private_root)})
-    cage, private = _wait_for_the_cage(proc, private_root)
+    return (proc, *_wait_for_the_cage(proc, private_root))
+
+
+def test_a_program_does_not_outlive_idaudit(probes_scene, tmp_path):
+    """SIGTERM to idaudit while the program runs (having tried to clear its parent-death
+    signal): the cage is dead within 2 s and its private directory — with a directory in it
+    nobody may list — removed."""
+    proc, cage, private = _a_running_program(probes_scene, tmp_path, 120)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     end = time.monotonic() + 2
@@ -295,16 +301,10 @@ def test_a_program_does_not_outlive_idaudit(probes_scene, tmp_path):
 
 def test_the_zygote_enforces_the_time_limit_while_idaudit_is_stopped(probes_scene, tmp_path):
     """idaudit stopped (SIGSTOP: its own timer cannot fire): the zygote kills the program
-    at its time limit (2 s) plus its grace."""
+    at its time limit (4 s) plus its grace."""
     from idaudit.loading.cage_child import ZYGOTE_GRACE
 
-    root, victim, secret = probes_scene
-    private_root = tmp_path / "tmp"
-    private_root.mkdir()
-    path = _probe(root, "Locked", victim, secret, extra=True)
-    proc = _idaudit([str(path), "--trust-code", "--time-limit", "4"], root,
-                    {"TMPDIR": str(private_root)})
-    cage, _ = _wait_for_the_cage(proc, private_root)
+    proc, cage, _ = _a_running_program(probes_scene, tmp_path, 4)
     proc.send_signal(signal.SIGSTOP)
     try:
         end = time.monotonic() + 4 + ZYGOTE_GRACE + 5
