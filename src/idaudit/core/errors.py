@@ -1,4 +1,7 @@
-"""Errors the CLI turns into a one-line message and an exit code (never a traceback)."""
+"""Errors the CLI turns into a one-line message and an exit code (never a traceback), one
+class per exit code, and the one place text from outside becomes a line: an exception's
+(:func:`first_line`, :func:`error_line`), a file's or a program's (:func:`printable`,
+:func:`one_line`)."""
 
 from __future__ import annotations
 
@@ -208,6 +211,44 @@ def one_line(text: Any, limit: int = 1000) -> str:
         return line
     tail = (limit - 3) // 3
     return f"{line[:limit - 3 - tail]} … {line[len(line) - tail:]}"
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (its type's name where it has none): the
+    exception text in a one-line refusal.
+
+    Example:
+        >>> first_line(ValueError("bad value\\nmore detail"))
+        'bad value'
+    """
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception ``exc`` was raised from (``raise … from``, or raised while
+    handling): ``exc`` itself when there is none."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ if exc.__cause__ is not None else \
+            (None if exc.__suppress_context__ else exc.__context__)
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
+
+
+def error_line(exc: BaseException) -> str:
+    """``Type: first line`` of ``exc``, with its root cause's where that says more:
+    transformers' "Failed to import transformers.models.vit.modeling_vit because of the
+    following error (look up to see its traceback):" becomes "…; caused by
+    ModuleNotFoundError: No module named 'torchvision'"."""
+    text = f"{type(exc).__name__}: {first_line(exc)}"
+    cause = root_cause(exc)
+    inner = first_line(cause)
+    if cause is not exc and inner not in text:
+        text += f"; caused by {type(cause).__name__}: {inner}"
+    return text
 
 
 def internal_error_line(exc: BaseException, what: str | None = None) -> str:

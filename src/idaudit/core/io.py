@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from idaudit.core.errors import IdauditError, printable
+from idaudit.core.errors import IdauditError, first_line, printable
 
 MAX_TEXT_INPUT = 1 << 20  # gate and suite files larger than 1 MiB are refused
 CHECKPOINT_FORMAT = "idaudit-checkpoint"  # safetensors metadata "format" of a checkpoint
@@ -526,37 +526,6 @@ def read_metadata(path: str | Path) -> dict[str, str]:
     except Exception as exc:  # safetensors raises several types for corrupt headers
         raise IdauditError(f"not a readable safetensors file: {path} ({first_line(exc)})") \
             from None
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception ``exc`` was raised from (``raise … from``, or raised while
-    handling): ``exc`` itself when there is none."""
-    seen = {id(exc)}
-    while True:
-        inner = exc.__cause__ if exc.__cause__ is not None else \
-            (None if exc.__suppress_context__ else exc.__context__)
-        if inner is None or id(inner) in seen:
-            return exc
-        seen.add(id(inner))
-        exc = inner
-
-
-def error_line(exc: BaseException) -> str:
-    """``Type: first line`` of ``exc``, with its root cause's where that says more:
-    transformers' "Failed to import transformers.models.vit.modeling_vit because of the
-    following error (look up to see its traceback):" becomes "…; caused by
-    ModuleNotFoundError: No module named 'torchvision'"."""
-    text = f"{type(exc).__name__}: {first_line(exc)}"
-    cause = root_cause(exc)
-    inner = first_line(cause)
-    if cause is not exc and inner not in text:
-        text += f"; caused by {type(cause).__name__}: {inner}"
-    return text
 
 
 def _read_int(path: str) -> int | None:

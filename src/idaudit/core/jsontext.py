@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import first_line as _first_line
+from idaudit.core.errors import first_line as _first_line
 
 MAX_DEPTH = 100  # levels of [ or {: deeper would exhaust Python's recursion limit downstream
 

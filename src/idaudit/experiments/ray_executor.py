@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from idaudit.core.errors import IdauditError
+from idaudit.core.errors import IdauditError, first_line, one_line
 from idaudit.core.version import __version__
 
 #: a task Ray loses to a system failure (its node died, its worker crashed) runs again this
@@ -377,10 +377,10 @@ def check_nodes(ray, shape: TaskShape, stop: Stop | None = None) -> list[dict[st
 
 
 def _first_line(exc: BaseException) -> str:
+    """``Type: first line`` of a Ray error's own cause (the task's exception), else of it."""
     cause = getattr(exc, "cause", None)
     shown = cause if isinstance(cause, BaseException) else exc
-    lines = [li for li in str(shown).strip().splitlines() if li.strip()]
-    return f"{type(shown).__name__}: {lines[0] if lines else ''}"[:500]
+    return one_line(f"{type(shown).__name__}: {first_line(shown)}", 500)
 
 
 def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,

@@ -30,9 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from idaudit.core.errors import IdauditError, printable
-from idaudit.core.io import error_line, root_cause
-from idaudit.core.io import first_line as _first_line
+from idaudit.core.errors import IdauditError, error_line, printable, root_cause
+from idaudit.core.errors import first_line as _first_line
 
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
               "pytorch_model.bin.index.json")

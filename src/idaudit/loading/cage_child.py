@@ -213,8 +213,7 @@ def _serve(inp, out, request: dict[str, Any]) -> None:
     import torch
 
     import idaudit.loading.loaders as loaders
-    from idaudit.core.errors import IdauditError
-    from idaudit.core.io import first_line
+    from idaudit.core.errors import IdauditError, first_line
     from idaudit.core.requests import LoadOptions
     from idaudit.loading.wire import read_frame, write_frame
     from idaudit.models.encoders import EncoderFailed, embed

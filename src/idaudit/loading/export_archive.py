@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import first_line as _first_line
+from idaudit.core.errors import first_line as _first_line
 
 # ---- torch.export archives: vetted before torch.export.load runs anything they hold --------
 #

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from idaudit.core.errors import IdauditError, check_seed, latent_indices
+from idaudit.core.errors import first_line as _first_line
 from idaudit.core.io import CHECKPOINT_FORMAT as CHECKPOINT
 from idaudit.core.io import PAIRS_FORMAT, read_metadata
-from idaudit.core.io import first_line as _first_line
 from idaudit.core.jsontext import parse_json_object  # the CLI imports it from here too
 from idaudit.core.limits import check_elements, check_view
 from idaudit.core.requests import ENCODER_FORMS, LoadOptions

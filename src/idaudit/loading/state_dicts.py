@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import first_line as _first_line
+from idaudit.core.errors import first_line as _first_line
 from idaudit.loading.architectures import timm_fit_hint
 
 WRAPPERS = ("module", "_orig_mod")  # DDP / DataParallel, torch.compile

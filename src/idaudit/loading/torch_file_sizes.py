@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from idaudit.core.errors import IdauditError
-from idaudit.core.io import first_line
+from idaudit.core.errors import IdauditError, first_line
 from idaudit.core.limits import check_view
 
 #: the memory the objects unpickled from one byte of pickle can take, at most: an empty set

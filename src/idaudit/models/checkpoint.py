@@ -19,8 +19,8 @@ from typing import Any
 
 from torch import nn
 
-from idaudit.core.errors import MAX_SEED, IdauditError
-from idaudit.core.io import CHECKPOINT_FORMAT, atomic_write, first_line, jsonable, read_metadata
+from idaudit.core.errors import MAX_SEED, IdauditError, first_line
+from idaudit.core.io import CHECKPOINT_FORMAT, atomic_write, jsonable, read_metadata
 from idaudit.core.jsontext import parse_json_object
 from idaudit.core.version import __version__
 from idaudit.models.encoders import build_encoder

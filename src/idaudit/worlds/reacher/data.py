@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.defaults import WORLD_DEFAULTS
-from idaudit.core.errors import IdauditError, check_seed
-from idaudit.core.io import MAX_TEXT_INPUT, atomic_write, check_memory, first_line, write_json
+from idaudit.core.errors import IdauditError, check_seed, first_line
+from idaudit.core.io import MAX_TEXT_INPUT, atomic_write, check_memory, write_json
 from idaudit.core.limits import LIMITS, check
 from idaudit.core.progress import ProgressBar
 from idaudit.maths.ceilings import angle_posterior_mean, wrap_angle

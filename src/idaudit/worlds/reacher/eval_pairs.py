@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from idaudit.core.defaults import WORLD_DEFAULTS
-from idaudit.core.errors import IdauditError, check_seed, printable
-from idaudit.core.io import MAX_TEXT_INPUT, check_memory, first_line, make_temp_dir
+from idaudit.core.errors import IdauditError, check_seed, first_line, printable
+from idaudit.core.io import MAX_TEXT_INPUT, check_memory, make_temp_dir
 from idaudit.core.limits import check
 from idaudit.core.progress import ProgressBar
 from idaudit.worlds.base import EvalSet
