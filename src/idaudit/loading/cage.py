@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -136,6 +137,7 @@ class Cage:
                 os.close(fd)
         self.to = os.fdopen(to_w, "wb")
         self.frm = os.fdopen(from_r, "rb")
+        self.started = time.monotonic()
         self.timer = threading.Timer(seconds, self.process.time_out)
         self.timer.daemon = True
         self.timer.start()
@@ -205,7 +207,9 @@ class Cage:
         status = self.process.status()
         last = self._last_line()
         self._finalize()
-        if self.process.timed_out:
+        # past its time limit whoever killed it: idaudit's timer, or the zygote while idaudit
+        # was stopped (the timer's thread may not have run yet when the answer's EOF comes)
+        if self.process.timed_out or time.monotonic() - self.started >= self.seconds:
             return IdauditError(f"{self.target}: the program ran past the cage's time limit "
                                 f"({self.seconds:g} s); --time-limit gives it more",
                                 EXIT_INCONCLUSIVE)
