@@ -181,8 +181,9 @@ def _confined(request: dict[str, Any], fds: list[int]) -> None:
                   open("/proc/self/status").read().splitlines() if k.startswith("Vm")}
         data_now, size_now = int(status["VmData"]) * 1024, int(status["VmSize"]) * 1024
         memory = int(request["memory"])
-        confine(system_read_paths() + request["read"], [private],
-                request["listing"] + import_path_listing(), memory_bytes=data_now + memory,
+        system = system_read_paths()
+        confine(system + request["read"], [private],
+                request["listing"] + import_path_listing(system), memory_bytes=data_now + memory,
                 address_bytes=size_now + memory + (8 << 30), cpu_seconds=request["cpu_seconds"],
                 threads=max(64, 4 * int(request["threads"])))
         _serve(os.fdopen(_IN, "rb"), os.fdopen(_OUT, "wb"), request)

@@ -323,12 +323,11 @@ def _installation_paths() -> list[str]:
     return found + ([user] if isinstance(user, str) else [])
 
 
-def import_path_listing() -> list[str]:
-    """The import path's entries outside :func:`system_read_paths` (less the working
-    directory): the cage may list their names, as the import system does to find a module
-    (idaudit's source tree in an editable install, a project on PYTHONPATH), never read their
-    files."""
-    reads = [os.path.realpath(p) for p in system_read_paths()]
+def import_path_listing(reads: list[str]) -> list[str]:
+    """The import path's entries outside ``reads`` (:func:`system_read_paths`, as the caller
+    has them; real paths) and the working directory: the cage may list their names, as the
+    import system does to find a module (idaudit's source tree in an editable install, a
+    project on PYTHONPATH), never read their files."""
     here = os.path.realpath(os.getcwd())
     out = []
     for entry in sys.path:
