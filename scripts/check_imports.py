@@ -38,7 +38,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "evaluations": ("evaluations/",),
     "experiments": ("experiments/",),
     "entry": ("cli/", "__init__.py", "__main__.py", "_entry.py", "doctor.py", "testing.py",
-              "lightning.py"),
+              "metrics.py", "lightning.py"),
 }
 
 #: upward imports allowed, (importer, imported) → why; each only inside a function

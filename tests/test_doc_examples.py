@@ -73,6 +73,8 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("docs/sweeps.md", "idaudit sweep grid --seeds 1 --steps 4000 --out sweeps/grid"):
         f"{SHRUNK} (each suite cut to one or two 100-step runs; my_grid.toml is the TOML block "
         "of the same page)",
+    ("docs/metrics.md", "import numpy as np"):
+        "tests/test_functional_metrics.py::test_the_docs_example_runs",
     ("docs/user-loop.md", "import idaudit"):
         "tests/test_user_pairs.py::test_the_loop_in_the_docs_runs_on_public_names_and_beats_the_mixing",
 }
