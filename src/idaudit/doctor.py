@@ -182,6 +182,34 @@ def _check_cage() -> dict[str, Any]:
                   "pip install py-landlock")
 
 
+def _check_plugins() -> list[dict[str, Any]]:
+    """One row per plugin (an ``idaudit.worlds``, ``idaudit.objectives``, ``idaudit.metrics``
+    or ``idaudit.formats`` entry point of another package): loaded and checked as the
+    registry would, ``ok`` when it is what its group holds."""
+    from idaudit.core.errors import IdauditError, one_line
+    from idaudit.core.registered import BY_GROUP
+    from idaudit.core.registry import GROUPS
+
+    checks = []
+    for group, registry in BY_GROUP.items():
+        try:
+            found = registry.plugins()
+        except IdauditError as exc:
+            checks.append(_check(f"{GROUPS[group]} plugins", False, one_line(str(exc)),
+                                 "uninstall or rename one of them"))
+            continue
+        for name, plugin in found.items():
+            try:
+                registry.get(name)
+            except IdauditError as exc:
+                checks.append(_check(f"{GROUPS[group]} {name}", False, one_line(str(exc)),
+                                     f"fix or uninstall {plugin.dist}"))
+            else:
+                checks.append(_check(f"{GROUPS[group]} {name}", True,
+                                     f"plugin from {plugin.origin()}"))
+    return checks
+
+
 def run_checks() -> list[dict[str, Any]]:
     """Run every check; each result is ``{"name", "ok", "detail", "fix"}``."""
     from idaudit.core.version import __version__
@@ -212,6 +240,7 @@ def run_checks() -> list[dict[str, Any]]:
 
     checks += _check_vision()
     checks.append(_check_cage())
+    checks += _check_plugins()
 
     have_reacher = True
     imported = _import_without_gl(("mujoco", "dm_control"))

@@ -11,7 +11,7 @@ from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
 from idaudit.cli.output import check_reports, finish
 from idaudit.core.defaults import FLOOR_DRAWS, TEST_FRACTION
 from idaudit.core.errors import check_seed
-from idaudit.core.requests import ENCODER_FORMS, AuditRequest, default
+from idaudit.core.requests import AuditRequest, default, encoder_forms
 
 
 @app.command()
@@ -20,7 +20,7 @@ from idaudit.core.requests import ENCODER_FORMS, AuditRequest, default
 @encoder_flags
 def audit(
     targets: list[Path] = typer.Argument(..., help="encoders or arrays to audit: "
-                                         + ENCODER_FORMS + "; several (e.g. seeds of one "
+                                         + encoder_forms() + "; several (e.g. seeds of one "
                                          "recipe) are gated together, see --reduce"),
     reduce: str = typer.Option(default(AuditRequest, "reduce"), "--reduce", help="with several "
                                "targets, gate the "

@@ -9,7 +9,8 @@ from typing import Any
 import typer
 
 from idaudit.core.defaults import CAGE_SECONDS, WORLD, WORLD_DEFAULTS, default_text
-from idaudit.core.requests import ENCODER_FORMS
+from idaudit.core.registered import WORLDS, choices
+from idaudit.core.requests import encoder_forms
 
 # ---- shared options --------------------------------------------------------------------
 # World options default to None ("not given"): each world fills its own defaults and refuses
@@ -31,9 +32,7 @@ def n_eval_option(what: str, whose: str = "the training") -> Any:
 
 
 WorldOpt = typer.Option(None, "--world", "-w",
-                        help="spiral | banana | sinusoid | nvp (2D RealNVP coupling) | coupling "
-                             f"(any even --dim) | reacher (MuJoCo pixels) (default: {WORLD}, or "
-                             "the world of --data)")
+                        help=f"{choices(WORLDS)} (default: {WORLD}, or the world of --data)")
 DimOpt = typer.Option(None, "--dim", "-n", help="latent dimension (coupling: any even N; 2D "
                       "worlds: 2)")
 SourceOpt = typer.Option(None, "--source", help="latent law: gaussian | laplace | gennorm "
@@ -56,7 +55,7 @@ WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (de
                           "per core)")
 
 
-EncoderArg = typer.Argument(..., help=ENCODER_FORMS)
+EncoderArg = typer.Argument(..., help=encoder_forms())
 ArchOpt = typer.Option(None, "--arch", help="the network plain weights belong to: "
                        "module.path:factory (searched in installed packages, then the working "
                        "directory) or timm:NAME (timm.create_model, no download)")

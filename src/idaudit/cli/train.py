@@ -22,6 +22,7 @@ from idaudit.cli.options import (
     world_default,
 )
 from idaudit.core.defaults import DATA_ROOT, OFFICIAL_LAMB, TRAIN_DEFAULTS, default_text
+from idaudit.core.registered import OBJECTIVES, choices
 from idaudit.core.requests import TrainRequest
 
 
@@ -38,10 +39,7 @@ def train(
                                            "seed of the mixing network g (default "
                                            f"{world_default('mixing_seed')})"),
     objective: str | None = typer.Option(None, "--objective", "-O",
-                                         help="lejepa (λ·SIGReg + (1−λ)·alignment) | whiten "
-                                              "(λ·‖Cov−I‖² + (1−λ)·alignment, VICReg-style) | "
-                                              "vicreg (VICReg as its authors define it, "
-                                              "weights 25/25/1) | infonce"),
+                                         help=choices(OBJECTIVES)),
     lamb: float | None = typer.Option(None, "--lamb", help="regulariser weight λ in [0, 1] "
                                       "(lejepa, whiten)"),
     sigma: str | None = typer.Option(None, "--sigma", help="InfoNCE kernel width σ; "

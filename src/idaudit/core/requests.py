@@ -29,6 +29,25 @@ ENCODER_FORMS = ("an idaudit checkpoint; weights (.safetensors, or a torch.save 
                  "model directory; TorchScript; torch.export .pt2; or arrays holding z, h "
                  "[, h_prime, rho] (.npz, .safetensors, a torch.save dict)")
 
+
+
+def encoder_forms() -> str:
+    """What a target may be: :data:`ENCODER_FORMS`, then the plugin file formats installed
+    (``idaudit.formats`` entry points, by name: nothing is imported).
+
+    Returns:
+        One line, for ``--help`` and the error for a file no format reads.
+
+    Example:
+        >>> encoder_forms().startswith("an idaudit checkpoint")
+        True
+    """
+    from idaudit.core.registered import FORMATS
+
+    return ENCODER_FORMS + "".join(f"; a {name} file ({FORMATS.help(name)})"
+                                   for name in FORMATS.names())
+
+
 #: how token outputs (batch, tokens, dim) become one embedding per input: the first (CLS)
 #: token, the mean over tokens, or all of them flattened
 POOLS = ("cls", "mean", "none")

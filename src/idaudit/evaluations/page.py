@@ -38,7 +38,7 @@ from idaudit.evaluations.report import (
     threshold_text,
     xml_text,
 )
-from idaudit.maths.catalogue import BY_KEY, CATALOGUE
+from idaudit.maths.catalogue import BY_KEY, catalogue
 
 VIEW_FLAGS = (("plot", "--plot"), ("html", "--html"))
 PAGE_DPI = 120
@@ -162,7 +162,7 @@ def _gates(report: Any) -> list[str]:
 
 def _ordered_keys(metrics: dict[str, Any]) -> list[str]:
     """The metrics' keys in catalogue order, any others after them."""
-    known = [m.key for m in CATALOGUE if m.key in metrics]
+    known = [m.key for m in catalogue() if m.key in metrics]
     return known + [k for k in metrics if k not in BY_KEY]
 
 

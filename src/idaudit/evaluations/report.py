@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from idaudit.core.errors import one_line, printable
-from idaudit.maths.catalogue import BY_KEY, CATALOGUE, NEEDS, table_rows
+from idaudit.maths.catalogue import BY_KEY, NEEDS, catalogue, table_rows
 
 #: characters XML 1.0 forbids in a document (C0 controls but tab, line feed and carriage
 #: return; lone surrogates; U+FFFE, U+FFFF)
@@ -84,13 +84,14 @@ def metrics_table(metrics: dict[str, Any], title: str = "identifiability") -> Ta
 def catalogue_table() -> Table:
     """The metric catalogue (``idaudit metrics``): key, label, which way is better, what it
     needs, what it means."""
-    table = Table(title=f"idaudit metrics · {len(CATALOGUE)}")
+    entries = catalogue()
+    table = Table(title=f"idaudit metrics · {len(entries)}")
     table.add_column("key", no_wrap=True)
     table.add_column("label", ratio=2)
     table.add_column("better", no_wrap=True)
     table.add_column("needs", no_wrap=True)
     table.add_column("meaning", style="dim", ratio=3)
-    for m in CATALOGUE:
+    for m in entries:
         table.add_row(m.key, escape(m.label.strip()), m.direction or "—",
                       " ".join(n for n in NEEDS if n in m.needs) or "—", escape(m.meaning))
     return table

@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from idaudit.core.errors import IdauditError, check_seed, latent_indices
+from idaudit.core.errors import IdauditError, UsageError, check_seed, latent_indices, one_line
 from idaudit.core.errors import first_line as _first_line
 from idaudit.core.io import CHECKPOINT_FORMAT as CHECKPOINT
 from idaudit.core.io import PAIRS_FORMAT, read_metadata
 from idaudit.core.jsontext import parse_json_object  # the CLI imports it from here too
 from idaudit.core.limits import check_elements, check_view
-from idaudit.core.requests import ENCODER_FORMS, LoadOptions
+from idaudit.core.registered import FORMATS
+from idaudit.core.requests import LoadOptions, encoder_forms
 from idaudit.loading.architectures import build_arch, import_factory  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # torch and the worlds load only when an encoder is involved
@@ -675,7 +676,62 @@ def _open_torchscript(path: Path, opts: LoadOptions, embedding: bool) -> LoadedE
 
 def _open_unknown(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
     _program_options(opts)
-    raise IdauditError(f"{path} is not a file idaudit reads ({ENCODER_FORMS})")
+    raise IdauditError(f"{path} is not a file idaudit reads ({encoder_forms()})")
+
+
+def plugin_format(path: Path) -> str | None:
+    """The plugin file format (``idaudit.formats`` entry points) whose ``sniff`` claims
+    ``path``, tried only on files no built-in format recognises; None if none does.
+
+    Args:
+        path: a regular file.
+
+    Returns:
+        The format's registered name, or None.
+    """
+    if not FORMATS.plugins():
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
+    claims = [name for name in FORMATS.names()
+              if _plugin_call(name, path, lambda fmt: fmt.sniff(path, head), "recognise")]
+    if len(claims) > 1:
+        raise UsageError(f"{path} is claimed by {len(claims)} plugin file formats: "
+                         f"{', '.join(claims)}")
+    return claims[0] if claims else None
+
+
+def _plugin_call(name: str, path: Path, call: Any, doing: str) -> Any:
+    """``call(format)`` for plugin format ``name``; what it raises other than an
+    :class:`IdauditError` becomes one line naming the plugin."""
+    fmt = FORMATS.get(name)
+    try:
+        return call(fmt)
+    except IdauditError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's code may raise anything
+        raise UsageError(f"plugin file format {name!r} ({FORMATS.origin(name)}) could not "
+                         f"{doing} {path}: {type(exc).__name__}: {one_line(str(exc))}") from None
+
+
+def _open_plugin(path: Path, name: str, opts: LoadOptions, embedding: bool
+                 ) -> Arrays | np.ndarray:
+    """A file of plugin format ``name``: its arrays (or, ``embedding``, its ``h``)."""
+    opts.refuse_all(f"{path} (a {name!r} file, read by a plugin: its arrays are audited as "
+                    "they are)")
+    got = _plugin_call(name, path, lambda fmt: fmt.open(path, embedding), "read")
+    if isinstance(got, Arrays):
+        return got.h if embedding else got
+    if embedding and not isinstance(got, Mapping):
+        return numeric_array(got, f"{path} (plugin file format {name!r})")
+    if not isinstance(got, Mapping):
+        raise UsageError(f"plugin file format {name!r} ({FORMATS.origin(name)}) gave "
+                         f"{type(got).__name__} for {path}, not a mapping of arrays")
+    return _embedding(dict(got), path) if embedding else arrays_from_mapping(dict(got), str(path))
+
 
 
 _OPENERS = {FileKind.NPY: _open_npy, FileKind.NPZ: _open_npz,
@@ -719,6 +775,8 @@ def open_target(target: Any, options: LoadOptions | None = None, embedding: bool
     if kind is not FileKind.LEWM_DIR:
         opts.refuse(("weights",), f"{path} (it chooses the weights file of a LeWM directory "
                     "that holds several)")
+    if kind is FileKind.UNKNOWN and (plugged := plugin_format(path)) is not None:
+        return _open_plugin(path, plugged, opts, embedding)
     program = _program(path, kind, opts)
     if program is None:
         opts.refuse(("time_limit",), f"{path} (it limits programs from files, which run in "

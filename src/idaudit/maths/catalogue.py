@@ -19,8 +19,11 @@ sweep tables. The order of :data:`CATALOGUE` is the order of every table's rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from idaudit.core.errors import UsageError
 
 Direction = Literal["higher", "lower"] | None
 
@@ -231,7 +234,54 @@ CATALOGUE: tuple[Metric, ...] = (
        "per-joint autocorrelation of joint 1 (Reacher trajectory pairs)", row=False, gate=False),
 )
 
-BY_KEY: dict[str, Metric] = {m.key: m for m in CATALOGUE}
+#: the keys of idaudit's own metrics (a plugin's metric group may not report one)
+BUILTIN_KEYS = frozenset(m.key for m in CATALOGUE)
+
+
+def catalogue() -> tuple[Metric, ...]:
+    """Every metric: :data:`CATALOGUE`, then the entries plugins' metric groups declare
+    (``idaudit.metrics`` entry points, loaded now), in their groups' order.
+
+    Returns:
+        The entries, in the order of every table's rows.
+
+    Example:
+        >>> catalogue()[0].key
+        'r2_h_to_z_heldout'
+    """
+    from idaudit.core.registered import METRICS
+
+    plugged = [m for name in sorted(METRICS.plugins()) for m in METRICS.get(name).metrics]
+    if not plugged:
+        return CATALOGUE
+    every = (*CATALOGUE, *plugged)
+    try:
+        _check(every)
+    except ValueError as exc:
+        raise UsageError(f"plugins' {exc}") from None
+    return every
+
+
+class _ByKey(Mapping[str, Metric]):
+    """Every entry of :func:`catalogue` by key (plugins' read when first asked)."""
+
+    def _all(self) -> dict[str, Metric]:
+        return {m.key: m for m in catalogue()}
+
+    def __getitem__(self, key: str) -> Metric:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._all()
+
+
+BY_KEY: Mapping[str, Metric] = _ByKey()
 
 
 def _check(catalogue: tuple[Metric, ...]) -> None:
@@ -253,7 +303,7 @@ _check(CATALOGUE)
 
 def entries(*reports: str) -> list[Metric]:
     """The entries any of ``reports`` holds, in catalogue order."""
-    return [m for m in CATALOGUE if m.reports.intersection(reports)]
+    return [m for m in catalogue() if m.reports.intersection(reports)]
 
 
 def gate_keys(*reports: str) -> frozenset[str]:
@@ -285,4 +335,4 @@ def missing_need(key: str, label_free: bool) -> str:
 
 def catalogue_json() -> list[dict[str, Any]]:
     """The catalogue as a JSON list (``idaudit metrics --json``)."""
-    return [m.to_dict() for m in CATALOGUE]
+    return [m.to_dict() for m in catalogue()]

@@ -20,13 +20,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
 from idaudit.core.defaults import VICREG
 from idaudit.core.errors import IdauditError
-from idaudit.core.registry import Registry
+from idaudit.core.registered import OBJECTIVES, Objective
 from idaudit.maths.epps_pulley import KNOTS, T_MAX
 from idaudit.maths.epps_pulley import grid as ep_grid
 
@@ -278,40 +277,37 @@ def vicreg(h: torch.Tensor, invariance: float = VICREG["invariance"],
 
 # ---- objectives: (h, lamb, sigma, directions) -> (loss, parts) -------------------------
 
-Objective = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
-OBJECTIVES: Registry[Objective] = Registry("objective")
+# Each is declared by name, with its help, in idaudit.core.registered (OBJECTIVES), which
+# imports this module when one is first used; what each is (two views only, takes λ, needs
+# SIGReg's directions) is its Objective here.
 
 
-@OBJECTIVES.register("lejepa")
 def _lejepa(h, lamb: float, sigma: float, directions: torch.Tensor | None):
     sig = sigreg(h, directions)
     align = alignment(h)
     return lamb * sig + (1.0 - lamb) * align, {"sigreg": sig, "alignment": align}
 
 
-@OBJECTIVES.register("whiten")
 def _whiten(h, lamb: float, sigma: float, directions: torch.Tensor | None):
     white = whitening(h)
     align = alignment(h)
     return lamb * white + (1.0 - lamb) * align, {"whitening": white, "alignment": align}
 
 
-@OBJECTIVES.register("infonce")
 def _infonce(h, lamb: float, sigma: float, directions: torch.Tensor | None):
     loss = infonce(h, sigma)
     return loss, {"infonce": loss}
 
 
-@OBJECTIVES.register("vicreg")
 def _vicreg(h, lamb: float | None, sigma: float, directions: torch.Tensor | None):
     """:func:`vicreg` with the authors' weights; ``lamb`` has no meaning for it (refused)."""
     return vicreg(h)
 
 
-#: objectives defined on exactly two views (``--n-views`` above 2 is refused)
-TWO_VIEW_OBJECTIVES = ("infonce", "vicreg")
-#: objectives with no regulariser weight λ (``--lamb`` is refused; infonce takes λ = 0)
-NO_LAMB_OBJECTIVES = ("infonce", "vicreg")
+LEJEPA = Objective(_lejepa, directions=True)
+WHITEN = Objective(_whiten)
+INFONCE = Objective(_infonce, two_views=True, takes_lamb=False)  # λ = 0 where one is asked
+VICREG = Objective(_vicreg, two_views=True, takes_lamb=False)
 
 
 def _lejepa_library(h, lamb: float, sigma: float, directions: torch.Tensor | None,
@@ -324,7 +320,8 @@ def _lejepa_library(h, lamb: float, sigma: float, directions: torch.Tensor | Non
 
 #: the forms of the lejepa objective (``--form``): the paper's λ·S_pooled + (1 − λ)·A, and the
 #: lejepa library's A + λ·S_per-view
-LEJEPA_FORMS: dict[str, Objective] = {"paper": _lejepa, "official": _lejepa_library}
+LEJEPA_FORMS: dict[str, Objective] = {"paper": LEJEPA,
+                                      "official": Objective(_lejepa_library, directions=True)}
 
 
 def objective_for(name: str, form: str | None = None) -> Objective:
@@ -337,7 +334,8 @@ def objective_for(name: str, form: str | None = None) -> Objective:
 
 
 def objective_needs_directions(name: str) -> bool:
-    return name == "lejepa"
+    """Whether objective ``name`` takes SIGReg's random directions each step."""
+    return OBJECTIVES.get(name).directions
 
 
 SIGMA_RULES = ("auto", "sqrtn")

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from idaudit.core.registered import METRICS
 from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
+from idaudit.maths.catalogue import Metric
 from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
 from idaudit.maths.floors import band, floor_latents, shuffled_r2
 from idaudit.maths.gaussianity import sliced_gaussianity
@@ -289,16 +291,33 @@ def _bootstrap(f: Fit) -> dict[str, Any]:
 @dataclass(frozen=True)
 class MetricGroup:
     """Metrics computed together: their ``name``, when they apply (``applies``, given the fit)
-    and the function that computes them. ``core``: kept by a training curve's audit."""
+    and the function that computes them. ``core``: kept by a training curve's audit.
+    ``metrics``: the catalogue entries of the keys ``compute`` returns — a plugin's group
+    declares them here (idaudit's own are in :data:`~idaudit.maths.catalogue.CATALOGUE`).
+
+    A plugin registers one under the ``idaudit.metrics`` entry-point group; its ``compute``
+    reads the :class:`Fit` (``fit.z``-side and ``fit.h``-side blocks of the covariance
+    ``fit.cov``, the train/test split …) and returns ``{key: value}`` for its entries.
+
+    Example:
+        >>> from idaudit.maths.catalogue import Metric
+        >>> g = MetricGroup("width", lambda f: True, lambda f: {"width": 3}, metrics=(
+        ...     Metric("width", "embedding width", None, frozenset(), frozenset({"audit"}),
+        ...            "how many dimensions h has"),))
+        >>> [m.key for m in g.metrics]
+        ['width']
+    """
 
     name: str
     applies: Callable[[Fit], bool]
     compute: Callable[[Fit], dict[str, Any]]
     core: bool = False
+    metrics: tuple[Metric, ...] = ()
 
 
-#: every group of :func:`audit_metrics`, in the order of its keys; adding a metric is an entry
-#: here (or a key in one group's function), its catalogue entry and its docs line
+#: idaudit's own groups of :func:`audit_metrics`, in the order of its keys (registered in
+#: :data:`~idaudit.core.registered.METRICS`, after which plugins' groups run); adding a metric
+#: is an entry here (or a key in one group's function), its catalogue entry and its docs line
 METRIC_GROUPS: tuple[MetricGroup, ...] = (
     MetricGroup("linear", lambda f: True, _linear, core=True),
     MetricGroup("identification", lambda f: True, _identification),
@@ -313,6 +332,64 @@ METRIC_GROUPS: tuple[MetricGroup, ...] = (
     MetricGroup("gaussianity", lambda f: f.options["gauss_slices"] > 0, _gaussianity),
     MetricGroup("bootstrap", lambda f: f.options["bootstrap"] > 0, _bootstrap),
 )
+
+
+for _group in METRIC_GROUPS:
+    METRICS.add(_group.name, _group)
+
+
+def accept_group(name: str, obj: Any) -> MetricGroup:
+    """What a plugin's ``idaudit.metrics`` entry point names, checked: a :class:`MetricGroup`
+    that declares the catalogue entries of its keys, none of them a key idaudit has."""
+    from idaudit.maths.catalogue import BUILTIN_KEYS
+
+    if not isinstance(obj, MetricGroup):
+        raise TypeError(f"got {type(obj).__name__}, not an idaudit.maths.metrics.MetricGroup")
+    if not obj.metrics or not all(isinstance(m, Metric) for m in obj.metrics):
+        raise TypeError("its `metrics` must declare a catalogue entry (Metric) for each key")
+    taken = sorted(m.key for m in obj.metrics if m.key in BUILTIN_KEYS)
+    if taken:
+        raise TypeError(f"it declares {', '.join(taken)}, which idaudit reports already")
+    return obj
+
+
+def metric_groups() -> list[MetricGroup]:
+    """Every group the audit computes: idaudit's own in order, then plugins' by name."""
+    return [METRICS.get(name) for name in METRICS.ordered()]
+
+
+def make_fit(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
+             rho: float | None = None, x: ArrayLike | None = None, *,
+             circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
+             seed: int = 0, test_rows: ArrayLike | None = None, bootstrap: int = 0,
+             confidence: float = 0.95, gauss_sims: int = 0, gauss_slices: int = 64,
+             core: bool = False, angle_sigma: float | None = None,
+             floor_draws: int = 0) -> Fit:
+    """The :class:`Fit` every metric group reads, as :func:`audit_metrics` makes it (a
+    plugin's metric group, or its conformance check, computes on the same).
+
+    Args:
+        z, h, h_prime, rho, x: the audit's arrays (rows first).
+        circular, test_fraction, seed, test_rows: as :func:`audit_metrics` takes them.
+        bootstrap, confidence, gauss_sims, gauss_slices, core, angle_sigma, floor_draws:
+            the options the groups read (``fit.options``).
+
+    Returns:
+        The fit.
+
+    Example:
+        >>> import numpy as np
+        >>> z = np.random.default_rng(0).standard_normal((100, 2))
+        >>> make_fit(z, z).rows
+        100
+    """
+    zt, ht = to_numpy(z), to_numpy(h)
+    zt = zt.reshape(zt.shape[0], -1)
+    ht = ht.reshape(ht.shape[0], -1)
+    options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
+               "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core,
+               "angle_sigma": angle_sigma, "floor_draws": floor_draws}
+    return _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
 
 
 def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
@@ -336,15 +413,12 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     ``floor_draws`` K > 0, the floor group reports what an uninformative encoder of h's width
     reaches on the same rows (K seeded shuffles of z against h), with a ``confidence`` band.
     """
-    zt, ht = to_numpy(z), to_numpy(h)
-    zt = zt.reshape(zt.shape[0], -1)
-    ht = ht.reshape(ht.shape[0], -1)
-    options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
-               "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core,
-               "angle_sigma": angle_sigma, "floor_draws": floor_draws}
-    fit = _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
+    fit = make_fit(z, h, h_prime, rho, x, circular=circular, test_fraction=test_fraction,
+                   seed=seed, test_rows=test_rows, bootstrap=bootstrap, confidence=confidence,
+                   gauss_sims=gauss_sims, gauss_slices=gauss_slices, core=core,
+                   angle_sigma=angle_sigma, floor_draws=floor_draws)
     out: dict[str, Any] = {}
-    for group in METRIC_GROUPS:
+    for group in metric_groups():
         if (group.core or not core) and group.applies(fit):
             out.update(group.compute(fit))
     return out

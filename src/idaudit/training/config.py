@@ -15,7 +15,7 @@ from typing import Any
 from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS, VICREG
 from idaudit.core.errors import IdauditError, check_seed, require
 from idaudit.core.limits import LIMITS, check
-from idaudit.maths.losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES, TWO_VIEW_OBJECTIVES
+from idaudit.maths.losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES
 from idaudit.training.schedule import SCHEDULES
 
 # each field's type (sigma: a number or the name of a rule); None means "not given" except
@@ -178,7 +178,12 @@ class TrainConfig:
         if self.form is not None and self.objective != "lejepa":
             raise IdauditError(f"--form does not apply to --objective {self.objective} (it "
                                "chooses between the lejepa objective's forms)")
-        if self.objective in TWO_VIEW_OBJECTIVES and self.n_views not in (None, 2):
+        objective = OBJECTIVES.get(self.objective)
+        if not objective.takes_lamb and self.lamb is not None and \
+                self.objective not in ("infonce", "vicreg"):
+            raise IdauditError(f"--lamb does not apply to --objective {self.objective} (it has "
+                               "no regulariser weight)")
+        if objective.two_views and self.n_views not in (None, 2):
             why = "it contrasts two views" if self.objective == "infonce" else \
                 "it is defined for two branches"
             raise IdauditError(f"--n-views does not apply to --objective {self.objective} "
@@ -196,8 +201,8 @@ class TrainConfig:
             out.lamb = 0.0
         else:
             out.sigma = None
-        if out.objective == "vicreg":
-            out.lamb = None  # no λ: a world's own default does not apply either
+            if not objective.takes_lamb:
+                out.lamb = None  # no λ: a world's own default does not apply either
         if out.objective != "lejepa":
             out.form = None
         if out.epochs is not None:

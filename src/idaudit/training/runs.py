@@ -25,7 +25,7 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.io import check_outputs, write_json
 from idaudit.core.requests import TrainRequest, unknown_options
 from idaudit.core.version import __version__
-from idaudit.maths.losses import NO_LAMB_OBJECTIVES
+from idaudit.maths.losses import OBJECTIVES
 from idaudit.models.checkpoint import save_checkpoint
 from idaudit.models.encoders import ENCODERS, embed
 from idaudit.training import TrainConfig, estimate_seconds, train
@@ -33,7 +33,7 @@ from idaudit.training.loop import vector_encoder_refused
 from idaudit.worlds import KINDS, World, WorldKind, WorldSpec, build_world, make_spec, world_name
 
 TRAIN_OPTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
-WORLD_OPTIONS = frozenset().union(*(KINDS.get(n).options for n in KINDS.names()))
+WORLD_OPTIONS = frozenset().union(*(KINDS.get(n).options for n in KINDS.builtin()))
 RUN_OPTIONS = frozenset({"world", "recipe"}) | TRAIN_OPTIONS | WORLD_OPTIONS
 EMBEDDING_SAMPLE = 1500  # (z, h) rows kept for the 2D embedding figure
 
@@ -256,7 +256,7 @@ def _sources(kind: WorldKind, name: str, given: dict[str, Any], filled: dict[str
             src = f"world {name}"
         if src == DEFAULT and key.startswith("encoder") and value is None:
             src = f"world {name}: its own encoder"
-        forced = ((key == "lamb" and cfg.objective in NO_LAMB_OBJECTIVES)
+        forced = ((key == "lamb" and not OBJECTIVES.get(cfg.objective).takes_lamb)
                   or (key == "sigma" and cfg.objective != "infonce"))
         if forced and key not in given:
             src = f"objective {cfg.objective}"

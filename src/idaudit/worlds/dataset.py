@@ -16,7 +16,7 @@ import torch
 from idaudit.core.errors import IdauditError, first_line, require
 from idaudit.core.io import read_metadata
 from idaudit.worlds.base import EpochPairs, EvalSet, Pairs, PlanSet, World, stored_pairs, two_views
-from idaudit.worlds.kind import KINDS, WorldKind
+from idaudit.worlds.kind import WorldKind
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type
 from idaudit.worlds.synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SYNTHETIC, SyntheticWorld
 
@@ -187,6 +187,14 @@ class PairsKind(WorldKind):
     def from_spec(self, spec: WorldSpec, base_dir: Path | None = None) -> PairsFileWorld:
         return PairsFileWorld(spec, locate(spec.extra["data"], base_dir, "pairs file"))
 
+    def example_options(self, directory: Path) -> dict[str, Any]:
+        """A pairs file of 256 spiral pairs under ``directory``."""
+        from idaudit.worlds.synthetic import SYNTHETIC, SyntheticWorld, save_pairs
+
+        spec = SYNTHETIC.make_spec("spiral", {})
+        return {"data": str(save_pairs(directory / "pairs.safetensors", SyntheticWorld(spec),
+                                       256, 0))}
+
     def files(self, spec: WorldSpec, base_dir: Path | None = None, **_: Any) -> list[Path]:
         """The pairs file, where :meth:`from_spec` finds it."""
         return [stored_at(spec.extra["data"], base_dir)]
@@ -200,4 +208,4 @@ class PairsKind(WorldKind):
         return {"views": "pair", "epochs": 100}
 
 
-KINDS.add(NAME, PairsKind())
+PAIRS_KIND = PairsKind()  # registered as "pairs" in core/registered.py

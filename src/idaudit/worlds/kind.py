@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from idaudit.core.errors import IdauditError, latent_indices
 from idaudit.core.limits import check
-from idaudit.core.registry import Registry
+from idaudit.core.registered import WORLDS
 from idaudit.worlds.base import EvalSet, World
 from idaudit.worlds.spec import WorldSpec, check_type
 
@@ -69,6 +69,12 @@ class WorldKind(ABC):
         """Rebuild the world (``base_dir``: where relative dataset paths are resolved); by
         default ``world(spec)``, for worlds that need no files."""
         return self.world(spec)  # type: ignore[call-arg]
+
+    def example_options(self, directory: Path) -> dict[str, Any]:
+        """World options that make a small example of this world (its conformance check,
+        :func:`idaudit.testing.check_world`): none for a world that needs no files; a world
+        that reads data writes a small example of it under ``directory`` and names it."""
+        return {}
 
     def files(self, spec: WorldSpec, base_dir: Path | None = None, *,
               cache_dir: str | Path | None = None, data_root: Path | None = None
@@ -129,4 +135,18 @@ class WorldKind(ABC):
         return {}
 
 
-KINDS: Registry[WorldKind] = Registry("world")
+#: every world name → its kind: the registry of :mod:`idaudit.core.registered` (idaudit's own
+#: worlds declared there; plugins' through the ``idaudit.worlds`` entry points)
+KINDS = WORLDS
+
+
+def accept_kind(name: str, obj: Any) -> WorldKind:
+    """What a plugin's ``idaudit.worlds`` entry point names, as a kind: a :class:`WorldKind`
+    instance, or a subclass (made with no arguments)."""
+    if isinstance(obj, type) and issubclass(obj, WorldKind):
+        obj = obj()
+    if not isinstance(obj, WorldKind):
+        raise TypeError(f"got {type(obj).__name__}, not an idaudit.worlds.kind.WorldKind")
+    if not (isinstance(getattr(obj, "world", None), type) and issubclass(obj.world, World)):
+        raise TypeError("its `world` is not a subclass of idaudit.worlds.base.World")
+    return obj

@@ -18,7 +18,7 @@ from idaudit.core.errors import IdauditError, require
 from idaudit.core.io import PAIRS_FORMAT, atomic_write, check_memory
 from idaudit.core.limits import check
 from idaudit.worlds.base import EvalSet, Pairs, PlanSet, World
-from idaudit.worlds.kind import KINDS, WorldKind
+from idaudit.worlds.kind import WorldKind
 from idaudit.worlds.mixings import MIXINGS, CouplingMixing
 from idaudit.worlds.sources import SOURCES, ou_step, sample_source
 from idaudit.worlds.spec import WorldSpec, check_type
@@ -220,9 +220,7 @@ class SyntheticKind(WorldKind):
         return "mlp", {"in_dim": spec.dim, "out_dim": spec.dim}
 
 
-SYNTHETIC = SyntheticKind()
-for _name in SYNTHETIC_WORLDS:
-    KINDS.add(_name, SYNTHETIC)
+SYNTHETIC = SyntheticKind()  # the kind of every name of SYNTHETIC_WORLDS (core/registered.py)
 
 
 def save_pairs(path: str | Path, world: SyntheticWorld, n: int, seed: int) -> Path:

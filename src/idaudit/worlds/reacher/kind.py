@@ -17,7 +17,7 @@ from idaudit.core.defaults import WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError
 from idaudit.worlds.base import EvalSet, World
 from idaudit.worlds.dataset import locate, stored_at
-from idaudit.worlds.kind import KINDS, Recipe, WorldKind
+from idaudit.worlds.kind import Recipe, WorldKind
 from idaudit.worlds.reacher.data import ReacherSpec, build_dataset, read_meta
 from idaudit.worlds.reacher.world import NAME, ReacherWorld, dataset_of
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type
@@ -204,4 +204,4 @@ RECIPES = {
          "--recipe paper runs it").replace(",", " ")),
 }
 
-KINDS.add(NAME, ReacherKind())
+REACHER_KIND = ReacherKind()  # registered as "reacher" in core/registered.py
