@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import idaudit
 from idaudit.cli import app
-from idaudit.core.io import jsonable
+from idaudit.core.jsontext import jsonable
 
 runner = CliRunner()
 

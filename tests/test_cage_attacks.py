@@ -400,7 +400,7 @@ def test_remove_tree_unlocks_directories_and_names_what_resists(tmp_path):
     import fcntl
     import struct
 
-    from idaudit.core.io import remove_tree
+    from idaudit.core.atomic import remove_tree
 
     tree = tmp_path / "private"
     (tree / "a" / "b").mkdir(parents=True)

@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 from conftest import one_line, run
 
+from idaudit.core.atomic import atomic_write, clean_stale_temporaries
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import atomic_write, check_outputs, clean_stale_temporaries, write_json
+from idaudit.core.jsontext import write_json
+from idaudit.core.outputs import check_outputs
 
 IDAUDIT = [sys.executable, "-m", "idaudit.cli"]
 

@@ -263,14 +263,14 @@ def test_stale_temporaries_are_cleaned_and_modes_follow_the_umask(tmp_path):
 def test_killed_world_leaves_nothing_after_the_next_run(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal
-        import idaudit.core.io as io
-        real = io.atomic_write
+        import idaudit.core.atomic as atomic
+        real = atomic.atomic_write
         def killed(path, write):
             def write_then_die(tmp):
                 write(tmp)
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(path, write_then_die)
-        io.atomic_write = killed
+        atomic.atomic_write = killed
         import idaudit.worlds.synthetic as s
         s.atomic_write = killed
         from idaudit.cli import main

@@ -5,7 +5,7 @@ import torch
 from conftest import assert_contract
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import jsonable
+from idaudit.core.jsontext import jsonable
 from idaudit.evaluations.audit import audit
 from idaudit.models.checkpoint import load_checkpoint, save_checkpoint
 from idaudit.training import TrainConfig, constant_then_cosine, train

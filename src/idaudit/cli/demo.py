@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from idaudit.cli.application import app, cli_errors, out
-from idaudit.core.io import check_outputs
+from idaudit.core.outputs import check_outputs
 
 DEMO_MIN_R2 = 0.95  # the demo's gate: the spiral run reaches ≈ 0.98 in its 6000 steps
 
@@ -21,7 +21,7 @@ def demo(
 ) -> None:
     """The whole loop on the spiral world: world → train → audit (gated on held-out R² ≥ 0.95,
     exit codes as audit's) → plan; about a minute on 2 CPU cores."""
-    from idaudit.core.io import write_json
+    from idaudit.core.jsontext import write_json
     from idaudit.evaluations.audit import audit as run_audit
     from idaudit.evaluations.plan import plan as run_plan
     from idaudit.evaluations.report import audit_table, plan_table

@@ -8,7 +8,8 @@ import typer
 
 from idaudit.cli.application import app, cli_errors, out
 from idaudit.cli.output import emit, report_outputs, to_stdout
-from idaudit.core.io import check_outputs, json_text
+from idaudit.core.jsontext import json_text
+from idaudit.core.outputs import check_outputs
 
 
 @app.command("metrics")

@@ -11,7 +11,8 @@ from rich.markup import escape
 
 from idaudit.cli.application import err, out
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import check_outputs, json_text
+from idaudit.core.jsontext import json_text
+from idaudit.core.outputs import check_outputs
 
 
 def to_stdout(path: Path | None) -> bool:
@@ -30,7 +31,7 @@ def report_outputs(named: list[tuple[Path | None, str]]) -> list[tuple[Path | No
 
 def emit(path: Path, text: str) -> None:
     """Write a report's ``text`` to ``path`` atomically, or to stdout for ``-``."""
-    from idaudit.core.io import atomic_write
+    from idaudit.core.atomic import atomic_write
 
     if to_stdout(path):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

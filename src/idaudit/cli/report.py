@@ -19,7 +19,7 @@ def report(
 ) -> None:
     """Aggregate a sweep: mean ± std over seeds as summary.csv and summary.md (the paper's
     table layouts), and the figures the runs support as PNGs under DIR/figures."""
-    from idaudit.core.io import check_outputs
+    from idaudit.core.outputs import check_outputs
     from idaudit.experiments.aggregate import (
         TABLES,
         aggregate,

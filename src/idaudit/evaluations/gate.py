@@ -106,7 +106,7 @@ def directed_thresholds(gate: Any, where: str = "gate",
 
 def load_gate_file(path: str | Path, known: Collection[str] = KNOWN_METRICS) -> list[Threshold]:
     """A TOML gate: ``[min]`` and ``[max]`` tables of ``metric = value``."""
-    from idaudit.core.io import load_toml
+    from idaudit.core.tomlfiles import load_toml
 
     return table_thresholds(load_toml(path, "gate"), f"gate file {path}", known)
 

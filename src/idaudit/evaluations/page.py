@@ -14,8 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from idaudit.core.atomic import atomic_write
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import atomic_write, check_outputs, jsonable
+from idaudit.core.jsontext import jsonable
+from idaudit.core.outputs import check_outputs
 from idaudit.evaluations.figures import (
     MAX_DRAWN,
     PLOT_MISSING,

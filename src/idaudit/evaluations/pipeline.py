@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.errors import IdauditError, check_seed, printable
-from idaudit.core.io import check_outputs
+from idaudit.core.outputs import check_outputs
 from idaudit.core.requests import (
     EmbedRequest,
     EncoderOptions,
@@ -279,7 +279,7 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
     worlds; circular; test_rows where the world fixes the held-out rows; the seed of the
     split), atomically, so that auditing the file gives the audit's numbers. Returns the
     arrays."""
-    from idaudit.core.io import atomic_write
+    from idaudit.core.atomic import atomic_write
 
     check_seed(req.seed)
     out = check_embed_outputs(req.target, req.out, req.encoder)

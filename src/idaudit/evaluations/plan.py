@@ -78,7 +78,7 @@ def plot_plans(result: dict[str, Any], path, max_pairs: int = 12,
         from matplotlib.figure import Figure
     except ImportError:
         raise IdauditError('--plot needs matplotlib: pip install "idaudit[plot]"') from None
-    from idaudit.core.io import atomic_write
+    from idaudit.core.atomic import atomic_write
 
     paths, oracle = np.asarray(result["paths"]), np.asarray(result["oracle_paths"])
     fig = Figure(figsize=(5.5, 5))
@@ -252,7 +252,7 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, **options: Any) -
 def check_plan_memory(pairs: int, waypoints: int, latent_dim: int, embed_dim: int) -> None:
     """Refuse (exit 2) plans whose paths would not fit in memory: the embedding-space lines,
     their decoded and oracle latent paths and the k-NN's work, all float64."""
-    from idaudit.core.io import check_memory
+    from idaudit.core.memory import check_memory
 
     per_point = 8 * (2 * embed_dim + 3 * latent_dim + 10)
     check_memory(pairs * (waypoints + 1) * per_point,

@@ -443,7 +443,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
     import csv
     import io
 
-    from idaudit.core.io import atomic_write
+    from idaudit.core.atomic import atomic_write
 
     out_dir = Path(out_dir)
     cols = sorted({k for r in rows for k in r}, key=lambda k: (k.endswith(("_mean", "_std")), k))

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from idaudit.core.atomic import atomic_write
 from idaudit.core.defaults import WORLD
-from idaudit.core.io import atomic_write
 from idaudit.evaluations.figures import embedding_panels, new_figure
 from idaudit.experiments.aggregate import grid_cells, method_label
 

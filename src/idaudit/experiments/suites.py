@@ -97,7 +97,7 @@ def load_suite(name: str) -> list[dict[str, Any]]:
     path = Path(name)
     if not path.exists():
         raise IdauditError(f"unknown suite {name!r}; valid: {', '.join(SUITES)} or a .toml file")
-    from idaudit.core.io import load_toml
+    from idaudit.core.tomlfiles import load_toml
 
     where = f"suite file {path}"
     data = check_fields(load_toml(path, "suite"), where, {"fixed", "grid"})

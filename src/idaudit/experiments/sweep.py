@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import write_json
+from idaudit.core.jsontext import write_json
 from idaudit.core.requests import SweepRequest, unknown_options
 from idaudit.experiments.execute import (  # noqa: F401 (run_id, execute: the sweep's API too)
     _EXIT_GRACE,
@@ -108,7 +108,7 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     ``OUT/checkpoints/ID.safetensors`` (for ``idaudit audit``/``plan`` afterwards). No file
     a run may write is one of ``reads`` (by default :func:`sweep_inputs` of ``runs``).
     """
-    from idaudit.core.io import refuse_clashes
+    from idaudit.core.outputs import refuse_clashes
     from idaudit.core.progress import ProgressBar
 
     if executor not in ("local", "ray"):
@@ -227,7 +227,7 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
     resumably under ``req.out``; return the counts (total, skipped, ok, failed)."""
     import re
 
-    from idaudit.core.io import check_outputs
+    from idaudit.core.outputs import check_outputs
 
     # a URI (Path("s3://b") reads "s3:/b"), not a path: a directory named "s3:" would be made
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", str(req.out)):
@@ -370,8 +370,8 @@ def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str
         bar: the progress bar, advanced by one.
         checkpoint_dir: where ``--checkpoints`` keeps the run's files, or None.
     """
+    from idaudit.core.atomic import atomic_write
     from idaudit.core.errors import printable
-    from idaudit.core.io import atomic_write
 
     rec, files = own_record(rid, run, rec, checkpoint_dir)
     counts[rec["status"]] += 1

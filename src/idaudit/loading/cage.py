@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from idaudit.core.atomic import remove_tree
 from idaudit.core.errors import EXIT_INCONCLUSIVE, EXIT_USAGE, IdauditError, one_line
-from idaudit.core.io import remove_tree
 from idaudit.loading.confine import why_no_cage  # noqa: F401 - the cage's one availability test
 from idaudit.loading.trust import memory_budget
 from idaudit.loading.wire import Declared

@@ -85,7 +85,7 @@ class _Cages:
 
     def end_all(self) -> None:
         """Kill every cage, reap it and remove its private directory; then exit."""
-        from idaudit.core.io import remove_tree
+        from idaudit.core.atomic import remove_tree
 
         for pid in list(self.private):
             self.kill(pid)

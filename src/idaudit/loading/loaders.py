@@ -33,10 +33,10 @@ import numpy as np
 
 from idaudit.core.errors import IdauditError, UsageError, check_seed, latent_indices, one_line
 from idaudit.core.errors import first_line as _first_line
-from idaudit.core.io import CHECKPOINT_FORMAT as CHECKPOINT
-from idaudit.core.io import PAIRS_FORMAT, read_metadata
 from idaudit.core.jsontext import parse_json_object  # the CLI imports it from here too
 from idaudit.core.limits import check_elements, check_view
+from idaudit.core.metadata import CHECKPOINT_FORMAT as CHECKPOINT
+from idaudit.core.metadata import PAIRS_FORMAT, read_metadata
 from idaudit.core.registered import FORMATS
 from idaudit.core.requests import LoadOptions, encoder_forms
 from idaudit.loading.architectures import build_arch, import_factory  # noqa: F401 - re-exported
@@ -232,7 +232,7 @@ def check_declared(declared: Declared, source: str, read: int = 0) -> None:
     """Before a file's arrays are read: each declared shape within
     :data:`~idaudit.core.limits.ARRAY_ELEMENTS`, and ``read`` (the bytes reading them takes)
     with :func:`audit_bytes` within the memory left — one line (exit 2) otherwise."""
-    from idaudit.core.io import check_memory
+    from idaudit.core.memory import check_memory
 
     for name, (shape, _) in declared.items():
         check_elements(shape, f"{source}: array {name!r}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from idaudit.core.io import memory_left
+from idaudit.core.memory import memory_left
 
 FLAG = "--trust-code"
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from torch import nn
 
+from idaudit.core.atomic import atomic_write
 from idaudit.core.errors import MAX_SEED, IdauditError, first_line
-from idaudit.core.io import CHECKPOINT_FORMAT, atomic_write, jsonable, read_metadata
-from idaudit.core.jsontext import parse_json_object
+from idaudit.core.jsontext import jsonable, parse_json_object
+from idaudit.core.metadata import CHECKPOINT_FORMAT, read_metadata
 from idaudit.core.version import __version__
 from idaudit.models.encoders import build_encoder
 from idaudit.worlds import WorldSpec, validate_spec

@@ -144,7 +144,7 @@ class TrainConfig:
         precedes training included): the evaluation set and a batch take at least 48 bytes a
         pair (z, z′, x, x′, h, h′ of one float32 each; each world checks its own size too),
         the loss curve 8 bytes a step."""
-        from idaudit.core.io import check_memory
+        from idaudit.core.memory import check_memory
 
         for name, value, per_row, what in (
                 ("n_eval", self.n_eval, 48, "an evaluation set of {} pairs"),

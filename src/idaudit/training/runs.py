@@ -22,7 +22,8 @@ import numpy as np
 
 from idaudit.core.defaults import DATA_ROOT, TRAIN_DEFAULTS
 from idaudit.core.errors import IdauditError
-from idaudit.core.io import check_outputs, write_json
+from idaudit.core.jsontext import write_json
+from idaudit.core.outputs import check_outputs
 from idaudit.core.requests import TrainRequest, unknown_options
 from idaudit.core.version import __version__
 from idaudit.maths.losses import OBJECTIVES

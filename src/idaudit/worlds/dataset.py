@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from idaudit.core.errors import IdauditError, first_line, require
-from idaudit.core.io import read_metadata
+from idaudit.core.metadata import read_metadata
 from idaudit.worlds.base import EpochPairs, EvalSet, Pairs, PlanSet, World, stored_pairs, two_views
 from idaudit.worlds.kind import WorldKind
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type

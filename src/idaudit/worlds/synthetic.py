@@ -13,10 +13,12 @@ from typing import Any, ClassVar
 
 import torch
 
+from idaudit.core.atomic import atomic_write
 from idaudit.core.defaults import WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError, require
-from idaudit.core.io import PAIRS_FORMAT, atomic_write, check_memory
 from idaudit.core.limits import check
+from idaudit.core.memory import check_memory
+from idaudit.core.metadata import PAIRS_FORMAT
 from idaudit.worlds.base import EvalSet, Pairs, PlanSet, World
 from idaudit.worlds.kind import WorldKind
 from idaudit.worlds.mixings import MIXINGS, CouplingMixing

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError, check_seed
-from idaudit.core.io import check_outputs
+from idaudit.core.outputs import check_outputs
 from idaudit.core.requests import WorldRequest, unknown_options
 
 

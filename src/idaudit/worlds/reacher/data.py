@@ -24,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from idaudit.core.atomic import atomic_write
 from idaudit.core.defaults import WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError, check_seed, first_line
-from idaudit.core.io import MAX_TEXT_INPUT, atomic_write, check_memory, write_json
+from idaudit.core.jsontext import MAX_TEXT_INPUT, write_json
 from idaudit.core.limits import LIMITS, check
+from idaudit.core.memory import check_memory
 from idaudit.core.progress import ProgressBar
 from idaudit.maths.ceilings import angle_posterior_mean, wrap_angle
 from idaudit.worlds.spec import check_fields, check_numbers, check_type

@@ -41,10 +41,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from idaudit.core.atomic import make_temp_dir
 from idaudit.core.defaults import WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError, check_seed, first_line, printable
-from idaudit.core.io import MAX_TEXT_INPUT, check_memory, make_temp_dir
+from idaudit.core.jsontext import MAX_TEXT_INPUT
 from idaudit.core.limits import check
+from idaudit.core.memory import check_memory
 from idaudit.core.progress import ProgressBar
 from idaudit.worlds.base import EvalSet
 from idaudit.worlds.reacher.data import EVAL_SEED, eval_angles, eval_partners, read_chunk

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from idaudit.core.errors import IdauditError, require
-from idaudit.core.io import check_memory
+from idaudit.core.memory import check_memory
 from idaudit.worlds.base import (
     EpochPairs,
     EvalSet,

@@ -1,0 +1,28 @@
+"""Safetensors metadata: the raw metadata dict of a file, and the "format" values idaudit's own
+files carry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from idaudit.core.errors import IdauditError, first_line
+
+CHECKPOINT_FORMAT = "idaudit-checkpoint"  # safetensors metadata "format" of a checkpoint
+PAIRS_FORMAT = "idaudit-world"  # … of a pairs file written by `idaudit world`
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The raw metadata dict of a safetensors file (errors are one-line, exit 2)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.exists():
+        raise IdauditError(f"not found: {path}")
+    if path.is_dir():
+        raise IdauditError(f"path is a directory: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # safetensors raises several types for corrupt headers
+        raise IdauditError(f"not a readable safetensors file: {path} ({first_line(exc)})") \
+            from None
