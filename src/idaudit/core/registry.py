@@ -128,6 +128,7 @@ class Registry(Generic[T]):
         self._help: dict[str, str] = {}
         self._plugins: dict[str, Plugin] | None = None
         self._from_plugins: set[str] = set()  # plugins' names loaded into _items
+        self._order: list[str] = []  # idaudit's own names, as they were registered
 
     # ---- registering -----------------------------------------------------------------
     def register(self, name: str, help: str = "") -> Callable[[T], T]:
@@ -151,6 +152,7 @@ class Registry(Generic[T]):
     def _claim(self, name: str, help: str) -> None:
         if name in self._items or name in self._lazy:
             raise ValueError(f"{self.kind} {name!r} registered twice")
+        self._order.append(name)
         if help:
             self._help[name] = help
 
@@ -206,7 +208,7 @@ class Registry(Generic[T]):
 
     def builtin(self) -> list[str]:
         """idaudit's own names, in the order they were registered."""
-        return [n for n in [*self._items, *self._lazy] if n not in self._from_plugins]
+        return list(self._order)
 
     def names(self) -> list[str]:
         """Every name, built-in and plugin, sorted (nothing imported)."""

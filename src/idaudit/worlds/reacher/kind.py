@@ -122,6 +122,13 @@ class ReacherKind(WorldKind):
                                "reacher` command to finish it")
         return ReacherWorld(spec_from_dataset(ReacherSpec(**meta["spec"]), root, meta), root)
 
+    def example_options(self, directory: Path) -> dict[str, Any]:
+        """A small dataset rendered under ``directory``: 64 pairs of 16 × 16 images."""
+        options = {"pairs": 64, "n_eval": 64, "image_size": 16}
+        root = directory / "reacher"
+        build_dataset(root, ReacherSpec(**dataset_spec(options)), workers=1)
+        return {"data": str(root)}
+
     def files(self, spec: WorldSpec, base_dir: Path | None = None, *,
               cache_dir: str | Path | None = None, data_root: Path | None = None
               ) -> list[Path]:
