@@ -99,9 +99,9 @@ def why_not_importable(name: str) -> str | None:
 def in_cage(monkeypatch):
     """Open programs from files in this process, as the cage's own process opens them (its
     code, run here unconfined): for tests that look inside the network a file builds."""
-    import idaudit.loading.loaders as loaders
+    import idaudit.loading.programs as programs
 
-    monkeypatch.setattr(loaders, "IN_CAGE", True)
+    monkeypatch.setattr(programs, "IN_CAGE", True)
 
 
 class ForkedCLI:

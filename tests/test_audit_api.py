@@ -591,7 +591,10 @@ def test_paths_given_positionally_are_targets_as_in_the_cli(tmp_path):
 
 
 def test_open_target_dispatches_on_one_enumeration_of_kinds(tmp_path):
-    from idaudit.loading.loaders import Arrays, FileKind, LoadedEncoder, open_target, sniff
+    from idaudit.loading.arrays import Arrays
+    from idaudit.loading.filekinds import FileKind, sniff
+    from idaudit.loading.loaders import open_target
+    from idaudit.loading.opened import LoadedEncoder
 
     _, paths = three_runs(tmp_path)
     np.save(tmp_path / "h.npy", np.load(paths[0])["h"])

@@ -220,7 +220,7 @@ def test_gaussianity_statistic_matches_a_numpy_epps_pulley():
 def test_large_npz_members_are_mapped_and_read_the_same(tmp_path):
     from pathlib import Path
 
-    from idaudit.loading.loaders import _read_npz
+    from idaudit.loading.arrays import _read_npz
 
     rng = np.random.default_rng(0)
     z = rng.standard_normal((3000, 60)).astype(np.float32)  # 720 kB: read

@@ -23,8 +23,9 @@ import torch
 from conftest import run
 
 from idaudit.core.errors import IdauditError
+from idaudit.core.requests import LoadOptions
 from idaudit.loading import confine, wire
-from idaudit.loading.loaders import LoadOptions, load_target
+from idaudit.loading.loaders import load_target
 
 pytestmark = pytest.mark.skipif(confine.why_no_cage() is not None,
                                 reason=f"no cage here: {confine.why_no_cage()}")

@@ -15,7 +15,7 @@ from idaudit.core.errors import IdauditError
 from idaudit.evaluations.audit import audit_inputs
 from idaudit.evaluations.gate import make_threshold
 from idaudit.evaluations.inputs import AuditInputs
-from idaudit.loading.loaders import arrays_from_mapping
+from idaudit.loading.arrays import arrays_from_mapping
 from idaudit.maths.ceilings import angle_posterior_mean, ceiling_predictor, wrap_angle
 from idaudit.maths.metrics import audit_metrics
 from idaudit.maths.moments import split_rows

@@ -34,7 +34,10 @@ from standins import (
 
 import idaudit
 from idaudit.core.errors import IdauditError, library_spelling
-from idaudit.loading.loaders import Arrays, LoadedEncoder, LoadOptions, load_embedding_target, load_target
+from idaudit.core.requests import LoadOptions
+from idaudit.loading.arrays import Arrays
+from idaudit.loading.loaders import load_embedding_target, load_target
+from idaudit.loading.opened import LoadedEncoder
 from idaudit.models.encoders import embed
 
 PROJECT = textwrap.dedent('''
@@ -732,10 +735,11 @@ def test_a_broken_dependency_is_named_in_the_one_line_error(project, tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.modules["transformers.models.vit.modeling_vit"] = None
-        import idaudit.loading.loaders
-        idaudit.loading.loaders.IN_CAGE = True  # the loader's own code, as its cage runs it
+        import idaudit.loading.programs
+        idaudit.loading.programs.IN_CAGE = True  # the loader's own code, as its cage runs it
         from idaudit.core.errors import IdauditError
-        from idaudit.loading.loaders import LoadOptions, load_target
+        from idaudit.core.requests import LoadOptions
+        from idaudit.loading.loaders import load_target
         for trusted in (False, True):  # sized on the meta device first, or loaded at once
             try:
                 load_target({str(tmp_path / "vit")!r}, LoadOptions(trust_pickle=trusted))

@@ -26,7 +26,7 @@ from standins import from_file_module
 
 from idaudit.core.errors import IdauditError
 from idaudit.loading import export_archive
-from idaudit.loading.loaders import import_factory
+from idaudit.loading.architectures import import_factory
 
 WORLD = ("--world", "coupling", "--dim", "4")
 AUDIT = (*WORLD, "--n-eval", "2000", "--gauss-sims", "0")

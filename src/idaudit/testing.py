@@ -230,7 +230,8 @@ def check_format(name: str, directory: str | Path | None = None) -> None:
         name: a registered file format.
         directory: where its example file is written (a temporary directory by default).
     """
-    from idaudit.loading.loaders import Arrays, open_target, plugin_format
+    from idaudit.loading.arrays import Arrays
+    from idaudit.loading.loaders import open_target, plugin_format
 
     fmt = FORMATS.get(name)
     assert fmt.description.strip(), f"file format {name!r} has no description"

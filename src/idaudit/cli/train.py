@@ -127,8 +127,8 @@ def train(
     option given explicitly wins. Options that do not apply to the world are refused.
     Defaults left unsaid here: `--show-config` prints each one and its source.
     """
+    from idaudit.core.jsontext import parse_json_object
     from idaudit.evaluations.report import metrics_table
-    from idaudit.loading.loaders import parse_json_object
     from idaudit.training.runs import default_checkpoint_path, resolve_request, run_train
 
     req = TrainRequest(

@@ -44,7 +44,8 @@ from idaudit.evaluations.pipeline import (
     inputs_from_arrays,
     try_encoders,
 )
-from idaudit.loading.loaders import Arrays, numeric_array, open_target
+from idaudit.loading.arrays import Arrays, numeric_array
+from idaudit.loading.loaders import open_target
 from idaudit.maths.metrics import audit_metrics
 
 # "ungated": no threshold was given, so nothing was checked (a report only, exit 0); never

@@ -74,7 +74,7 @@ def embed_runs(targets: list[Any], opts: EncoderOptions, n_eval: int | None = No
     seed). Returns (embeddings, that world, its seed)."""
     from idaudit.core.errors import IdauditError
     from idaudit.evaluations.pipeline import input_adapter, tried_then_set
-    from idaudit.loading.loaders import LoadedEncoder
+    from idaudit.loading.opened import LoadedEncoder
     from idaudit.models.encoders import embed
 
     encoders = [t for t in targets if isinstance(t, LoadedEncoder)]

@@ -13,7 +13,7 @@ import numpy as np
 
 from idaudit.core import limits
 from idaudit.core.errors import IdauditError
-from idaudit.loading.loaders import Arrays
+from idaudit.loading.arrays import Arrays
 
 
 @dataclass

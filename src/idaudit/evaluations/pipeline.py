@@ -25,7 +25,9 @@ from idaudit.core.requests import (
     flat_options,
 )
 from idaudit.evaluations.inputs import AuditInputs, check_embedding_options, frame_sample
-from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, where_to_embed
+from idaudit.loading.arrays import Arrays
+from idaudit.loading.loaders import open_target, where_to_embed
+from idaudit.loading.opened import LoadedEncoder
 from idaudit.maths.linear import to_numpy
 
 

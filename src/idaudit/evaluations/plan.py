@@ -21,7 +21,9 @@ import torch
 
 from idaudit.core.errors import IdauditError, check_seed
 from idaudit.core.requests import PlanRequest, unknown_options
-from idaudit.loading.loaders import Arrays, LoadedEncoder, open_target, world_for_encoder
+from idaudit.loading.arrays import Arrays
+from idaudit.loading.loaders import open_target, world_for_encoder
+from idaudit.loading.opened import LoadedEncoder
 from idaudit.maths.linear import fit_linear_map
 from idaudit.models.encoders import embed
 
@@ -264,7 +266,7 @@ def plan_gallery(z: Any, h: Any, pairs: int = 100, waypoints: int = 20, seed: in
     """Plans between rows of a gallery of latents z and their embeddings h (each samples ×
     dims; values whose squared distances overflow float64 are refused, as NaN and Inf are)."""
     from idaudit.evaluations.inputs import as_matrix, value_problem
-    from idaudit.loading.loaders import numeric_array
+    from idaudit.loading.arrays import numeric_array
 
     z = as_matrix(numeric_array(z, "z").astype(np.float64, copy=False), "z")
     h = as_matrix(numeric_array(h, "h").astype(np.float64, copy=False), "h")

@@ -214,12 +214,15 @@ def _serve(inp, out, request: dict[str, Any]) -> None:
     import torch
 
     import idaudit.loading.loaders as loaders
+    import idaudit.loading.programs as programs
     from idaudit.core.errors import IdauditError, first_line
     from idaudit.core.requests import LoadOptions
+    from idaudit.loading.arrays import ARRAY_KEYS, Arrays
+    from idaudit.loading.opened import LoadedEncoder
     from idaudit.loading.wire import read_frame, write_frame
     from idaudit.models.encoders import EncoderFailed, embed
 
-    loaders.IN_CAGE = True
+    programs.IN_CAGE = True
     torch.set_num_threads(max(1, int(request["threads"])))
     memory = int(request["memory"])
     loaded: Any = None
@@ -232,11 +235,11 @@ def _serve(inp, out, request: dict[str, Any]) -> None:
             if op == "load":
                 opts = LoadOptions(**msg["options"])
                 got = loaders.open_target(msg["target"], opts, msg["embedding"])
-                if isinstance(got, loaders.LoadedEncoder):
+                if isinstance(got, LoadedEncoder):
                     loaded = got
                     answer: dict[str, Any] = {"encoder": True}
-                elif isinstance(got, loaders.Arrays):
-                    answer = {"arrays": {k: np.asarray(v) for k in loaders.ARRAY_KEYS
+                elif isinstance(got, Arrays):
+                    answer = {"arrays": {k: np.asarray(v) for k in ARRAY_KEYS
                                          if (v := getattr(got, k, None)) is not None}}
                 else:
                     answer = {"embedding": np.asarray(got)}
