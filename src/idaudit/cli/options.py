@@ -8,8 +8,9 @@ from typing import Any
 
 import typer
 
-from idaudit.core.defaults import CAGE_SECONDS, WORLD, WORLD_DEFAULTS, default_text
-from idaudit.core.registered import WORLDS, choices
+from idaudit.core.defaults import CAGE_SECONDS, WORLD_DEFAULTS, default_text
+from idaudit.core.options import WORLD as WORLD_OPTIONS
+from idaudit.core.options import Option
 from idaudit.core.requests import encoder_forms
 
 # ---- shared options --------------------------------------------------------------------
@@ -31,28 +32,21 @@ def n_eval_option(what: str, whose: str = "the training") -> Any:
                         f"{world_default('rendered_eval_pairs')} rendered pairs)")
 
 
-WorldOpt = typer.Option(None, "--world", "-w",
-                        help=f"{choices(WORLDS)} (default: {WORLD}, or the world of --data)")
-DimOpt = typer.Option(None, "--dim", "-n", help="latent dimension (coupling: any even N; 2D "
-                      "worlds: 2)")
-SourceOpt = typer.Option(None, "--source", help="latent law: gaussian | laplace | gennorm "
-                         f"(default {world_default('source')})")
-AlphaOpt = typer.Option(None, "--alpha", help="shape α of the gennorm source (2 = Gaussian, "
-                        "1 = Laplace)")
-RhoOpt = typer.Option(None, "--rho", help="OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η "
-                      f"(default {world_default('rho')})")
-LayersOpt = typer.Option(None, "--layers", help=f"coupling layers (default {world_default('layers')}; the "
-                         "encoder matches)")
-TrajectoryOpt = typer.Option(None, "--trajectory/--ou", help="reacher: pairs from episodes of "
-                             "a goal-reaching controller instead of OU pairs", show_default=False)
-StrideOpt = typer.Option(None, "--stride", help="reacher --trajectory: steps between views "
-                         f"(default {world_default('stride')})")
-DataSeedOpt = typer.Option(None, "--data-seed", help="reacher: the dataset's seed (default "
-                           f"{world_default('data_seed')}; separate from the training --seed)")
-ImageSizeOpt = typer.Option(None, "--image-size", help="reacher: image side in pixels, "
-                           f"rendered at that size (default {world_default('image_size')}, the paper's)")
-WorkersOpt = typer.Option(None, "--workers", help="reacher: render processes (default: one "
-                          "per core)")
+def typer_option(option: Option, default: Any = None) -> Any:
+    """The typer parameter of a declared option (:mod:`idaudit.core.options`): its flags,
+    its help (read now: a registry's names, plugins' included) and typer's extras."""
+    return typer.Option(default, *option.flags, help=option.help_text(), **option.typer)
+
+
+def option_flags(param: str, options: tuple[Option, ...], prepare=None):
+    """Give a command the declared ``options`` as flags in place of its parameter ``param``,
+    which receives them as one dict (:func:`flag_group`)."""
+    return flag_group(param, tuple((o.name, o.annotation, typer_option(o)) for o in options),
+                      prepare)
+
+
+WorldOpt, DimOpt, SourceOpt, AlphaOpt, RhoOpt, LayersOpt, TrajectoryOpt, StrideOpt, \
+    ImageSizeOpt, WorkersOpt = (typer_option(o) for o in WORLD_OPTIONS)
 
 
 EncoderArg = typer.Argument(..., help=encoder_forms())

@@ -7,44 +7,25 @@ from pathlib import Path
 import typer
 
 from idaudit.cli.application import app, cli_errors, out
-from idaudit.cli.options import (
-    AlphaOpt,
-    DimOpt,
-    ImageSizeOpt,
-    LayersOpt,
-    RhoOpt,
-    SourceOpt,
-    StrideOpt,
-    TrajectoryOpt,
-    WorkersOpt,
-    WorldOpt,
-    world_default,
-)
+from idaudit.cli.options import option_flags, world_default
+from idaudit.core.options import WORLD
 from idaudit.core.requests import WorldRequest, default
 
 
 @app.command()
 @cli_errors
+@option_flags("options", WORLD)
 def world(
     name: str | None = typer.Argument(None, help="world name (same as --world)"),
-    world_: str | None = WorldOpt,
-    dim: int | None = DimOpt,
-    source: str | None = SourceOpt,
-    alpha: float | None = AlphaOpt,
-    rho: float | None = RhoOpt,
-    layers: int | None = LayersOpt,
+    options: dict = None,  # type: ignore[assignment] - the WORLD flags, one dict
     pairs: int = typer.Option(default(WorldRequest, "pairs"), "--pairs",
                               help="number of (z, z′) pairs"),
     seed: int = typer.Option(default(WorldRequest, "seed"), "--seed", help="the dataset's seed"),
     out_path: Path = typer.Option(..., "--out", "-o", readable=False,
                                   help="output file (.safetensors), or "
                                   "a directory for reacher"),
-    trajectory: bool | None = TrajectoryOpt,
-    stride: int | None = StrideOpt,
     n_eval: int | None = typer.Option(None, "--n-eval", help="reacher: shared evaluation "
                                       f"images (default {world_default('n_eval')})"),
-    image_size: int | None = ImageSizeOpt,
-    workers: int | None = WorkersOpt,
 ) -> None:
     """Write n positive pairs (z, z′, x, x′) of a world, its spec in the file's metadata.
 
@@ -53,7 +34,5 @@ def world(
     """
     from idaudit.worlds import write as datasets
 
-    out.print(datasets.world(
-        name, progress=True, world=world_, dim=dim, source=source, alpha=alpha, rho=rho,
-        layers=layers, trajectory=trajectory, stride=stride, n_eval=n_eval,
-        image_size=image_size, out=out_path, pairs=pairs, seed=seed, workers=workers))
+    out.print(datasets.world(name, progress=True, **options, n_eval=n_eval, out=out_path,
+                             pairs=pairs, seed=seed))

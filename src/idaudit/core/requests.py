@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
+from idaudit.core import options as _options
 from idaudit.core.defaults import TEST_FRACTION
 from idaudit.core.errors import IdauditError
 
@@ -430,61 +431,44 @@ class EmbedRequest(Composed):
     seed: int | None = None
 
 
-@dataclass
-class TrainRequest(WorldChoice):
-    """Every option of ``idaudit train`` (:func:`idaudit.training.runs.run_train`); ``None`` means
-    "not given" (the resolver fills it and says where from: :func:`idaudit.training.runs.resolve`).
-
-    World options (``world`` … ``data``) and train options (``objective`` …
-    ``encoder_kwargs``, the fields of :class:`~idaudit.training.TrainConfig`) are resolved
-    together; ``out`` is the checkpoint to write (None: none; the CLI picks
-    :func:`idaudit.training.runs.default_checkpoint_path`), ``workers`` the render processes of a
-    Reacher dataset, ``data_root`` where datasets are rendered unless ``data`` names the
-    place (None: :data:`~idaudit.core.defaults.DATA_ROOT`; refused where nothing is rendered).
-    """
-
-    mixing_seed: int | None = None
-    pairs: int | None = None
-    trajectory: bool | None = None
-    mode: str | None = None
-    stride: int | None = None
-    data_seed: int | None = None
-    data: str | Path | None = None
-    recipe: str | None = None
-    objective: str | None = None
-    lamb: float | None = None
-    sigma: float | str | None = None
-    steps: int | None = None
-    epochs: int | None = None
-    batch: int | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    clip: float | None = None
-    schedule: str | None = None
-    seed: int | None = None
-    inits: int | None = None
-    eval_every: int | None = None
-    n_eval: int | None = None
-    n_slices: int | None = None
-    views: str | None = None
-    device: str | None = None
-    encoder: str | None = None
-    encoder_kwargs: dict[str, Any] | None = None
-    form: str | None = None
-    n_views: int | None = None
-    projector: str | None = None
-    out: str | Path | None = None
-    workers: int | None = None
-    data_root: str | Path | None = None
-
+class _TrainRequestMethods:
     def options(self) -> dict[str, Any]:
         """The run options given (every field but ``out``, ``workers``, ``data_root``),
         ``data`` as a string."""
-        given = {f.name: getattr(self, f.name) for f in fields(self)
+        given = {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
                  if f.name not in _NOT_RUN_OPTIONS}
         if given["data"] is not None:
             given["data"] = str(given["data"])
         return {k: v for k, v in given.items() if v is not None}
+
+
+#: how a request holds an option of each kind (the command line's text becomes this)
+_REQUEST_TYPES = {"json": "dict[str, Any] | None", "path": "str | Path | None",
+                  "number-or-rule": "float | str | None"}
+
+
+def request_fields(base: type, options: tuple[Any, ...], *extra: tuple[str, str]
+                   ) -> list[tuple[str, str, Any]]:
+    """The dataclass fields a request takes from option declarations
+    (:mod:`idaudit.core.options`) that ``base`` does not hold already, then ``extra``
+    ``(name, annotation)`` fields; each defaults to None ("not given")."""
+    have = {f.name for f in fields(base)}
+    made = [(o.name, _REQUEST_TYPES.get(o.kind, o.annotation), field(default=None))
+            for o in options if o.name not in have]
+    return made + [(name, annotation, field(default=None)) for name, annotation in extra]
+
+
+TrainRequest = make_dataclass(
+    "TrainRequest", request_fields(WorldChoice, (*_options.WORLD, *_options.TRAIN),
+                                   ("mode", "str | None"), ("out", "str | Path | None")),
+    bases=(_TrainRequestMethods, WorldChoice))
+TrainRequest.__module__ = __name__
+TrainRequest.__doc__ = """Every option of ``idaudit train`` (``run_train``); ``None`` means
+"not given" (the resolver fills it and says where from). World options (``world`` …
+``data``) and train options (``objective`` … ``encoder_kwargs``) are resolved together;
+``out`` is the checkpoint to write, ``workers`` the render processes of a Reacher dataset,
+``data_root`` where datasets are rendered unless ``data`` names the place. The fields are
+made from the declarations of :mod:`idaudit.core.options`."""
 
 
 _NOT_RUN_OPTIONS = frozenset({"out", "workers", "data_root"})

@@ -15,19 +15,13 @@ from typing import Any
 from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS, VICREG
 from idaudit.core.errors import IdauditError, check_seed, require
 from idaudit.core.limits import LIMITS, check
+from idaudit.core.options import TRAIN, kinds
 from idaudit.maths.losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES
 from idaudit.training.schedule import SCHEDULES
 
-# each field's type (sigma: a number or the name of a rule); None means "not given" except
-# for the REQUIRED fields
-FIELD_TYPES = {
-    "objective": "string", "lamb": "number", "steps": "integer", "epochs": "integer",
-    "batch": "integer", "lr": "number", "weight_decay": "number", "clip": "number",
-    "schedule": "string", "seed": "integer", "inits": "integer", "eval_every": "integer",
-    "n_eval": "integer", "n_slices": "integer", "views": "string", "device": "string",
-    "encoder": "string", "encoder_kwargs": "object", "form": "string", "n_views": "integer",
-    "projector": "string",
-}
+# each field's type, as idaudit.core.options declares it (sigma, a number or the name of a
+# rule, is checked apart); None means "not given" except for the REQUIRED fields
+FIELD_TYPES: dict[str, str] = {}  # filled below from the declarations, once TrainConfig exists
 REQUIRED = frozenset({"objective", "batch", "lr", "seed", "inits", "n_slices", "device"})
 #: the defaults :meth:`TrainConfig.resolved` fills in where neither the option nor the world
 #: gives a value (the REQUIRED fields take theirs as the dataclass's field defaults)
@@ -216,3 +210,7 @@ class TrainConfig:
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+FIELD_TYPES.update({name: kind for name, kind in kinds(TRAIN).items()
+                    if name in {f.name for f in dataclasses.fields(TrainConfig)}})

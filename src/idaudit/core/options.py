@@ -1,0 +1,210 @@
+"""Options declared once: name, type, flags, help and constraint of each world and train option.
+
+Each :class:`Option` here is the one place its option is described. What reads them:
+
+* the typer parameters of ``idaudit train`` and ``idaudit world`` (``cli/options.py``:
+  :func:`~idaudit.cli.options.option_flags`), with their ``--help``;
+* the fields of :class:`~idaudit.core.requests.TrainRequest` (made from :data:`WORLD` and
+  :data:`TRAIN`: :func:`request_fields`) and the types
+  :meth:`~idaudit.training.config.TrainConfig.validate` checks (:func:`kinds`);
+* docs/options.md (``scripts/options_table.py`` writes it; a test compares);
+* the invalid values tests/test_options.py tries on the command line (each constraint's
+  :meth:`Option.invalid`).
+
+A constraint is a declaration: ``limit`` names an interval of :data:`idaudit.core.limits.LIMITS`
+(one check, one wording), ``choices`` the values a string may take (a tuple, or the name of a
+registry of :mod:`idaudit.core.registered`, whose names may grow with plugins).
+
+Example:
+    >>> BY_NAME["lamb"].flags, BY_NAME["lamb"].annotation
+    (('--lamb',), 'float | None')
+    >>> BY_NAME["objective"].invalid()
+    'no-such-objective'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from idaudit.core.defaults import DATA_ROOT, OFFICIAL_LAMB, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
+from idaudit.core.defaults import default_text as _text
+
+#: an option's type → (its annotation as typer reads it, the check_type kind)
+KINDS = {"integer": ("int | None", "integer"), "number": ("float | None", "number"),
+         "string": ("str | None", "string"), "flag": ("bool | None", None),
+         "path": ("Path | None", "path"), "json": ("str | None", "object"),
+         "number-or-rule": ("str | None", None)}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its ``name`` (a request field, the flag with dashes), ``kind`` (a key of
+    :data:`KINDS`), ``help`` (text, or a function of nothing returning it, for help read
+    from a registry), the typer spellings (``flags``; by default the name, dashes for underscores), and
+    its constraint: ``limit`` (a key of LIMITS) or ``choices`` (values, or a registry's
+    name: ``"worlds"``, ``"objectives"``). ``typer``: further typer.Option arguments.
+
+    Args:
+        name, kind, help, flags, limit, choices, typer: as above.
+
+    Example:
+        >>> Option("steps", "integer", "training steps").flags
+        ('--steps',)
+    """
+
+    name: str
+    kind: str
+    help: str | Callable[[], str]
+    flags: tuple[str, ...] = ()
+    limit: str | None = None
+    choices: tuple[str, ...] | str | None = None
+    typer: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"option {self.name}: unknown kind {self.kind!r}")
+        if not self.flags:
+            object.__setattr__(self, "flags", ("--" + self.name.replace("_", "-"),))
+
+    @property
+    def flag(self) -> str:
+        """The option's long flag, as errors name it."""
+        return self.flags[0].split("/")[0]
+
+    @property
+    def annotation(self) -> str:
+        return KINDS[self.kind][0]
+
+    def help_text(self) -> str:
+        return self.help() if callable(self.help) else self.help
+
+    def allowed(self) -> tuple[str, ...]:
+        """The values ``choices`` allows now (a registry's names, plugins' included)."""
+        if isinstance(self.choices, str):
+            from idaudit.core import registered
+
+            return tuple(getattr(registered, self.choices.upper()).names())
+        return self.choices or ()
+
+    def invalid(self) -> Any:
+        """A value the constraint refuses (tests try it on the command line), or None."""
+        if self.choices is not None:
+            return f"no-such-{self.name}"
+        if self.limit is not None:
+            from idaudit.core.limits import LIMITS
+
+            lim = LIMITS[self.limit]
+            return lim.low - 1 if lim.low is not None else lim.high + 1
+        return None
+
+
+def _registry_help(name: str, tail: str = "") -> Callable[[], str]:
+    def text() -> str:
+        from idaudit.core import registered
+
+        return registered.choices(getattr(registered, name)) + tail
+
+    return text
+
+
+def _world(key: str) -> str:
+    return _text(WORLD_DEFAULTS[key])
+
+
+#: the world options of ``idaudit train`` and ``idaudit world`` (the same flags, declared once)
+WORLD: tuple[Option, ...] = (
+    Option("world", "string", _registry_help("WORLDS", f" (default: {WORLD}, or the world of "
+                                             "--data)"), ("--world", "-w"), choices="worlds"),
+    Option("dim", "integer", "latent dimension (coupling: any even N; 2D worlds: 2)",
+           ("--dim", "-n")),
+    Option("source", "string", "latent law: gaussian | laplace | gennorm (default "
+           f"{_world('source')})"),
+    Option("alpha", "number", "shape α of the gennorm source (2 = Gaussian, 1 = Laplace)"),
+    Option("rho", "number", "OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η (default "
+           f"{_world('rho')})", limit="rho"),
+    Option("layers", "integer", f"coupling layers (default {_world('layers')}; the encoder "
+           "matches)"),
+    Option("trajectory", "flag", "reacher: pairs from episodes of a goal-reaching controller "
+           "instead of OU pairs", ("--trajectory/--ou",), typer={"show_default": False}),
+    Option("stride", "integer", "reacher --trajectory: steps between views (default "
+           f"{_world('stride')})"),
+    Option("image_size", "integer", "reacher: image side in pixels, rendered at that size "
+           f"(default {_world('image_size')}, the paper's)", limit="image_size"),
+    Option("workers", "integer", "reacher: render processes (default: one per core)"),
+)
+
+#: the options of ``idaudit train`` besides the world's (TrainConfig's and the run's)
+TRAIN: tuple[Option, ...] = (
+    Option("mixing_seed", "integer", "coupling worlds: the seed of the mixing network g "
+           f"(default {_world('mixing_seed')})"),
+    Option("objective", "string", _registry_help("OBJECTIVES"), ("--objective", "-O"),
+           choices="objectives"),
+    Option("lamb", "number", "regulariser weight λ in [0, 1] (lejepa, whiten)", limit="lamb"),
+    Option("sigma", "number-or-rule", "InfoNCE kernel width σ; 'auto' = √((1−ρ_v²)/ρ_v), "
+           "matched to the views' OU channel; 'sqrtn' = √(N/2)"),
+    Option("steps", "integer", "training steps on synthetic worlds"),
+    Option("epochs", "integer", "epochs over the pairs on dataset worlds (reacher, --data)"),
+    Option("batch", "integer", "pairs per step (two views each)"),
+    Option("lr", "number", "peak learning rate"),
+    Option("weight_decay", "number", "AdamW's weight decay (default "
+           f"{_text(TRAIN_DEFAULTS['weight_decay'])}, or the world's recipe's)"),
+    Option("clip", "number", "clip the gradients' norm at this value (default: none, or the "
+           "world's recipe's)"),
+    Option("schedule", "string", "learning-rate schedule: constant_cosine (the peak for the "
+           "first half, then cosine to 0) | cosine_epochs (cosine stepped once per epoch) "
+           f"(default {TRAIN_DEFAULTS['schedule']}, or the world's recipe's)",
+           choices=("constant_cosine", "cosine_epochs")),
+    Option("n_slices", "integer", "random directions of SIGReg's sliced Gaussianity test "
+           f"(lejepa) (default {TRAIN_DEFAULTS['n_slices']})"),
+    Option("seed", "integer", "training seed (initialisation, batches, the evaluation set of "
+           "synthetic worlds)"),
+    Option("inits", "integer", "train K encoders, keep the lowest final loss"),
+    Option("eval_every", "integer", "steps between curve points (0: only at the end)"),
+    Option("n_eval", "integer", "size of the fixed evaluation set (reacher: of the rendered "
+           "evaluation images)", limit="n_eval"),
+    Option("views", "string", "anchor: both views one OU step from a shared z (the paper's "
+           "code; views correlate ρ²) | pair: views (z, z′) (dataset worlds: pair only)",
+           choices=("anchor", "pair")),
+    Option("form", "string", "lejepa: paper (λ·SIGReg of both views pooled + (1 − λ)·"
+           "alignment) | official (the lejepa library's: alignment + λ·SIGReg per view, λ "
+           f"default {_text(OFFICIAL_LAMB)}) (default {TRAIN_DEFAULTS['form']})",
+           choices=("paper", "official")),
+    Option("n_views", "integer", "views per row, each one OU step from a shared anchor (above "
+           f"2: --views anchor, synthetic worlds) (default {TRAIN_DEFAULTS['n_views']})",
+           limit="n_views"),
+    Option("projector", "string", "widths of a projector head, e.g. 256,256,2 (Linear-BN-ReLU, "
+           "last Linear); the objective sees its output, audit and plan the backbone's unless "
+           "--output projector"),
+    Option("encoder", "string", "mlp | coupling | cnn | pixel_cnn (default: the world's own, "
+           "e.g. the matched inverse coupling on coupling; mlp and coupling take their widths "
+           "from a vector world; the run's first line names it)"),
+    Option("encoder_kwargs", "json", "JSON object"),
+    Option("device", "string", "auto (CUDA when present) | cpu | cuda; it chooses the reacher "
+           "recipe"),
+    Option("pairs", "integer", "reacher: rendered training pairs", limit="pairs"),
+    Option("data_seed", "integer", "reacher: the dataset's seed (default "
+           f"{_world('data_seed')}; separate from the training --seed)"),
+    Option("recipe", "string", "reacher: cpu (chosen on a CPU: small images, a lighter CNN, a "
+           "run of minutes) | paper (chosen on CUDA); options given explicitly win"),
+    Option("data", "path", "train on stored pairs: a file from `idaudit world`, or a Reacher "
+           "dataset directory (rendered there if missing)"),
+    Option("data_root", "path", "reacher: where a dataset is rendered unless --data names the "
+           f"place (default: {DATA_ROOT})"),
+)
+
+BY_NAME: dict[str, Option] = {o.name: o for o in (*WORLD, *TRAIN)}
+
+
+def kinds(options: tuple[Option, ...]) -> dict[str, str]:
+    """``{name: check_type kind}`` of the options that have one (TrainConfig's checks).
+
+    Example:
+        >>> kinds(TRAIN)["steps"]
+        'integer'
+    """
+    return {o.name: KINDS[o.kind][1] for o in options if KINDS[o.kind][1] is not None}
+
+
+__all__ = ["BY_NAME", "KINDS", "TRAIN", "WORLD", "Option", "kinds"]
