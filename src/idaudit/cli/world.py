@@ -51,9 +51,9 @@ def world(
     `idaudit world reacher --rho 0.95 --pairs N --out DIR` renders MuJoCo Reacher images
     (resumable: rerun the same command after an interruption).
     """
-    from idaudit.worlds import write as datasets
+    from idaudit.worlds.write import write_world
 
-    out.print(datasets.world(
+    out.print(write_world(
         name, progress=True, world=world_, dim=dim, source=source, alpha=alpha, rho=rho,
         layers=layers, trajectory=trajectory, stride=stride, n_eval=n_eval,
         image_size=image_size, out=out_path, pairs=pairs, seed=seed, workers=workers))
