@@ -1,4 +1,5 @@
-"""The Python API: idaudit.audit / plan / run, typed reports, and assert_identifiable."""
+"""The Python API: one public name per action (idaudit.audit / plan / train …), each taking its
+options as keywords or its request, typed reports, and assert_identifiable."""
 
 import pytest
 import torch
@@ -64,6 +65,29 @@ def test_audit_encoder_on_a_world_and_errors_are_value_errors():
         idaudit.audit(_latents(), _latents(), encoder=Inverse(), world="banana")
 
 
+def test_audit_takes_its_request():
+    """``idaudit.audit(AuditRequest(...))``: the request as it is, the same report as keywords;
+    a request with other arguments is refused."""
+    from idaudit.core.requests import AuditRequest
+
+    z = _latents()
+    req = AuditRequest.from_options(z=z, h=2.0 * z, min_r2=0.9, gauss_sims=0)
+    assert idaudit.audit(req).metrics == idaudit.audit(z, 2.0 * z, min_r2=0.9,
+                                                       gauss_sims=0).metrics
+    for extra in ({"min_r2": 0.5}, {"h": z}, {"encoder": "e.pt"}):
+        with pytest.raises(idaudit.IdauditError, match="AuditRequest alone"):
+            idaudit.audit(req, **extra)
+
+
+def test_train_takes_its_request_alone():
+    from idaudit.core.requests import TrainRequest
+
+    with pytest.raises(idaudit.IdauditError, match="TrainRequest alone"):
+        idaudit.train(TrainRequest(world="spiral"), steps=5)
+    with pytest.raises(idaudit.IdauditError, match="takes a TrainRequest or options"):
+        idaudit.train("spiral")
+
+
 def test_run_ids_hash_the_resolved_config_and_the_version(monkeypatch):
     from idaudit.training import runs
 
@@ -75,13 +99,13 @@ def test_run_ids_hash_the_resolved_config_and_the_version(monkeypatch):
     assert runs.resolve({"world": "spiral"}).id != base
 
 
-def test_run_trains_on_a_pairs_file(tmp_path):
+def test_train_on_a_pairs_file(tmp_path):
     from idaudit.worlds import build_world, make_spec, save_pairs
 
     path = save_pairs(tmp_path / "p.safetensors", build_world(make_spec("banana")), 2000, 0)
-    rec = idaudit.run({"data": str(path), "epochs": 3, "batch": 128, "seed": 1})
+    rec = idaudit.train(data=str(path), epochs=3, batch=128, seed=1)
     assert rec.world["name"] == "pairs" and rec.train["views"] == "pair"
     assert rec.train["epochs"] == 3 and rec.history[0]["epoch_loss"].__len__() == 3
     assert rec.metrics["n_samples"] == 2000
     with pytest.raises(idaudit.IdauditError, match="steps does not apply"):
-        idaudit.run({"data": str(path), "steps": 10})
+        idaudit.train(data=str(path), steps=10)

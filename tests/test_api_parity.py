@@ -206,6 +206,13 @@ def test_plan(tmp_path):
     assert res.exit_code == 0, res.output
     lib = idaudit.plan(enc, world="coupling", dim=4, rho=0.8, pairs=12, gallery=800, seed=2)
     assert lib_json(lib) == json.loads(out.read_text())
+    from idaudit.core.requests import PlanRequest
+
+    req = PlanRequest.from_options(target=enc, world="coupling", dim=4, rho=0.8, pairs=12,
+                                   gallery=800, seed=2)
+    assert lib_json(idaudit.plan(req)) == json.loads(out.read_text())
+    with pytest.raises(idaudit.IdauditError, match="PlanRequest alone"):
+        idaudit.plan(req, pairs=3)
 
 
 def test_consistency(runs, tmp_path):
@@ -218,6 +225,13 @@ def test_consistency(runs, tmp_path):
                          "consistency_procrustes_mse=0.5", "--seed", "1")
     lib = idaudit.consistency(*hs, min_r2=0.9, max={"consistency_procrustes_mse": 0.5}, seed=1)
     assert lib_json(lib) == cli and lib.exit_code == code
+    from idaudit.core.requests import ConsistencyRequest
+
+    req = ConsistencyRequest.from_options(targets=hs, min_r2=0.9, seed=1,
+                                          max={"consistency_procrustes_mse": 0.5})
+    assert lib_json(idaudit.consistency(req)) == cli
+    with pytest.raises(idaudit.IdauditError, match="ConsistencyRequest alone"):
+        idaudit.consistency(req, seed=2)
     assert cli["metrics"]["n_runs"] == 3 and len(cli["metrics"]["pairs"]) == 6
     # arrays in memory give the same numbers (names run0, run1, … instead of file names)
     mem = idaudit.consistency(*(np.load(p) for p in hs), min_r2=0.9, seed=1)
@@ -228,12 +242,11 @@ def test_consistency(runs, tmp_path):
 
 
 def test_train(tmp_path):
-    """`idaudit train` and `idaudit.run_train` of the same request train the same encoder:
+    """`idaudit train` and `idaudit.train` of the same request train the same encoder:
     the CLI's log equals the library's record (same seed, same numbers on the CPU)."""
     from safetensors.torch import load_file
 
     from idaudit.core.requests import TrainRequest
-    from idaudit.training.runs import run_train
 
     opts = {"world": "coupling", "dim": 4, "rho": 0.8, "layers": 2, "steps": 30, "batch": 64,
             "n_eval": 400, "eval_every": 0, "seed": 5, "lamb": 0.01}
@@ -243,7 +256,7 @@ def test_train(tmp_path):
     res = runner.invoke(app, [str(a) for a in args])
     assert res.exit_code == 0, res.output
     cli = json.loads((tmp_path / "cli.log.json").read_text())
-    lib = run_train(TrainRequest(**opts, out=tmp_path / "lib.safetensors"))
+    lib = idaudit.train(TrainRequest(**opts, out=tmp_path / "lib.safetensors"))
     assert lib.id == cli["id"]
     assert json.loads(json.dumps(jsonable(lib.metrics))) == cli["metrics"]
     a, b = load_file(tmp_path / "cli.safetensors"), load_file(tmp_path / "lib.safetensors")
@@ -251,21 +264,29 @@ def test_train(tmp_path):
 
 
 def test_world(tmp_path):
-    """`idaudit world` and `idaudit.world` write the same pairs."""
+    """`idaudit world` and `idaudit.write_world` (keywords or a request) write the same pairs."""
     from safetensors.torch import load_file
+
+    from idaudit.core.requests import WorldRequest
 
     res = runner.invoke(app, ["world", "banana", "--rho", "0.7", "--pairs", "300", "--seed",
                               "4", "--out", str(tmp_path / "cli.safetensors")])
     assert res.exit_code == 0, res.output
-    line = idaudit.world("banana", rho=0.7, pairs=300, seed=4, out=tmp_path / "lib.safetensors")
+    line = idaudit.write_world("banana", rho=0.7, pairs=300, seed=4,
+                               out=tmp_path / "lib.safetensors")
+    idaudit.write_world(WorldRequest(world="banana", rho=0.7, pairs=300, seed=4,
+                                     out=tmp_path / "req.safetensors"))
     a, b = load_file(tmp_path / "cli.safetensors"), load_file(tmp_path / "lib.safetensors")
+    c = load_file(tmp_path / "req.safetensors")
     assert sorted(a) == ["x", "x_prime", "z", "z_prime"] and len(a["z"]) == 300
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)
     assert "300" in line
+    with pytest.raises(idaudit.IdauditError, match="WorldRequest alone"):
+        idaudit.write_world(WorldRequest(world="banana", out=tmp_path / "x.safetensors"), seed=1)
     with pytest.raises(idaudit.IdauditError, match="pairs must be an integer ≥ 1"):
-        idaudit.world("banana", pairs=0, out=tmp_path / "x.safetensors")
+        idaudit.write_world("banana", pairs=0, out=tmp_path / "x.safetensors")
     with pytest.raises(idaudit.IdauditError, match="unknown options: steps"):
-        idaudit.world("banana", steps=3, out=tmp_path / "x.safetensors")
+        idaudit.write_world("banana", steps=3, out=tmp_path / "x.safetensors")
 
 
 def test_sweep(tmp_path):
@@ -302,9 +323,8 @@ def test_sweep(tmp_path):
 
 
 def test_embed(tmp_path):
-    """`idaudit embed` and `run_embed` of the same request write the same arrays."""
+    """`idaudit embed` and `idaudit.embed` (keywords or a request) write the same arrays."""
     from idaudit.core.requests import EmbedRequest
-    from idaudit.evaluations.pipeline import run_embed
 
     enc = tmp_path / "enc.pt"
     torch.jit.trace(torch.nn.Identity(), torch.zeros(1, 4)).save(str(enc))
@@ -312,9 +332,16 @@ def test_embed(tmp_path):
                               "0.8", "--n-eval", "300", "--seed", "2", "--out",
                               str(tmp_path / "cli.npz")])
     assert res.exit_code == 0, res.output
-    run_embed(EmbedRequest.from_options(target=enc, world="coupling", dim=4, rho=0.8, n_eval=300, seed=2,
-                           out=tmp_path / "lib.npz"))
+    opts = {"world": "coupling", "dim": 4, "rho": 0.8, "n_eval": 300, "seed": 2}
+    inp = idaudit.embed(enc, **opts, out=tmp_path / "lib.npz")
+    idaudit.embed(EmbedRequest.from_options(target=enc, **opts, out=tmp_path / "req.npz"))
     a, b = np.load(tmp_path / "cli.npz"), np.load(tmp_path / "lib.npz")
+    c = np.load(tmp_path / "req.npz")
     assert sorted(a.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z"]
-    assert all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert all(np.array_equal(a[k], b[k]) and np.array_equal(a[k], c[k]) for k in a.files)
+    assert np.array_equal(np.asarray(inp.h), a["h"])
+    with pytest.raises(idaudit.IdauditError, match="unknown options: gauss_sims"):
+        idaudit.embed(enc, gauss_sims=0)
+    with pytest.raises(idaudit.IdauditError, match="EmbedRequest alone"):
+        idaudit.embed(EmbedRequest(target=enc), seed=1)
     assert a["h"].shape == (300, 4) and float(a["rho"]) == 0.8 and int(a["seed"]) == 2

@@ -1,4 +1,4 @@
-"""What an audit finds, through the library (``idaudit.audit``, ``run_audit(AuditRequest(…))``):
+"""What an audit finds, through the library (``idaudit.audit``, ``idaudit.audit(AuditRequest(…))``):
 metrics, verdicts, inconclusive reasons, the formats it opens, the values it refuses, several
 targets with ``reduce``, bootstrap gates and ``gauss_sims``. How ``idaudit audit`` parses,
 renders and exits is tests/test_audit_cli.py; that both agree is tests/test_api_parity.py.
@@ -20,7 +20,6 @@ from scipy.stats import ortho_group
 import idaudit
 from idaudit.core.errors import IdauditError, library_spelling
 from idaudit.core.requests import AuditRequest
-from idaudit.evaluations.audit import run_audit
 
 GATE = {"min_r2": 0.999, "max_orthogonality_error": 0.01}
 WORLD = {"world": "coupling", "dim": 4, "n_eval": 2000, "gauss_sims": 0}
@@ -82,7 +81,8 @@ def test_orthogonal_embedding_passes_the_gate(npz_files):
     assert 0.0 < m["gaussianity_p_value"] <= 1.0
     # the same arrays in memory, through the request the CLI builds, give the same numbers
     data = np.load(npz_files["good"])
-    mem = run_audit(AuditRequest.from_options(z=data["z"], h=data["h"], gauss_sims=5, **GATE))
+    mem = idaudit.audit(AuditRequest.from_options(z=data["z"], h=data["h"], gauss_sims=5,
+                                                  **GATE))
     assert mem.verdict == "pass" and mem.metrics == m
 
 
@@ -365,7 +365,7 @@ def test_safetensors_weights_with_arch(arch_dir):
 
 def test_dataset_from_idaudit_world(tmp_path):
     pairs = tmp_path / "pairs.safetensors"
-    idaudit.world("coupling", dim=4, pairs=2000, out=pairs)
+    idaudit.write_world("coupling", dim=4, pairs=2000, out=pairs)
     enc = tmp_path / "enc.pt"
     torch.jit.script(identity_linear()).save(str(enc))
     report = idaudit.audit(encoder=enc, data=pairs, gauss_sims=0)

@@ -81,7 +81,7 @@ def test_a_submodule_of_its_own_and_a_re_export():
     assert fm.audit_metrics is idaudit.maths.metrics.audit_metrics
     assert set(fm.__all__) == {"r2", "per_dim_r2", "procrustes", "orthogonality", "mcc",
                                "epsilon", "delta", "bound", "gaussianity", "audit_metrics"}
-    assert "metrics" not in idaudit.__all__ and "metrics" not in idaudit._LAZY
+    assert "metrics" not in idaudit.__all__ and "metrics" not in idaudit._PUBLIC
     # importing it alone loads no torch (NumPy and SciPy only, as idaudit.maths)
     res = subprocess.run([sys.executable, "-c", "import sys, idaudit.metrics; "
                           "print('torch' in sys.modules)"], capture_output=True, text=True,

@@ -79,7 +79,7 @@ def test_more_than_two_views_need_fresh_anchored_latents(tmp_path):
         world.pair_source("pair", 8, g, torch.device("cpu"), 3)
     with pytest.raises(IdauditError, match="n_views 3 needs views anchor"):
         idaudit.train(world="spiral", views="pair", n_views=3, steps=5)
-    idaudit.world("spiral", pairs=200, out=tmp_path / "p.safetensors")
+    idaudit.write_world("spiral", pairs=200, out=tmp_path / "p.safetensors")
     with pytest.raises(IdauditError, match="n_views 4 needs fresh latents; a pairs file"):
         idaudit.train(data=tmp_path / "p.safetensors", n_views=4, epochs=1)
 

@@ -22,8 +22,8 @@ def demo(
     """The whole loop on the spiral world: world → train → audit (gated on held-out R² ≥ 0.95,
     exit codes as audit's) → plan; about a minute on 2 CPU cores."""
     from idaudit.core.jsontext import write_json
-    from idaudit.evaluations.audit import audit as run_audit
-    from idaudit.evaluations.plan import plan as run_plan
+    from idaudit.evaluations.audit import audit
+    from idaudit.evaluations.plan import plan
     from idaudit.evaluations.report import audit_table, plan_table
     from idaudit.training.runs import run
     from idaudit.worlds import KINDS, make_spec
@@ -37,11 +37,11 @@ def demo(
     record = run({"world": "spiral", "rho": 0.95, "objective": "lejepa", "lamb": 1e-3,
                   "steps": steps, "seed": seed}, out_dir / "spiral-lejepa.safetensors",
                  progress=True)
-    report = run_audit(encoder=record.checkpoint, gauss_sims=0, min_r2=DEMO_MIN_R2)
+    report = audit(encoder=record.checkpoint, gauss_sims=0, min_r2=DEMO_MIN_R2)
     write_json(out_dir / "audit.json", report.to_dict())
     out.print(f"3/4 audit, gated on held-out R²(h → z) ≥ {DEMO_MIN_R2}")
     out.print(audit_table(report))
-    planned = run_plan(record.checkpoint, pairs=100, seed=seed)
+    planned = plan(record.checkpoint, pairs=100, seed=seed)
     write_json(out_dir / "plan.json", planned.to_dict())
     out.print("4/4 plan")
     out.print(plan_table(planned.metrics))

@@ -32,7 +32,7 @@ def world(
     `idaudit world reacher --rho 0.95 --pairs N --out DIR` renders MuJoCo Reacher images
     (resumable: rerun the same command after an interruption).
     """
-    from idaudit.worlds import write as datasets
+    from idaudit.worlds.write import write_world
 
-    out.print(datasets.world(name, progress=True, **options, n_eval=n_eval, out=out_path,
-                             pairs=pairs, seed=seed))
+    out.print(write_world(name, progress=True, **options, n_eval=n_eval, out=out_path,
+                          pairs=pairs, seed=seed))

@@ -357,7 +357,9 @@ def run_audit(req: AuditRequest) -> AuditReport:
 def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None = None, *,
           encoder: Any = None, targets: list[Any] | None = None, **options: Any) -> AuditReport:
     """Audit embeddings or encoders for identifiability; return an :class:`AuditReport`.
-    ``audit("a.npz", "b.npz", reduce="median")`` reads paths as the CLI does: as targets.
+    ``audit("a.npz", "b.npz", reduce="median")`` reads paths as the CLI does: as targets;
+    ``audit(AuditRequest(...))`` audits a request as it is (:func:`run_audit`), with no other
+    argument.
 
     Everything ``idaudit audit`` takes, under its option names (see :class:`AuditRequest`):
     arrays — ``z`` (true latents, n × d), ``h`` (embeddings, n × m), optionally ``h_prime``
@@ -375,6 +377,11 @@ def audit(z: Any = None, h: Any = None, h_prime: Any = None, rho: float | None =
     "inconclusive" when the data cannot support one (collapse, NaN/Inf, too few rows). Bad
     input raises :class:`~idaudit.core.errors.IdauditError` (a ``ValueError``).
     """
+    if isinstance(z, AuditRequest):
+        if h is not None or h_prime is not None or rho is not None or encoder is not None \
+                or targets is not None or options:
+            raise IdauditError("give an AuditRequest alone, or options, not both")
+        return run_audit(z)
     unknown_options(AuditRequest, options, "audit", positional=("targets", "z", "h", "h_prime",
                                                                 "rho"))
     if encoder is not None and targets is not None:

@@ -145,7 +145,16 @@ def run_consistency(req: ConsistencyRequest) -> AuditReport:
 
 def consistency(*targets: Any, **options: Any) -> AuditReport:
     """Do two or more runs agree up to a rotation? Everything ``idaudit consistency`` takes,
-    under its option names (:class:`ConsistencyRequest`); returns the gated report."""
+    under its option names (:class:`ConsistencyRequest`); returns the gated report.
+    ``consistency(ConsistencyRequest(...))`` takes a request as it is
+    (:func:`run_consistency`), with no other argument."""
+    if any(isinstance(t, ConsistencyRequest) for t in targets):
+        if len(targets) > 1 or options:
+            from idaudit.core.errors import IdauditError
+
+            raise IdauditError("give a ConsistencyRequest alone, or targets and options, "
+                               "not both")
+        return run_consistency(targets[0])
     unknown_options(ConsistencyRequest, options, "consistency", positional=("targets",))
     return run_consistency(ConsistencyRequest.from_options(targets=list(targets), **options))
 

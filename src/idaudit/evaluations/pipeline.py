@@ -1,7 +1,7 @@
 """From a target to arrays, the way every evaluation embeds: the evaluation set an encoder is
 embedded on (``eval_set_for``: the data, the world, or a checkpoint's own), the input it is fed
 (``input_adapter``), its embeddings (``inputs_for_encoder``) and ``idaudit embed``
-(``run_embed``). Audit, consistency and plan are thin over it.
+(``run_embed``, and :func:`embed`, its keyword form). Audit, consistency and plan are thin over it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from idaudit.core.requests import (
     LoadOptions,
     WorldChoice,
     flat_options,
+    unknown_options,
 )
 from idaudit.evaluations.inputs import AuditInputs, check_embedding_options, frame_sample
 from idaudit.loading.arrays import Arrays
@@ -141,11 +142,12 @@ def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = 
     same line, how the inputs it was given may become what it takes: the world's dim (a vector
     world's ``spec``) and, unless it is called through one already, an embed function."""
     from idaudit.models.embedding_choice import ChosenEmbedding
-    from idaudit.models.encoders import EncoderFailed, embed
+    from idaudit.models.encoders import EncoderFailed
+    from idaudit.models.encoders import embed as embed_batch
 
     few = x[:PROBE_ROWS]
     try:
-        embed(input_adapter(loaded, few, normalize), few)
+        embed_batch(input_adapter(loaded, few, normalize), few)
     except EncoderFailed as exc:
         flags, library = [exc.flags_text], [exc.library_text]  # (command line, Python)
         dim = getattr(spec, "dim", None)
@@ -191,12 +193,12 @@ def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int 
     """Embed the world's evaluation set (for a checkpoint on its own world: the set its
     training used, same size and seed) and its positive partners where it has them, the
     encoder tried on a few inputs first (:func:`tried_then_set`)."""
-    from idaudit.models.encoders import embed
+    from idaudit.models.encoders import embed as embed_batch
 
     spec, ev, seed = tried_then_set([loaded], opts, n_eval, seed)
     module = input_adapter(loaded, ev.x, opts.normalize)
-    h = embed(module, ev.x)
-    hp = embed(module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None
+    h = embed_batch(module, ev.x)
+    hp = embed_batch(module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None
     arrays = {k: None if v is None else to_numpy(v) for k, v in
               (("z", ev.z), ("h", h), ("h_prime", hp), ("x", ev.baseline),
                ("test_rows", ev.test_rows))}
@@ -304,3 +306,19 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
         arrays["seed"] = np.int64(inp.seed or 0)  # the audit's split and seed, reproduced
         atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
     return inp
+
+
+def embed(target: Any = None, **options: Any) -> AuditInputs:
+    """Embed a world's evaluation set with an encoder as ``idaudit embed`` does: ``target``
+    any encoder form audit takes (a path, or an ``nn.Module``/callable), with the command's
+    options as keywords (see :class:`~idaudit.core.requests.EmbedRequest`: ``world``,
+    ``data``, ``n_eval``, ``seed``, the load options; ``out`` writes the ``.npz``, optional
+    here); returns the arrays (z, h, h_prime, rho …) an audit would measure.
+    ``embed(EmbedRequest(...))`` embeds a request as it is (:func:`run_embed`), with no other
+    argument."""
+    if isinstance(target, EmbedRequest):
+        if options:
+            raise IdauditError("give an EmbedRequest alone, or options, not both")
+        return run_embed(target)
+    unknown_options(EmbedRequest, options, "embed", positional=("target",))
+    return run_embed(EmbedRequest.from_options(target=target, **options))

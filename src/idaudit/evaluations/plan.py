@@ -243,8 +243,13 @@ def plan(encoder: Any = None, *, z: Any = None, h: Any = None, **options: Any) -
     its ``world`` (a World, WorldSpec or name, and world options) or ``data``, or the
     checkpoint's own world; or a gallery of arrays ``z``, ``h`` (a path to an
     ``.npz``/``.safetensors`` with them works as ``encoder`` too), whose rows are then the
-    starts and goals.
+    starts and goals. ``plan(PlanRequest(...))`` plans a request as it is (:func:`run_plan`),
+    with no other argument.
     """
+    if isinstance(encoder, PlanRequest):
+        if z is not None or h is not None or options:
+            raise IdauditError("give a PlanRequest alone, or options, not both")
+        return run_plan(encoder)
     if "n_eval" in options:
         raise IdauditError("--n-eval does not apply to plan (--gallery sizes its gallery)")
     unknown_options(PlanRequest, options, "plan", positional=("target", "z", "h"))

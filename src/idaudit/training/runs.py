@@ -447,9 +447,19 @@ def run_train(req: TrainRequest, resolved: ResolvedRun | None = None, *,
                progress=progress, say=say)
 
 
-def train_encoder(*, progress: bool = False, **options: Any) -> RunRecord:
+def train_encoder(request: TrainRequest | None = None, /, *, progress: bool = False,
+                  **options: Any) -> RunRecord:
     """Train an encoder as ``idaudit train`` does, with its options as keywords (see
-    :class:`TrainRequest`; ``out`` writes the checkpoint and its log); return the record."""
+    :class:`TrainRequest`; ``out`` writes the checkpoint and its log); return the record.
+    ``train_encoder(TrainRequest(...))`` (``idaudit.train``) trains a request as it is
+    (:func:`run_train`), with no other option."""
+    if request is not None:
+        if not isinstance(request, TrainRequest):
+            raise IdauditError(f"train takes a TrainRequest or options as keywords, got "
+                               f"{type(request).__name__}")
+        if options:
+            raise IdauditError("give a TrainRequest alone, or options, not both")
+        return run_train(request, progress=progress)
     unknown_options(TrainRequest, options, "train")
     return run_train(TrainRequest(**options), progress=progress)
 

@@ -1,7 +1,7 @@
 """``idaudit world``: write a world's positive pairs (z, z′, x, x′) as a dataset.
 
-One function, :func:`write_world`, takes a :class:`~idaudit.core.requests.WorldRequest`; the
-CLI and :func:`world` (its keyword form) both call it.
+One function, :func:`write_world`, takes a :class:`~idaudit.core.requests.WorldRequest` or its
+options as keywords; the CLI and ``idaudit.write_world`` are both it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,25 @@ from idaudit.core.outputs import check_outputs
 from idaudit.core.requests import WorldRequest, unknown_options
 
 
-def write_world(req: WorldRequest, progress: bool = False) -> str:
-    """Write ``req.pairs`` pairs of the requested world to ``req.out`` (a ``.safetensors``
-    file, or a directory for Reacher, whose rendering resumes after an interruption); return
-    a one-line summary. Bad input raises :class:`~idaudit.core.errors.IdauditError` before any
-    work, the output's writability included."""
+def write_world(request: WorldRequest | str | None = None, /, *, progress: bool = False,
+                **options: Any) -> str:
+    """Write a world's pairs as ``idaudit world`` does: ``request`` a
+    :class:`~idaudit.core.requests.WorldRequest`, or the world's name with its options as
+    keywords (``write_world("banana", rho=0.7, pairs=300, out="p.safetensors")``). Writes
+    ``pairs`` pairs to ``out`` (a ``.safetensors`` file, or a directory for Reacher, whose
+    rendering resumes after an interruption); returns a one-line summary. Bad input raises
+    :class:`~idaudit.core.errors.IdauditError` before any work, the output's writability
+    included."""
+    if isinstance(request, WorldRequest):
+        if options:
+            raise IdauditError("give a WorldRequest alone, or options, not both")
+        req = request
+    else:
+        unknown_options(WorldRequest, options, "write_world")
+        if request is not None and options.get("world") not in (None, request):
+            raise IdauditError(f"two worlds given: {request!r} and --world {options['world']!r}")
+        options["world"] = request or options.get("world")
+        req = WorldRequest(**options)
     from idaudit.core.limits import check
     from idaudit.worlds import KINDS, make_spec
 
@@ -31,13 +45,3 @@ def write_world(req: WorldRequest, progress: bool = False) -> str:
     out = Path(req.out)
     check_outputs([(out, "--out")], directory=kind.writes_directory)
     return kind.write(spec, out, req.pairs, req.seed, req.workers, progress=progress)
-
-
-def world(name: str | None = None, *, progress: bool = False, **options: Any) -> str:
-    """Write a world's pairs as ``idaudit world`` does, with its options as keywords (see
-    :class:`~idaudit.core.requests.WorldRequest`); return the one-line summary."""
-    unknown_options(WorldRequest, options, "world")
-    if name is not None and options.get("world") not in (None, name):
-        raise IdauditError(f"two worlds given: {name!r} and --world {options['world']!r}")
-    options["world"] = name or options.get("world")
-    return write_world(WorldRequest(**options), progress=progress)
