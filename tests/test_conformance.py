@@ -62,3 +62,45 @@ def test_a_check_fails_on_what_it_checks(monkeypatch):
                         lambda self, n, gen: torch.randn(n, self.spec.dim))
     with pytest.raises(AssertionError, match="the same seed gave another"):
         check_world("spiral")
+
+
+def test_a_builtin_format_is_one_object_that_dispatch_trust_and_help_read():
+    """idaudit's own formats: their names are FileKind's, and the opener, whether a file is a
+    program, the trust table's row and the encoder forms' line are each read from the one
+    FileFormat registered."""
+    from idaudit.core.registered import ENCODER_FORMS, FORMATS
+    from idaudit.core.requests import encoder_forms
+    from idaudit.loading import trust
+    from idaudit.loading.filekinds import FileKind
+    from idaudit.loading.opened import opener
+
+    assert sorted(FORMATS.builtin()) == sorted(k.value for k in FileKind
+                                               if k is not FileKind.UNKNOWN)
+    for name in FORMATS.builtin():
+        fmt = FORMATS.get(name)
+        assert fmt.takes_options and opener(FileKind(name)) is fmt.open
+        assert fmt.description == FORMATS.help(name) and fmt.description in ENCODER_FORMS
+        assert trust.POLICY[fmt.trust_row] == fmt.trust
+    assert encoder_forms().startswith(ENCODER_FORMS)
+    assert {FORMATS.get(n).program is not None for n in ("torchscript", "export", "hf_dir",
+                                                          "lewm_dir")} == {True}
+    assert set(trust.POLICY) == {FORMATS.get(n).trust_row for n in FORMATS.builtin()} | \
+        set(trust.ARCH_POLICY)
+
+
+def test_a_format_check_fails_on_what_it_checks(monkeypatch):
+    """A built-in format whose example another format's sniff claims fails its check; a
+    plugin format may not declare the fields of idaudit's own."""
+    import dataclasses
+
+    from idaudit.core.registered import FORMATS, FileFormat, _format
+    from idaudit.testing import check_format
+
+    npz = FORMATS.get("npz")
+    monkeypatch.setitem(FORMATS._items, "npz", dataclasses.replace(
+        npz, example=FORMATS.get("npy").example))
+    with pytest.raises(AssertionError, match="its example is not its own"):
+        check_format("npz")
+    with pytest.raises(TypeError, match="idaudit's own formats' fields"):
+        _format("mine", FileFormat("x", lambda p, h: False, lambda p, e: {}, ("a", "b"),
+                                   program="a program"))

@@ -221,40 +221,82 @@ def check_metric(name: str, rows: int = 2000) -> None:
 
 
 def check_format(name: str, directory: str | Path | None = None) -> None:
-    """What every plugin file format does: it describes itself and its trust rule, its
-    example file is recognised and read into z and h of the same rows (as the audit reads
-    it), and files it does not write — arrays, a cut copy of its own — are not taken for it
-    or end in one line (an :class:`IdauditError`), never another exception.
+    """What every file format does: it describes itself and its trust rule, its example file
+    is recognised and read into z and h of the same rows (as the audit reads it), and files
+    it does not write — arrays, a cut copy of its own — are not taken for it or end in one
+    line (an :class:`IdauditError`), never another exception.
+
+    idaudit's own formats are recognised by :func:`~idaudit.loading.filekinds.sniff` (a
+    plugin's by :func:`~idaudit.loading.loaders.plugin_format`); one that gives an embedding
+    alone (``.npy``) is read as one, its audit refused in one line; a program format, which
+    declares no example (writing one takes torch.jit or torch.export, and opening it the
+    cage: tests/test_cage.py), is skipped (``pytest.skip``) after its declarations.
 
     Args:
         name: a registered file format.
         directory: where its example file is written (a temporary directory by default).
     """
     from idaudit.loading.arrays import Arrays
+    from idaudit.loading.filekinds import _file_kind
     from idaudit.loading.loaders import open_target, plugin_format
 
     fmt = FORMATS.get(name)
+    builtin = name in FORMATS.builtin()
     assert fmt.description.strip(), f"file format {name!r} has no description"
     assert len(fmt.trust) == 2 and all(t.strip() for t in fmt.trust), \
         f"file format {name!r}: its trust row needs (untrusted, trusted) texts"
+    if builtin and fmt.example is None:
+        assert fmt.program, f"file format {name!r}: idaudit's data formats declare an example"
+        _skip(f"file format {name!r} is a program ({fmt.program}): no example is written "
+              "here (torch.jit/torch.export and the cage; tests/test_cage.py opens them)")
+        return
     assert fmt.example is not None, f"file format {name!r} declares no example to check"
+
+    def kind(path: Path) -> str | None:
+        return str(_file_kind(path)[1]) if builtin else plugin_format(path)
+
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(directory or tmp)
         path = where / f"example.{name}"
         fmt.example(path)
-        assert plugin_format(path) == name, f"file format {name!r}: its example is not its own"
-        got = open_target(path)
-        assert isinstance(got, Arrays) and got.z is not None and \
-            got.z.shape[0] == got.h.shape[0], f"file format {name!r}: no z and h of one length"
+        assert kind(path) == name, f"file format {name!r}: its example is not its own"
+        h = open_target(path, embedding=True)
+        try:
+            got = open_target(path)
+        except IdauditError:
+            assert builtin and not isinstance(h, Arrays), \
+                f"file format {name!r}: its example is refused for an audit"
+            got = Arrays(z=None, h=h)  # an embedding alone (.npy): consistency's
+        else:
+            assert isinstance(got, Arrays) and got.z is not None and \
+                got.z.shape[0] == got.h.shape[0], \
+                f"file format {name!r}: no z and h of one length"
+            assert np.asarray(h).shape == got.h.shape, \
+                f"file format {name!r}: its embedding is not its h"
         arrays = where / "arrays.npz"
-        np.savez(arrays, z=got.z, h=got.h)
-        assert plugin_format(arrays) is None, f"file format {name!r} takes an .npz for its own"
+        if name == "npz":  # another format's file: an .npy, not taken for .npz
+            arrays = where / "arrays.npy"
+            np.save(arrays, got.h)
+        else:
+            np.savez(arrays, z=got.h if got.z is None else got.z, h=got.h)
+        assert (kind(arrays) != name) if builtin else plugin_format(arrays) is None, \
+            f"file format {name!r} takes {arrays.name} for its own"
         cut = where / f"cut.{name}"
         cut.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 2)])
         try:
             open_target(cut)
         except IdauditError:
             pass
+
+
+def _skip(reason: str) -> None:
+    """Skip the rest of a check: ``pytest.skip`` under pytest (the reason shown), else
+    nothing more is checked."""
+    try:
+        import pytest
+    except ImportError:
+        return
+    pytest.skip(reason)
 
 
 #: each registry with its check

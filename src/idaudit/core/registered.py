@@ -103,11 +103,15 @@ METRICS: Registry[Any] = Registry("metric group", "idaudit.metrics",
 # ---- file formats ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class FileFormat:
-    """A kind of file ``idaudit audit``/``consistency``/``embed`` reads, from another package.
+    """A kind of file ``idaudit audit``/``consistency``/``embed`` reads: idaudit's own
+    (declared next to their openers in :mod:`idaudit.loading.opened`, registered below) and
+    other packages'. Dispatch, the trust table (:func:`idaudit.loading.trust.policy`) and
+    the list of encoder forms (:data:`ENCODER_FORMS`) are read from these objects.
 
     A plugin format is tried on files no built-in format recognises from their bytes (so a
     plugin cannot take over ``.npz`` or a checkpoint). Its ``open`` is the package's own
-    code; what it does with the file's bytes is its ``trust`` row.
+    code; what it does with the file's bytes is its ``trust`` row. The fields after
+    ``example`` are idaudit's own formats' (a plugin format that sets them is refused).
 
     Args:
         description: what the file is, as ``--help`` and errors list it.
@@ -116,6 +120,14 @@ class FileFormat:
             ``rho``, ``x``]); with ``embedding`` (consistency, embed) it may give ``h`` alone.
         trust: (untrusted: what reading does, trusted: what ``--trust-code`` adds).
         example: ``example(path)`` writes a small valid file (the conformance check's).
+        takes_options: ``open(path, options, embedding)``, ``options`` the
+            :class:`~idaudit.core.requests.LoadOptions` (built-in formats; they may give an
+            encoder, a ``LoadedEncoder``, as well as arrays).
+        program: what makes a file of this format a program — code that runs when it is
+            loaded or called, so it runs in the cage (:mod:`idaudit.loading.programs`) —, or
+            None for data.
+        trust_row: the row of the trust table it belongs to (formats that share one share
+            their ``trust`` texts); None: a row of its own, named after the format.
 
     Example:
         >>> f = FileFormat("rows", lambda p, head: head.startswith(b"#rows"),
@@ -129,15 +141,42 @@ class FileFormat:
     open: Callable[[Path, bool], Any]
     trust: tuple[str, str]
     example: Callable[[Path], None] | None = None
+    takes_options: bool = False
+    program: str | None = None
+    trust_row: str | None = None
 
 
 def _format(name: str, obj: Any) -> FileFormat:
     if not isinstance(obj, FileFormat):
         raise TypeError(f"got {type(obj).__name__}, not an idaudit.core.registered.FileFormat")
+    if name not in FORMATS.builtin() and (obj.takes_options or obj.program or obj.trust_row):
+        raise TypeError("takes_options, program and trust_row are idaudit's own formats' "
+                        "fields (a plugin's open is open(path, embedding) on data)")
     return obj
 
 
 FORMATS: Registry[FileFormat] = Registry("file format", "idaudit.formats", _format)
+#: idaudit's own formats, in the order a file's bytes are tried against them (the first
+#: whose sniff claims it wins: .npz before the other zips, TorchScript before torch.export,
+#: both before a torch.save zip; safetensors before a pickle), each with the line that
+#: :data:`ENCODER_FORMS` says it in; the objects are in idaudit.loading.opened
+for _name, _help in (
+        ("safetensors", "an idaudit checkpoint, weights with --arch, or arrays holding z, h "
+                        "[, h_prime, rho] (.safetensors)"),
+        ("npz", "arrays holding z, h [, h_prime, rho] (.npz)"),
+        ("npy", "an embedding h alone (.npy, for consistency)"),
+        ("torchscript", "TorchScript"),
+        ("export", "torch.export .pt2"),
+        ("pickle", "a torch.save .pt/.pth/.pth.tar/.ckpt read with weights_only: weights with "
+                   "--arch, or a dict of arrays"),
+        ("hf_dir", "a Hugging Face model directory"),
+        ("lewm_dir", "a stable-worldmodel (LeWM) model directory")):
+    FORMATS.add_lazy(_name, f"idaudit.loading.opened:{_name.upper()}", _help)
+
+#: every form a target may take that idaudit reads itself (what ``audit``, ``embed``, ``plan``
+#: and ``consistency`` read; their help and the error for a file that is none of them say it
+#: in these words, then plugins' formats): the help lines of the built-in formats
+ENCODER_FORMS = "; ".join(FORMATS.help(name) for name in FORMATS.builtin())
 
 def choices(registry: Registry[Any]) -> str:
     """A registry's names with their help, as ``--help`` lists them: idaudit's own in their
@@ -161,4 +200,5 @@ def choices(registry: Registry[Any]) -> str:
 BY_GROUP = {"idaudit.worlds": WORLDS, "idaudit.objectives": OBJECTIVES,
             "idaudit.metrics": METRICS, "idaudit.formats": FORMATS}
 
-__all__ = ["BY_GROUP", "choices", "FORMATS", "METRICS", "OBJECTIVES", "WORLDS", "FileFormat", "Objective"]
+__all__ = ["BY_GROUP", "choices", "ENCODER_FORMS", "FORMATS", "METRICS", "OBJECTIVES", "WORLDS",
+           "FileFormat", "Objective"]

@@ -23,18 +23,11 @@ from idaudit.core import options as _options
 from idaudit.core.defaults import TEST_FRACTION
 from idaudit.core.errors import IdauditError
 
-#: every form a target may take (what ``audit``, ``embed``, ``plan`` and ``consistency`` read;
-#: their help and the error for a file that is none of them say it in these words)
-ENCODER_FORMS = ("an idaudit checkpoint; weights (.safetensors, or a torch.save .pt/.pth/"
-                 ".pth.tar/.ckpt read with weights_only) with --arch; a Hugging Face or LeWM "
-                 "model directory; TorchScript; torch.export .pt2; or arrays holding z, h "
-                 "[, h_prime, rho] (.npz, .safetensors, a torch.save dict)")
-
-
 
 def encoder_forms() -> str:
-    """What a target may be: :data:`ENCODER_FORMS`, then the plugin file formats installed
-    (``idaudit.formats`` entry points, by name: nothing is imported).
+    """What a target may be: :data:`idaudit.core.registered.ENCODER_FORMS` (the help lines of
+    idaudit's own file formats), then the plugin file formats installed (``idaudit.formats``
+    entry points, by name: nothing is imported).
 
     Returns:
         One line, for ``--help`` and the error for a file no format reads.
@@ -43,10 +36,10 @@ def encoder_forms() -> str:
         >>> encoder_forms().startswith("an idaudit checkpoint")
         True
     """
-    from idaudit.core.registered import FORMATS
+    from idaudit.core.registered import ENCODER_FORMS, FORMATS
 
     return ENCODER_FORMS + "".join(f"; a {name} file ({FORMATS.help(name)})"
-                                   for name in FORMATS.names())
+                                   for name in sorted(FORMATS.plugins()))
 
 
 #: how token outputs (batch, tokens, dim) become one embedding per input: the first (CLS)

@@ -35,7 +35,7 @@ from idaudit.core.registered import FORMATS
 from idaudit.core.requests import LoadOptions
 from idaudit.loading.arrays import Arrays, arrays_from_mapping, numeric_array
 from idaudit.loading.filekinds import FileKind, _file_kind
-from idaudit.loading.opened import _OPENERS, LoadedEncoder, _embedding, _encoder
+from idaudit.loading.opened import LoadedEncoder, _embedding, _encoder, opener
 from idaudit.loading.programs import _open_program, _program
 
 if TYPE_CHECKING:  # the worlds load only when an encoder is involved
@@ -68,7 +68,7 @@ def plugin_format(path: Path) -> str | None:
             head = f.read(64)
     except OSError as exc:
         raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
-    claims = [name for name in FORMATS.names()
+    claims = [name for name in sorted(FORMATS.plugins())
               if _plugin_call(name, path, lambda fmt: fmt.sniff(path, head), "recognise")]
     if len(claims) > 1:
         raise UsageError(f"{path} is claimed by {len(claims)} plugin file formats: "
@@ -145,7 +145,7 @@ def open_target(target: Any, options: LoadOptions | None = None, embedding: bool
     if program is None:
         opts.refuse(("time_limit",), f"{path} (it limits programs from files, which run in "
                     "the cage; this file holds no program)")
-        return _OPENERS[kind](path, opts, embedding)
+        return opener(kind)(path, opts, embedding)
     return _open_program(path, kind, opts, embedding, program, arrays_refused)
 
 

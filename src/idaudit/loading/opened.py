@@ -1,8 +1,9 @@
 """What each kind of file opens to: :class:`LoadedEncoder` (an encoder from a file, with the
 embedding choice of its :class:`~idaudit.core.requests.LoadOptions`), the openers of encoders
 (idaudit checkpoints, weights in ``--arch``, pickled modules, Hugging Face and LeWM
-directories, TorchScript and torch.export programs) and of array files, and the table
-:data:`_OPENERS` of one opener per :class:`~idaudit.loading.filekinds.FileKind`."""
+directories, TorchScript and torch.export programs) and of array files, and idaudit's own
+file formats, one :class:`~idaudit.core.registered.FileFormat` each (:data:`NPZ` …), whose
+``open`` :func:`opener` gives per :class:`~idaudit.loading.filekinds.FileKind`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.errors import first_line as _first_line
 from idaudit.core.metadata import CHECKPOINT_FORMAT as CHECKPOINT
 from idaudit.core.metadata import PAIRS_FORMAT, read_metadata
+from idaudit.core.registered import FORMATS, FileFormat
 from idaudit.core.requests import LoadOptions, encoder_forms
+from idaudit.loading import filekinds
 from idaudit.loading.architectures import build_arch
 from idaudit.loading.arrays import (
     Arrays,
@@ -31,7 +34,7 @@ from idaudit.loading.arrays import (
     load_array_file,
     numeric_array,
 )
-from idaudit.loading.filekinds import FileKind
+from idaudit.loading.filekinds import FileKind, file_format
 
 if TYPE_CHECKING:  # the worlds load only when an encoder is involved
     from idaudit.worlds import WorldSpec
@@ -272,8 +275,113 @@ def _open_unknown(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncod
     raise IdauditError(f"{path} is not a file idaudit reads ({encoder_forms()})")
 
 
-_OPENERS = {FileKind.NPY: _open_npy, FileKind.NPZ: _open_npz,
-            FileKind.SAFETENSORS: _open_safetensors, FileKind.TORCH_SAVE: _open_torch_save,
-            FileKind.TORCHSCRIPT: _open_torchscript, FileKind.EXPORT: _open_export,
-            FileKind.UNKNOWN: _open_unknown, FileKind.HF_DIR: _open_hf_dir,
-            FileKind.LEWM_DIR: _open_lewm_dir}
+# ---- idaudit's own file formats: one object each ---------------------------------------
+# Registered by name, with their help line, in idaudit.core.registered (FORMATS, in the
+# order their sniffs are tried); dispatch (:func:`opener`), the trust table
+# (:func:`idaudit.loading.trust.policy`), which are programs run in the cage
+# (:mod:`idaudit.loading.programs`) and the list of encoder forms are read from them.
+
+_TENSORS_ROW = "idaudit checkpoint, safetensors, .npz, .npy"
+_TENSORS_TRUST = (
+    "tensors and JSON only; sizes from the headers: an array of more than 2³² elements "
+    "refused, the rest (with the audit's float copies of them) checked against free memory",
+    "nothing: there is no code to trust")
+
+
+def _example_pairs() -> tuple[np.ndarray, np.ndarray]:
+    """z and h = a rotation of z plus a little noise: 300 rows an audit reads."""
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((300, 2))
+    h = z @ np.array([[0.6, -0.8], [0.8, 0.6]]) + 0.05 * rng.standard_normal((300, 2))
+    return z, h
+
+
+def _example_npz(path: Path) -> None:
+    z, h = _example_pairs()
+    with open(path, "wb") as f:  # a file object: numpy adds no .npz to its name
+        np.savez(f, z=z, h=h)
+
+
+def _example_npy(path: Path) -> None:
+    with open(path, "wb") as f:
+        np.save(f, _example_pairs()[1])
+
+
+def _example_safetensors(path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    z, h = _example_pairs()
+    save_file({"z": z, "h": h}, str(path))
+
+
+def _example_torch_save(path: Path) -> None:
+    import torch
+
+    z, h = _example_pairs()
+    torch.save({"z": torch.from_numpy(z), "h": torch.from_numpy(h)}, path)
+
+
+def _builtin(name: str, sniff: Any, open: Any, trust: tuple[str, str], trust_row: str,
+             example: Any = None, program: str | None = None) -> FileFormat:
+    """An idaudit format: its description is the help line it is registered with."""
+    return FileFormat(FORMATS.help(name), sniff, open, trust, example, takes_options=True,
+                      program=program, trust_row=trust_row)
+
+
+SAFETENSORS = _builtin("safetensors", filekinds.sniff_safetensors, _open_safetensors,
+                       _TENSORS_TRUST, _TENSORS_ROW, _example_safetensors)
+NPZ = _builtin("npz", filekinds.sniff_npz, _open_npz, _TENSORS_TRUST, _TENSORS_ROW,
+               _example_npz)
+NPY = _builtin("npy", filekinds.sniff_npy, _open_npy, _TENSORS_TRUST, _TENSORS_ROW,
+               _example_npy)
+TORCHSCRIPT = _builtin(
+    "torchscript", filekinds.sniff_torchscript, _open_torchscript, (
+        "its source vetted before torch.jit.load and its graphs after: aten and prim "
+        "operators only, none that reaches files (from_file, save …), no __setstate__; then "
+        "loaded and called in the cage",
+        "loaded as it is, in the cage: what it tries beyond its inputs the kernel refuses"),
+    "TorchScript", program="a TorchScript program")
+EXPORT = _builtin(
+    "export", filekinds.sniff_export, _open_export, (
+        "loaded only if it is what torch.export.save writes for a plain program (no pickles, "
+        "opaque objects, AOTInductor libraries or code strings), nodes held to TorchScript's "
+        "operator list; on the torch versions reviewed only; in the cage",
+        "torch.export.load as it is, in the cage"),
+    "torch.export (.pt2)", program="a torch.export program")
+#: a torch.save file is a program only when unpickled whole or built by timm
+#: (:func:`idaudit.loading.programs._program` says which)
+PICKLE = _builtin(
+    "pickle", filekinds.sniff_torch_save, _open_torch_save, (
+        "torch.load(weights_only=True), numpy arrays of numbers allowed; compressed zip "
+        "members (torch.save writes none) refused; first the bytes it would allocate (zip "
+        "members, declared storages, array shapes, pickle objects) from a dry run that "
+        "imports nothing, refused beyond free memory; a tensor that declares more elements "
+        "than its storage holds (zero or overlapping strides) refused",
+        "full unpickling (runs the file's code) in the cage, without the memory check"),
+    "torch.save (.pt, .pth, .pth.tar, .ckpt, pytorch_model.bin)", _example_torch_save)
+HF_DIR = _builtin(
+    "hf_dir", filekinds.sniff_hf_dir, _open_hf_dir, (
+        "local files only, no remote code, weights_only; weight files named by an index must "
+        "lie in the directory; the network sized on the meta device and refused beyond free "
+        "memory; built and called in the cage",
+        "no memory check (the cage's limit still holds)"),
+    "Hugging Face directory",
+    program="a Hugging Face model directory (its network is built from its config)")
+LEWM_DIR = _builtin(
+    "lewm_dir", filekinds.sniff_lewm_dir, _open_lewm_dir, (
+        "every _target_ an nn.Module class of torch, timm, transformers, stable_worldmodel, "
+        "stable_pretraining, lejepa or the working directory's project, or a network factory "
+        "idaudit lists (stable_pretraining's vit_hf, pretrained false; its result checked to "
+        "be an nn.Module), no interpolation (${…}); the network sized on the meta device "
+        "before it is built; weights as torch.save; built and called in the cage",
+        "any _target_ and interpolation (runs the code they name) in the cage, no memory "
+        "check"),
+    "stable-worldmodel / LeWM directory",
+    program="a stable-worldmodel directory (its network is built from its config)")
+
+
+def opener(kind: FileKind) -> Any:
+    """``open(path, options, embedding)`` of ``kind``: its format's (``unknown``: the one
+    that says what idaudit reads)."""
+    fmt = file_format(kind)
+    return _open_unknown if fmt is None else fmt.open

@@ -24,8 +24,8 @@ from idaudit.loading.arrays import (
     check_declared,
     numeric_array,
 )
-from idaudit.loading.filekinds import FileKind
-from idaudit.loading.opened import _OPENERS, _WEIGHTS_ONLY, LoadedEncoder, _program_options
+from idaudit.loading.filekinds import FileKind, file_format
+from idaudit.loading.opened import _WEIGHTS_ONLY, LoadedEncoder, _program_options, opener
 
 if TYPE_CHECKING:
     from idaudit.loading.wire import Declared as Sent
@@ -34,11 +34,6 @@ if TYPE_CHECKING:
 #: set in a cage's own process: there programs are opened as they are
 IN_CAGE = False
 
-_PROGRAMS = {FileKind.TORCHSCRIPT: "a TorchScript program", FileKind.EXPORT:
-             "a torch.export program", FileKind.HF_DIR: "a Hugging Face model directory (its "
-             "network is built from its config)", FileKind.LEWM_DIR: "a stable-worldmodel "
-             "directory (its network is built from its config)"}
-
 
 def _program(path: Path, kind: FileKind, opts: LoadOptions) -> str | None:
     """What makes ``path`` a program — code that runs when it is loaded or called: TorchScript,
@@ -46,8 +41,9 @@ def _program(path: Path, kind: FileKind, opts: LoadOptions) -> str | None:
     pickle unpickled whole (``--trust-code``) — or None for data."""
     if IN_CAGE:
         return None
-    if kind in _PROGRAMS:
-        return _PROGRAMS[kind]
+    fmt = file_format(kind)
+    if fmt is not None and fmt.program is not None:  # a program whatever the options
+        return fmt.program
     timm = (opts.arch or "").startswith("timm:")
     if kind is FileKind.TORCH_SAVE and (opts.trust_pickle or timm):
         return "a torch.save file unpickled whole (--trust-code)" if opts.trust_pickle else \
@@ -193,7 +189,7 @@ def _open_program(path: Path, kind: FileKind, opts: LoadOptions, embedding: bool
                                "trust)")
         opts.refuse(("time_limit",), f"{path} run without a cage (--trust-code where none "
                     "can be built)")
-        return _OPENERS[kind](path, opts, embedding)
+        return opener(kind)(path, opts, embedding)
     if opts.embed is not None and not isinstance(opts.embed, str):
         raise IdauditError(f"{path} is {what}, run in its cage: name its --embed function as "
                            "module:function there (a function of this process cannot be sent "

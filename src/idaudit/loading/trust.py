@@ -4,10 +4,11 @@
 ``--trust-code`` (alias ``--trust-pickle``) says the file is trusted** — and a program from a
 file (TorchScript, ``.pt2``, a network built from a config, a pickle unpickled whole) runs,
 trusted or not, only in the cage (:mod:`idaudit.loading.cage`), where the kernel holds it to
-its inputs; where no cage can be built it is refused unless trusted. What that means for each kind of file is
-:data:`POLICY` (docs/checkpoints.md prints the same table; tests/test_untrusted_sizes.py checks
-that they agree). Every refusal ends with :func:`untrusted`'s hint, and every loader asks
-:func:`check_file_memory` before it allocates what a file declares.
+its inputs; where no cage can be built it is refused unless trusted. What that means for
+each kind of file is :data:`POLICY`, read from the file formats' ``trust`` texts
+(:func:`policy`; docs/checkpoints.md prints the same table, tests/test_untrusted_sizes.py
+checks that they agree). Every refusal ends with :func:`untrusted`'s hint, and every loader
+asks :func:`check_file_memory` before it allocates what a file declares.
 
 A module of the working directory counts as the user's own project (``--arch``, ``--embed``,
 a LeWM ``_target_``): running idaudit inside a downloaded directory makes that directory's
@@ -37,47 +38,48 @@ CONFIG_FACTORIES: dict[str, dict[str, Any]] = {
     "stable_pretraining.backbone.utils.vit_hf": {"pretrained": False},
 }
 
-#: file kind → (untrusted: what idaudit does, trusted: what ``--trust-code`` adds)
-POLICY: dict[str, tuple[str, str]] = {
-    "idaudit checkpoint, safetensors, .npz": (
-        "tensors and JSON only; sizes from the headers: an array of more than 2³² elements "
-        "refused, the rest (with the audit's float copies of them) checked against free memory",
-        "nothing: there is no code to trust"),
-    "torch.save (.pt, .pth, .pth.tar, .ckpt, pytorch_model.bin)": (
-        "torch.load(weights_only=True), numpy arrays of numbers allowed; compressed zip "
-        "members (torch.save writes none) refused; first the bytes it would allocate (zip "
-        "members, declared storages, array shapes, pickle objects) from a dry run that "
-        "imports nothing, refused beyond free memory; a tensor that declares more elements "
-        "than its storage holds (zero or overlapping strides) refused",
-        "full unpickling (runs the file's code) in the cage, without the memory check"),
-    "TorchScript": (
-        "its source vetted before torch.jit.load and its graphs after: aten and prim "
-        "operators only, none that reaches files (from_file, save …), no __setstate__; then "
-        "loaded and called in the cage",
-        "loaded as it is, in the cage: what it tries beyond its inputs the kernel refuses"),
-    "torch.export (.pt2)": (
-        "loaded only if it is what torch.export.save writes for a plain program (no pickles, "
-        "opaque objects, AOTInductor libraries or code strings), nodes held to TorchScript's "
-        "operator list; on the torch versions reviewed only; in the cage",
-        "torch.export.load as it is, in the cage"),
-    "Hugging Face directory": (
-        "local files only, no remote code, weights_only; weight files named by an index must "
-        "lie in the directory; the network sized on the meta device and refused beyond free "
-        "memory; built and called in the cage",
-        "no memory check (the cage's limit still holds)"),
-    "stable-worldmodel / LeWM directory": (
-        "every _target_ an nn.Module class of torch, timm, transformers, stable_worldmodel, "
-        "stable_pretraining, lejepa or the working directory's project, or a network factory "
-        "idaudit lists (stable_pretraining's vit_hf, pretrained false; its result checked to "
-        "be an nn.Module), no interpolation (${…}); the network sized on the meta device "
-        "before it is built; weights as torch.save; built and called in the cage",
-        "any _target_ and interpolation (runs the code they name) in the cage, no memory "
-        "check"),
+#: rows of the trust table that are no file format: what ``--arch`` makes idaudit build
+ARCH_POLICY: dict[str, tuple[str, str]] = {
     "timm:NAME (--arch)": (
         "a model name only: hf-hub:/local-dir: sources (a download, a config from anywhere) "
         "and weight-fetching kwargs refused; built and called in the cage",
         "the same: the weights always come from the file audited"),
 }
+
+
+def policy(plugins: bool = True) -> dict[str, tuple[str, str]]:
+    """The trust table, row → (untrusted: what idaudit does, trusted: what ``--trust-code``
+    adds): idaudit's own file formats' ``trust`` texts (:data:`~idaudit.core.registered.FORMATS`
+    in their order, those that share a ``trust_row`` in one row), :data:`ARCH_POLICY`, then
+    (``plugins``) each installed plugin format's row (its code, not idaudit's, reads the file).
+
+    Args:
+        plugins: add the plugin formats' rows (loading them).
+
+    Returns:
+        The table; :data:`POLICY` is it without plugins (docs/checkpoints.md prints it).
+    """
+    from idaudit.core.registered import FORMATS
+
+    rows: dict[str, tuple[str, str]] = {}
+    for name in FORMATS.builtin():
+        fmt = FORMATS.get(name)
+        row = fmt.trust_row or name
+        if rows.setdefault(row, fmt.trust) != fmt.trust:
+            raise AssertionError(f"file format {name!r}: trust row {row!r} says otherwise "
+                                 "for another format")
+    rows.update(ARCH_POLICY)
+    for name in sorted(FORMATS.plugins()) if plugins else ():
+        rows[f"{name} (plugin file format, {FORMATS.origin(name)})"] = FORMATS.get(name).trust
+    return rows
+
+
+def __getattr__(name: str) -> Any:
+    """:data:`POLICY`, read from the registered formats when first asked for (they live in
+    modules that import this one)."""
+    if name == "POLICY":
+        return policy(plugins=False)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def config_module_allowed(target: str, cwd: Path | None = None) -> bool:
