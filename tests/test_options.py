@@ -1,0 +1,93 @@
+"""Options declared once (idaudit.core.options): the flags of `train` and `world`, the fields
+of TrainRequest, TrainConfig's types and docs/options.md are what the declarations say, and
+every declared constraint refuses a value on the command line — the values tried come from
+the declarations, not from a list in this file."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from idaudit.cli import app
+from idaudit.core.defaults import WORLD as DEFAULT_WORLD
+from idaudit.core.options import BY_NAME, TRAIN, WORLD
+from idaudit.core.registered import WORLDS
+from idaudit.core.requests import TrainRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def flags_of(command: str) -> set[str]:
+    click = typer.main.get_command(app).commands[command]
+    return {flag for p in click.params for flag in (*p.opts, *p.secondary_opts)}
+
+
+@pytest.mark.parametrize("command,options", [("train", (*WORLD, *TRAIN)), ("world", WORLD)])
+def test_each_declared_option_is_a_flag_of_its_commands(command, options):
+    have = flags_of(command)
+    for option in options:
+        for flag in option.flags:
+            for spelling in flag.split("/"):
+                assert spelling in have, (command, spelling)
+
+
+def test_train_request_and_train_config_are_made_from_the_declarations():
+    from idaudit.training.config import FIELD_TYPES, TrainConfig
+
+    fields = {f.name for f in dataclasses.fields(TrainRequest)}
+    assert {o.name for o in (*WORLD, *TRAIN)} <= fields
+    assert fields - {o.name for o in (*WORLD, *TRAIN)} == {"mode", "out"}
+    config = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert set(FIELD_TYPES) == config - {"sigma"}  # a number or a rule's name: checked apart
+    assert all(FIELD_TYPES[n] == {"integer": "integer", "number": "number", "string": "string",
+                                  "json": "object"}[BY_NAME[n].kind] for n in FIELD_TYPES)
+
+
+def test_docs_options_md_is_what_the_declarations_give():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "options_table.py"),
+                           "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = (ROOT / "docs" / "options.md").read_text()
+    assert all(f"`{o.flags[0]}`" in text for o in (*WORLD, *TRAIN))
+
+
+def world_taking(name: str) -> str | None:
+    """A world that takes option ``name`` (None: the default world does)."""
+    default = WORLDS.get(DEFAULT_WORLD)
+    if name in default.options or name in (o.name for o in TRAIN) and \
+            name not in default.refuses and not any(name in WORLDS.get(n).options
+                                                    for n in WORLDS.builtin()):
+        return None
+    for world in WORLDS.builtin():
+        kind = WORLDS.get(world)
+        if name in kind.options and name not in kind.refuses:
+            return world
+    return None
+
+
+CONSTRAINED = [o for o in (*WORLD, *TRAIN) if o.invalid() is not None]
+
+
+def test_the_constrained_options_are_the_declared_ones():
+    assert {o.name for o in CONSTRAINED} >= {"world", "rho", "objective", "lamb", "schedule",
+                                             "n_eval", "views", "form", "n_views", "image_size",
+                                             "pairs"}
+
+
+@pytest.mark.parametrize("option", CONSTRAINED, ids=[o.name for o in CONSTRAINED])
+def test_a_value_outside_a_declared_constraint_is_one_line_and_exit_2(option):
+    value = str(option.invalid())
+    world = world_taking(option.name) if option.name != "world" else None
+    args = ["train", "--show-config", *(["--world", world] if world else []),
+            option.flags[0].split("/")[0], value]
+    proc = subprocess.run([sys.executable, "-m", "idaudit", *args], capture_output=True,
+                          text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, (args, proc.stderr)
+    assert option.flag in lines[0] or value in lines[0], (args, lines)
+    assert "does not apply" not in lines[0], (args, lines)  # the constraint refused it
