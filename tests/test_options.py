@@ -91,3 +91,11 @@ def test_a_value_outside_a_declared_constraint_is_one_line_and_exit_2(option):
     assert proc.returncode == 2 and len(lines) == 1, (args, proc.stderr)
     assert option.flag in lines[0] or value in lines[0], (args, lines)
     assert "does not apply" not in lines[0], (args, lines)  # the constraint refused it
+
+
+def test_declared_choices_are_the_code_s_own():
+    from idaudit.maths.losses import LEJEPA_FORMS
+    from idaudit.training.schedule import SCHEDULES
+
+    assert BY_NAME["schedule"].choices == tuple(SCHEDULES)
+    assert BY_NAME["form"].choices == tuple(LEJEPA_FORMS)

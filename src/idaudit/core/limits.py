@@ -75,6 +75,19 @@ LIMITS: dict[str, Limit] = {
     "runs": Limit(True, 2),  # consistency: how many runs are compared
     "sweep_runs": Limit(True, 1, 10_000),  # the runs one sweep takes (its grid, counted)
     "angle_sigma": Limit(False, 0, None, open=True),  # σ of the angles' law N(0, σ²)
+    # world and train options (idaudit.core.options names each option's limit)
+    "alpha": Limit(False, 0, None, open=True),
+    "layers": Limit(True, 1),
+    "stride": Limit(True, 1),
+    "steps": Limit(True, 1),
+    "epochs": Limit(True, 1),
+    "inits": Limit(True, 1),
+    "n_slices": Limit(True, 1),
+    "batch": Limit(True, 2),
+    "eval_every": Limit(True, 0),
+    "lr": Limit(False, 0, None, open=True),
+    "clip": Limit(False, 0, None, open=True),
+    "weight_decay": Limit(False, 0),
 }
 
 

@@ -121,15 +121,16 @@ WORLD: tuple[Option, ...] = (
            ("--dim", "-n")),
     Option("source", "string", "latent law: gaussian | laplace | gennorm (default "
            f"{_world('source')})"),
-    Option("alpha", "number", "shape α of the gennorm source (2 = Gaussian, 1 = Laplace)"),
+    Option("alpha", "number", "shape α of the gennorm source (2 = Gaussian, 1 = Laplace)",
+           limit="alpha"),
     Option("rho", "number", "OU correlation ρ in (0, 1): z′ = ρz + √(1−ρ²)η (default "
            f"{_world('rho')})", limit="rho"),
     Option("layers", "integer", f"coupling layers (default {_world('layers')}; the encoder "
-           "matches)"),
+           "matches)", limit="layers"),
     Option("trajectory", "flag", "reacher: pairs from episodes of a goal-reaching controller "
            "instead of OU pairs", ("--trajectory/--ou",), typer={"show_default": False}),
     Option("stride", "integer", "reacher --trajectory: steps between views (default "
-           f"{_world('stride')})"),
+           f"{_world('stride')})", limit="stride"),
     Option("image_size", "integer", "reacher: image side in pixels, rendered at that size "
            f"(default {_world('image_size')}, the paper's)", limit="image_size"),
     Option("workers", "integer", "reacher: render processes (default: one per core)"),
@@ -144,24 +145,24 @@ TRAIN: tuple[Option, ...] = (
     Option("lamb", "number", "regulariser weight λ in [0, 1] (lejepa, whiten)", limit="lamb"),
     Option("sigma", "number-or-rule", "InfoNCE kernel width σ; 'auto' = √((1−ρ_v²)/ρ_v), "
            "matched to the views' OU channel; 'sqrtn' = √(N/2)"),
-    Option("steps", "integer", "training steps on synthetic worlds"),
-    Option("epochs", "integer", "epochs over the pairs on dataset worlds (reacher, --data)"),
-    Option("batch", "integer", "pairs per step (two views each)"),
-    Option("lr", "number", "peak learning rate"),
+    Option("steps", "integer", "training steps on synthetic worlds", limit="steps"),
+    Option("epochs", "integer", "epochs over the pairs on dataset worlds (reacher, --data)", limit="epochs"),
+    Option("batch", "integer", "pairs per step (two views each)", limit="batch"),
+    Option("lr", "number", "peak learning rate", limit="lr"),
     Option("weight_decay", "number", "AdamW's weight decay (default "
-           f"{_text(TRAIN_DEFAULTS['weight_decay'])}, or the world's recipe's)"),
+           f"{_text(TRAIN_DEFAULTS['weight_decay'])}, or the world's recipe's)", limit="weight_decay"),
     Option("clip", "number", "clip the gradients' norm at this value (default: none, or the "
-           "world's recipe's)"),
+           "world's recipe's)", limit="clip"),
     Option("schedule", "string", "learning-rate schedule: constant_cosine (the peak for the "
            "first half, then cosine to 0) | cosine_epochs (cosine stepped once per epoch) "
            f"(default {TRAIN_DEFAULTS['schedule']}, or the world's recipe's)",
            choices=("constant_cosine", "cosine_epochs")),
     Option("n_slices", "integer", "random directions of SIGReg's sliced Gaussianity test "
-           f"(lejepa) (default {TRAIN_DEFAULTS['n_slices']})"),
+           f"(lejepa) (default {TRAIN_DEFAULTS['n_slices']})", limit="n_slices"),
     Option("seed", "integer", "training seed (initialisation, batches, the evaluation set of "
            "synthetic worlds)"),
-    Option("inits", "integer", "train K encoders, keep the lowest final loss"),
-    Option("eval_every", "integer", "steps between curve points (0: only at the end)"),
+    Option("inits", "integer", "train K encoders, keep the lowest final loss", limit="inits"),
+    Option("eval_every", "integer", "steps between curve points (0: only at the end)", limit="eval_every"),
     Option("n_eval", "integer", "size of the fixed evaluation set (reacher: of the rendered "
            "evaluation images)", limit="n_eval"),
     Option("views", "string", "anchor: both views one OU step from a shared z (the paper's "

@@ -16,8 +16,7 @@ from idaudit.core.defaults import OFFICIAL_LAMB, TRAIN_DEFAULTS, VICREG
 from idaudit.core.errors import IdauditError, check_seed, require
 from idaudit.core.limits import LIMITS, check
 from idaudit.core.options import TRAIN, kinds
-from idaudit.maths.losses import LEJEPA_FORMS, OBJECTIVES, SIGMA_RULES
-from idaudit.training.schedule import SCHEDULES
+from idaudit.maths.losses import OBJECTIVES, SIGMA_RULES
 
 # each field's type, as idaudit.core.options declares it (sigma, a number or the name of a
 # rule, is checked apart); None means "not given" except for the REQUIRED fields
@@ -98,36 +97,20 @@ class TrainConfig:
             from idaudit.models.encoders import ENCODERS
 
             ENCODERS.get(self.encoder)
-        if self.lamb is not None:
-            check("lamb", self.lamb)
+        for option in TRAIN:  # the declared intervals and choices, one wording each
+            value = getattr(self, option.name, None)
+            if value is not None and option.limit is not None:
+                check(option.limit, value, option.flag)
+            if value is not None and isinstance(option.choices, tuple):
+                require(value in option.choices, f"{option.flag} must be one of "
+                        f"{', '.join(option.choices)}, got {value!r}")
         if isinstance(self.sigma, str):
             require(self.sigma in SIGMA_RULES, f"--sigma must be a positive number, 'auto' or "
                     f"'sqrtn', got {self.sigma!r}")
         elif self.sigma is not None:
             require(self.sigma > 0 and math.isfinite(self.sigma),
                     f"--sigma must be > 0, got {self.sigma}")
-        for name in ("steps", "epochs", "inits", "n_slices"):
-            value = getattr(self, name)
-            require(value is None or value >= 1, f"--{name} must be ≥ 1, got {value}")
         check_seed(self.seed)
-        require(self.batch >= 2, f"--batch must be ≥ 2, got {self.batch}")
-        require(self.lr > 0 and math.isfinite(self.lr), f"--lr must be > 0, got {self.lr}")
-        require(self.eval_every is None or self.eval_every >= 0,
-                f"--eval-every must be ≥ 0 (0: only at the end), got {self.eval_every}")
-        if self.n_eval is not None:
-            check("n_eval", self.n_eval)
-        require(self.views in (None, "anchor", "pair"),
-                f"--views must be anchor or pair, got {self.views!r}")
-        require(self.schedule is None or self.schedule in SCHEDULES,
-                f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        require(self.clip is None or self.clip > 0, f"--clip must be > 0, got {self.clip}")
-        require(self.weight_decay is None or (math.isfinite(self.weight_decay)
-                                              and self.weight_decay >= 0),
-                f"--weight-decay must be ≥ 0, got {self.weight_decay}")
-        require(self.form in (None, *LEJEPA_FORMS),
-                f"--form must be one of {', '.join(LEJEPA_FORMS)}, got {self.form!r}")
-        if self.n_views is not None:
-            check("n_views", self.n_views)
         if self.projector is not None:
             projector_widths(self.projector)
         self._check_memory()

@@ -7,7 +7,6 @@ Pairs are generated online; ``idaudit world NAME`` writes them to a safetensors 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -171,7 +170,7 @@ class SyntheticKind(WorldKind):
         if source == "gennorm":
             require(alpha is not None, "--alpha is required with --source gennorm")
         if alpha is not None:
-            require(math.isfinite(alpha) and alpha > 0, f"--alpha must be > 0, got {alpha}")
+            check("alpha", alpha)
             require(source == "gennorm", "--alpha only applies to --source gennorm")
         if name in TWO_D:
             require(dim in (None, 2), f"world {name!r} is two-dimensional; got --dim {dim}")
@@ -182,7 +181,7 @@ class SyntheticKind(WorldKind):
                     f"--dim must be an even number ≥ 2 for coupling, got {dim}")
         if name in COUPLING:
             layers = WORLD_DEFAULTS["layers"] if layers is None else layers
-            require(layers >= 1, f"--layers must be ≥ 1, got {layers}")
+            check("layers", layers)
             check_mixing_memory(name, dim)
         else:
             require(layers is None, f"--layers only applies to coupling worlds, not {name!r}")

@@ -68,8 +68,7 @@ class ReacherSpec:
             raise IdauditError(f"unknown Reacher mode {self.mode!r}; valid: ou, trajectory")
         if self.mode == "ou":
             check("rho", self.rho)
-        if self.stride < 1:
-            raise IdauditError(f"--stride must be ≥ 1, got {self.stride}")
+        check("stride", self.stride)
         if self.pairs < 1 or self.n_eval < 10:
             raise IdauditError("--pairs must be ≥ 1 and the evaluation set ≥ 10 images")
         return self
