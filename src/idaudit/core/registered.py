@@ -46,9 +46,9 @@ for _name, _help in (("spiral", "2-D, a spiral mixing"), ("banana", "2-D, a bana
                      ("sinusoid", "2-D, a sinusoidal mixing"),
                      ("nvp", "2-D RealNVP coupling"), ("coupling", "any even --dim")):
     WORLDS.add_lazy(_name, "idaudit.worlds.synthetic:SYNTHETIC", _help)
-WORLDS.add_lazy("reacher", "idaudit.worlds.reacher.kind:REACHER_KIND", "MuJoCo pixels")
 WORLDS.add_lazy("pairs", "idaudit.worlds.dataset:PAIRS_KIND",
                 "a pairs file from `idaudit world` (--data)")
+WORLDS.add_lazy("reacher", "idaudit.worlds.reacher.kind:REACHER_KIND", "MuJoCo pixels")
 
 
 # ---- objectives ------------------------------------------------------------------------

@@ -218,6 +218,14 @@ class Registry(Generic[T]):
         """Built-in names in registration order, then plugins' names sorted."""
         return [*self.builtin(), *sorted(self.plugins())]
 
+    def target(self, name: str) -> str | None:
+        """The ``module:object`` a placeholder or plugin names (None: registered as an
+        object), nothing imported."""
+        if name in self._lazy:
+            return self._lazy[name]
+        plugin = self.plugins().get(name)
+        return plugin.target if plugin is not None else None
+
     def help(self, name: str) -> str:
         """The one line registered with ``name`` (a plugin: which package adds it)."""
         if name in self._help:

@@ -42,13 +42,14 @@ def read_pairs_spec(path: str | Path) -> WorldSpec:
         raise IdauditError(f"{path} has dataset format version {meta.get('format_version')}; "
                            f"this idaudit reads version {PAIRS_FORMAT_VERSION}")
     from idaudit.core.jsontext import parse_json_object
+    from idaudit.worlds.kind import KINDS
     from idaudit.worlds.names import validate_spec
-    from idaudit.worlds.synthetic import SYNTHETIC_WORLDS
+    from idaudit.worlds.synthetic import SyntheticKind
 
     try:
         spec = validate_spec(WorldSpec.from_dict(parse_json_object(meta.get("world"),
                                                                    "metadata 'world'")))
-        if spec.name not in SYNTHETIC_WORLDS:
+        if not isinstance(KINDS.get(spec.name), SyntheticKind):  # a plugin's one too
             raise IdauditError(f"world {spec.name!r} is not a synthetic world")
     except (ValueError, TypeError) as exc:  # IdauditError is a ValueError
         raise IdauditError(f"{path} has a malformed world spec ({first_line(exc)})") from None

@@ -5,12 +5,12 @@ from __future__ import annotations
 from idaudit.core.errors import IdauditError
 from idaudit.worlds.kind import KINDS
 from idaudit.worlds.spec import WorldSpec
-from idaudit.worlds.synthetic import SYNTHETIC_WORLDS
 
 
 def world_names() -> list[str]:
-    """Every registered world name (synthetic first, as the paper lists them)."""
-    return [*SYNTHETIC_WORLDS, *(n for n in KINDS.names() if n not in SYNTHETIC_WORLDS)]
+    """Every registered world name: idaudit's own in their order (synthetic first, as the
+    paper lists them), then plugins'."""
+    return KINDS.ordered()
 
 
 def validate_spec(spec: WorldSpec) -> WorldSpec:

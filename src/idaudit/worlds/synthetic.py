@@ -18,13 +18,16 @@ from idaudit.core.errors import IdauditError, require
 from idaudit.core.limits import check
 from idaudit.core.memory import check_memory
 from idaudit.core.metadata import PAIRS_FORMAT
+from idaudit.core.registered import WORLDS
 from idaudit.worlds.base import EvalSet, Pairs, PlanSet, World
 from idaudit.worlds.kind import WorldKind
 from idaudit.worlds.mixings import MIXINGS, CouplingMixing
 from idaudit.worlds.sources import SOURCES, ou_step, sample_source
 from idaudit.worlds.spec import WorldSpec, check_type
 
-SYNTHETIC_WORLDS = ("spiral", "banana", "sinusoid", "nvp", "coupling")
+#: idaudit's own synthetic worlds: the names core/registered.py declares with this module's kind
+SYNTHETIC_WORLDS = tuple(n for n in WORLDS.builtin()
+                         if WORLDS.target(n) == f"{__name__}:SYNTHETIC")
 TWO_D = ("spiral", "banana", "sinusoid", "nvp")
 COUPLING = ("nvp", "coupling")
 PAIRS_FORMAT_VERSION = 1
@@ -221,7 +224,7 @@ class SyntheticKind(WorldKind):
         return "mlp", {"in_dim": spec.dim, "out_dim": spec.dim}
 
 
-SYNTHETIC = SyntheticKind()  # the kind of every name of SYNTHETIC_WORLDS (core/registered.py)
+SYNTHETIC = SyntheticKind()  # the kind of every name of SYNTHETIC_WORLDS
 
 
 def save_pairs(path: str | Path, world: SyntheticWorld, n: int, seed: int) -> Path:
