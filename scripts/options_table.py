@@ -3,7 +3,8 @@
     python scripts/options_table.py            # write docs/options.md
     python scripts/options_table.py --check    # exit 1 if docs/options.md differs
 
-Each row: the flags, the type, the constraint (an interval of core.limits.LIMITS, or the
+Each row: the flags, the type, the global default (core/defaults.py; a world's own and a
+recipe's come first), the constraint (an interval of core.limits.LIMITS, or the
 values a string may take: idaudit's own, without plugins) and the help, as --help shows it.
 """
 
@@ -21,7 +22,9 @@ help, constraint); `idaudit train` and `idaudit world` take their flags from the
 `idaudit.train(...)` and `TrainRequest` their fields, and this table is written from the
 same declarations by `scripts/options_table.py` (tests/test_options.py checks it is current).
 A constraint is checked in one place with one wording: an interval (`core/limits.py`) or a
-set of values (a registry's names take plugins' too).
+set of values (a registry's names take plugins' too). The default is the global one
+(`core/defaults.py`); a world's own default and a recipe's come before it
+(`idaudit train … --show-config` prints each value and where it came from).
 
 """
 
@@ -44,18 +47,29 @@ def constraint(option) -> str:
     return ""
 
 
+def default(option) -> str:
+    """The global default (core/defaults.py) a run falls back on after the world's own and a
+    recipe's; "—" where there is none (the world decides, or the option stays unset)."""
+    from idaudit.core.defaults import TRAIN_DEFAULTS, WORLD_DEFAULTS, default_text
+
+    for table in (TRAIN_DEFAULTS, WORLD_DEFAULTS):
+        if option.name in table and table[option.name] is not None:
+            return f"`{default_text(table[option.name])}`"
+    return "—"
+
+
 def table() -> str:
     from idaudit.core.options import TRAIN, WORLD
 
     out = [HEAD]
     for title, options in (("World options (`train`, `world`)", WORLD),
                            ("Train options (`train`)", TRAIN)):
-        out += [f"## {title}\n\n", "| flags | type | constraint | help |\n",
-                "|---|---|---|---|\n"]
+        out += [f"## {title}\n\n", "| flags | type | default | constraint | help |\n",
+                "|---|---|---|---|---|\n"]
         for o in options:
             text = o.help_text().replace("|", "\\|")
             flags = ", ".join(f"`{f}`" for f in o.flags)
-            out.append(f"| {flags} | {o.kind} | {constraint(o)} | {text} |\n")
+            out.append(f"| {flags} | {o.kind} | {default(o)} | {constraint(o)} | {text} |\n")
         out.append("\n")
     return "".join(out).rstrip("\n") + "\n"
 
