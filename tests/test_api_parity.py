@@ -163,10 +163,10 @@ def test_every_flag_in_a_message_reads_as_a_parameter_in_the_library():
     import typer
 
     from idaudit import cli
-    from idaudit.core import requests
+    from idaudit.core import request_parts, requests
     from idaudit.core.errors import NOT_PARAMETERS, library_spelling, parameter_of
 
-    names = set().union(*(requests.option_paths(r) for r in (
+    names = set().union(*(request_parts.option_paths(r) for r in (
         requests.AuditRequest, requests.ConsistencyRequest, requests.PlanRequest,
         requests.EmbedRequest, requests.TrainRequest, requests.WorldRequest,
         requests.SweepRequest)))

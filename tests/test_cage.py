@@ -23,7 +23,7 @@ import torch
 from conftest import run
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.requests import LoadOptions
+from idaudit.core.request_parts import LoadOptions
 from idaudit.loading import confine, wire
 from idaudit.loading.loaders import load_target
 

@@ -69,7 +69,7 @@ def test_a_builtin_format_is_one_object_that_dispatch_trust_and_help_read():
     program, the trust table's row and the encoder forms' line are each read from the one
     FileFormat registered."""
     from idaudit.core.registered import ENCODER_FORMS, FORMATS
-    from idaudit.core.requests import encoder_forms
+    from idaudit.core.request_parts import encoder_forms
     from idaudit.loading import trust
     from idaudit.loading.filekinds import FileKind
     from idaudit.loading.opened import opener

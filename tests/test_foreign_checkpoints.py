@@ -34,7 +34,7 @@ from standins import (
 
 import idaudit
 from idaudit.core.errors import IdauditError, library_spelling
-from idaudit.core.requests import LoadOptions
+from idaudit.core.request_parts import LoadOptions
 from idaudit.loading.arrays import Arrays
 from idaudit.loading.loaders import load_embedding_target, load_target
 from idaudit.loading.opened import LoadedEncoder
@@ -738,7 +738,7 @@ def test_a_broken_dependency_is_named_in_the_one_line_error(project, tmp_path):
         import idaudit.loading.programs
         idaudit.loading.programs.IN_CAGE = True  # the loader's own code, as its cage runs it
         from idaudit.core.errors import IdauditError
-        from idaudit.core.requests import LoadOptions
+        from idaudit.core.request_parts import LoadOptions
         from idaudit.loading.loaders import load_target
         for trusted in (False, True):  # sized on the meta device first, or loaded at once
             try:

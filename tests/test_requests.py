@@ -14,20 +14,17 @@ from conftest import run
 from idaudit import cli
 from idaudit.core.defaults import TEST_FRACTION, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError
+from idaudit.core.request_parts import GateOptions, LoadOptions, WorldChoice, option_paths
 from idaudit.core.requests import (
     LIBRARY_ONLY,
     AuditRequest,
     ConsistencyRequest,
     EmbedRequest,
-    GateOptions,
-    LoadOptions,
     PlanRequest,
     SweepRequest,
     TrainRequest,
-    WorldChoice,
     WorldRequest,
     default,
-    option_paths,
 )
 from idaudit.training.config import TrainConfig
 from idaudit.training.runs import RUN_OPTIONS, resolve

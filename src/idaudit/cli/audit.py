@@ -11,7 +11,8 @@ from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
 from idaudit.cli.output import check_reports, finish
 from idaudit.core.defaults import FLOOR_DRAWS, TEST_FRACTION
 from idaudit.core.errors import check_seed
-from idaudit.core.requests import AuditRequest, default, encoder_forms
+from idaudit.core.request_parts import encoder_forms
+from idaudit.core.requests import AuditRequest, default
 
 
 @app.command()

@@ -11,7 +11,7 @@ import typer
 from idaudit.core.defaults import CAGE_SECONDS, WORLD_DEFAULTS, default_text
 from idaudit.core.options import WORLD as WORLD_OPTIONS
 from idaudit.core.options import Option
-from idaudit.core.requests import encoder_forms
+from idaudit.core.request_parts import encoder_forms
 
 # ---- shared options --------------------------------------------------------------------
 # World options default to None ("not given"): each world fills its own defaults and refuses

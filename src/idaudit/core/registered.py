@@ -121,7 +121,7 @@ class FileFormat:
         trust: (untrusted: what reading does, trusted: what ``--trust-code`` adds).
         example: ``example(path)`` writes a small valid file (the conformance check's).
         takes_options: ``open(path, options, embedding)``, ``options`` the
-            :class:`~idaudit.core.requests.LoadOptions` (built-in formats; they may give an
+            :class:`~idaudit.core.request_parts.LoadOptions` (built-in formats; they may give an
             encoder, a ``LoadedEncoder``, as well as arrays).
         program: what makes a file of this format a program — code that runs when it is
             loaded or called, so it runs in the cage (:mod:`idaudit.loading.programs`) —, or

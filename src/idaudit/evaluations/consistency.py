@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from idaudit.core.requests import ConsistencyRequest, EncoderOptions, unknown_options
+from idaudit.core.request_parts import EncoderOptions
+from idaudit.core.requests import ConsistencyRequest, unknown_options
 from idaudit.evaluations.audit import AuditReport, gated_report
 from idaudit.evaluations.gate import Threshold, collect_thresholds
 from idaudit.evaluations.inputs import as_matrix, check_embedding_options, split_reason_rows, values_reason

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.requests import GateOptions
+from idaudit.core.request_parts import GateOptions
 from idaudit.maths.catalogue import BY_KEY, gate_keys, missing_need
 
 # Every key an audit (with or without z) reports as one number or flag: a gate may name any.
@@ -126,7 +126,7 @@ def evaluate_gate(metrics: dict[str, Any], thresholds: list[Threshold]) -> list[
 
 def collect_thresholds(gate: GateOptions, known: set[str], r2_key: str, orth_key: str
                        ) -> list[Threshold]:
-    """A request's thresholds (its :class:`~idaudit.core.requests.GateOptions`) from every way
+    """A request's thresholds (its :class:`~idaudit.core.request_parts.GateOptions`) from every way
     of giving one: ``min_r2`` (on ``r2_key``),
     ``max_orthogonality_error`` (on ``orth_key``), ``min``/``max`` (``{metric: value}`` or
     ``["METRIC=VALUE", …]``) and ``gate`` (a ``{"min": …, "max": …}`` dict or a TOML file)."""

@@ -17,14 +17,8 @@ import numpy as np
 
 from idaudit.core.errors import IdauditError, check_seed, printable
 from idaudit.core.outputs import check_outputs
-from idaudit.core.requests import (
-    EmbedRequest,
-    EncoderOptions,
-    LoadOptions,
-    WorldChoice,
-    flat_options,
-    unknown_options,
-)
+from idaudit.core.request_parts import EncoderOptions, LoadOptions, WorldChoice
+from idaudit.core.requests import EmbedRequest, flat_options, unknown_options
 from idaudit.evaluations.inputs import AuditInputs, check_embedding_options, frame_sample
 from idaudit.loading.arrays import Arrays
 from idaudit.loading.loaders import open_target, where_to_embed

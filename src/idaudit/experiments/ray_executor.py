@@ -383,82 +383,125 @@ def _first_line(exc: BaseException) -> str:
     return one_line(f"{type(shown).__name__}: {first_line(shown)}", 500)
 
 
+@contextlib.contextmanager
 def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                 data_root: Path, checkpoint_dir: Path | None, shape: TaskShape,
                 prepare: list[tuple[Any, Path]], progress: bool = False
-                ) -> Iterator[dict[str, Any]]:
-    """Yield ``None`` once the cluster is reached, its nodes checked and the datasets
-    rendered, then ``(i, the record of todo[i])`` (with ``id``, ``node``, and ``files`` to
-    write) as the cluster finishes each run: ``i`` is the driver's, the record the node's, to
-    be filed under ``ids[i]`` (:func:`idaudit.experiments.sweep.own_record`), never under
-    an id the record names. ``prepare``: (world spec, the driver's dataset directory) for
-    every dataset the runs read under ``data_root``, rendered on the cluster when missing on
-    the driver."""
-    from idaudit.core.progress import ProgressBar
+                ) -> Iterator[Iterator[tuple[int, dict[str, Any]]]]:
+    """The runs ``todo`` on the cluster at ``address``, in three phases. Entering: the
+    cluster reached and its nodes checked (:func:`_cluster`), then the datasets rendered and
+    shipped (:func:`_ship_inputs`); what it gives is the third, :func:`_collect`: ``(i, the
+    record of todo[i])`` (with ``id``, ``node``, and ``files`` to write) as the cluster
+    finishes each run: ``i`` is the driver's, the record the node's, to be filed under
+    ``ids[i]`` (:func:`idaudit.experiments.sweep.own_record`), never under an id the record
+    names. ``prepare``: (world spec, the driver's dataset directory) for every dataset the
+    runs read under ``data_root``, rendered on the cluster when missing on the driver.
+    Leaving early (an error, Ctrl-C, SIGTERM) cancels the runs still on the cluster."""
+    with _cluster(address, shape) as (ray, stop):
+        token = hashlib.sha1(f"{socket.gethostname()}:{data_root}".encode()).hexdigest()[:12]
+        inputs = _ship_inputs(ray, stop, todo, data_root, shape, prepare, token, progress)
+        results = _collect(ray, stop, todo, ids, inputs, data_root, checkpoint_dir, shape,
+                           token)
+        with contextlib.closing(results):
+            yield results
 
+
+@contextlib.contextmanager
+def _cluster(address: str | None, shape: TaskShape) -> Iterator[tuple[Any, Stop]]:
+    """Phase 1: Ray connected to the cluster at ``address`` (:func:`connected`), SIGTERM and
+    Ctrl-C noted (:func:`signals_noted`), and every alive node's idaudit version probed and
+    the cluster's room for one run of ``shape`` checked (:func:`check_nodes`); gives Ray
+    and the :class:`Stop`."""
     with connected(address) as ray, signals_noted() as stop:
         check_nodes(ray, shape, stop)
-        token = hashlib.sha1(f"{socket.gethostname()}:{data_root}".encode()).hexdigest()[:12]
-        refs: dict[str, Any] = {}  # driver path → the object holding its files
-        renders = [(spec, path) for spec, path in prepare if not _complete(path)]
-        if renders:
-            render = ray.remote(render_on_node).options(
-                num_cpus=shape.cpus or 1, max_retries=MAX_RETRIES, retry_exceptions=False)
-            pending = {render.remote(spec.to_dict(), path.name, str(data_root), token,
-                                     shape.threads): path for spec, path in renders}
-            with ProgressBar(progress, len(pending), "render on the cluster") as bar, \
-                    _cancelled_on_exit(ray, pending):
-                while pending:
-                    done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
-                    stop.check()
-                    for ref in done:
-                        path = pending.pop(ref)
-                        try:
-                            unpack(ray.get(ref), path)
-                        except Exception as exc:
-                            raise IdauditError(f"rendering {path.name} on the cluster failed: "
-                                               f"{_first_line(exc)}") from None
-                        refs[str(path)] = ref
-                        bar.advance(1)
-        for _, path in prepare:
-            if str(path) not in refs:
-                refs[str(path)] = ray.put(pack(path))
-        for r in todo:
-            if r.get("data") is not None and str(Path(r["data"]).resolve()) not in refs:
-                data = Path(r["data"]).resolve()
-                if data.exists():
-                    refs[str(data)] = ray.put(pack(data))
-        task = ray.remote(run_on_node).options(**shape.options())
+        yield ray, stop
 
-        def submit(i: int):
-            r = todo[i]
-            needs = [str(Path(r["data"]).resolve())] if r.get("data") is not None else [
-                str(p) for _, p in prepare if p in _reads[i]]
-            inputs = [(p, [refs[p]]) for p in needs if p in refs]
-            return task.remote(r, ids[i], __version__, inputs, str(data_root),
-                               None if checkpoint_dir is None else str(checkpoint_dir),
-                               shape.device, shape.threads, token)
 
-        _reads = [_run_reads(r, data_root, shape.device) for r in todo]
-        yield None
-        queue = list(range(len(todo)))
-        pending: dict[Any, int] = {}
-        with _cancelled_on_exit(ray, pending):
-            while queue or pending:
-                while queue and (shape.in_flight is None or len(pending) < shape.in_flight):
-                    i = queue.pop(0)
-                    pending[submit(i)] = i
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
-                stop.check()
-                for ref in done:
-                    i = pending.pop(ref)
-                    try:
-                        rec = ray.get(ref)
-                    except Exception as exc:  # Ray could not finish it: recorded, go on
-                        rec = {"run": todo[i], "id": ids[i], "status": "failed",
-                               "error": _first_line(exc), "seconds": None}
-                    yield i, rec
-        _clean_nodes(ray, token)
+def _ship_inputs(ray, stop: Stop, todo: list[dict[str, Any]], data_root: Path,
+                 shape: TaskShape, prepare: list[tuple[Any, Path]], token: str,
+                 progress: bool) -> list[list[tuple[str, list]]]:
+    """Phase 2: the datasets of ``prepare`` missing on the driver rendered on the cluster
+    (:func:`_render_missing`), every other dataset of ``prepare`` and every run's own
+    ``data`` file put in the object store; returns, for each run of ``todo``, the inputs
+    :func:`run_on_node` fetches: (driver path, [the object holding its files])."""
+    refs = _render_missing(ray, stop, prepare, data_root, shape, token, progress)
+    for _, path in prepare:
+        if str(path) not in refs:
+            refs[str(path)] = ray.put(pack(path))
+    for r in todo:
+        if r.get("data") is not None and str(Path(r["data"]).resolve()) not in refs:
+            data = Path(r["data"]).resolve()
+            if data.exists():
+                refs[str(data)] = ray.put(pack(data))
+    inputs = []
+    for r in todo:
+        reads = _run_reads(r, data_root, shape.device)
+        needs = [str(Path(r["data"]).resolve())] if r.get("data") is not None else [
+            str(p) for _, p in prepare if p in reads]
+        inputs.append([(p, [refs[p]]) for p in needs if p in refs])
+    return inputs
+
+
+def _render_missing(ray, stop: Stop, prepare: list[tuple[Any, Path]], data_root: Path,
+                    shape: TaskShape, token: str, progress: bool) -> dict[str, Any]:
+    """The datasets of ``prepare`` not complete on the driver rendered by one cluster task
+    each (:func:`render_on_node`) and written at their driver paths; returns {driver path:
+    the object holding its files}. A render that fails raises :class:`IdauditError`."""
+    from idaudit.core.progress import ProgressBar
+
+    refs: dict[str, Any] = {}
+    renders = [(spec, path) for spec, path in prepare if not _complete(path)]
+    if not renders:
+        return refs
+    render = ray.remote(render_on_node).options(
+        num_cpus=shape.cpus or 1, max_retries=MAX_RETRIES, retry_exceptions=False)
+    pending = {render.remote(spec.to_dict(), path.name, str(data_root), token,
+                             shape.threads): path for spec, path in renders}
+    with ProgressBar(progress, len(pending), "render on the cluster") as bar, \
+            _cancelled_on_exit(ray, pending):
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
+            stop.check()
+            for ref in done:
+                path = pending.pop(ref)
+                try:
+                    unpack(ray.get(ref), path)
+                except Exception as exc:
+                    raise IdauditError(f"rendering {path.name} on the cluster failed: "
+                                       f"{_first_line(exc)}") from None
+                refs[str(path)] = ref
+                bar.advance(1)
+    return refs
+
+
+def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
+             inputs: list[list[tuple[str, list]]], data_root: Path,
+             checkpoint_dir: Path | None, shape: TaskShape, token: str
+             ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Phase 3: the runs submitted as :func:`run_on_node` tasks (at most
+    ``shape.in_flight`` at once), ``(i, record)`` yielded as each finishes (a task Ray
+    could not finish: a failed record); the nodes' copies removed once all are in."""
+    task = ray.remote(run_on_node).options(**shape.options())
+    queue = list(range(len(todo)))
+    pending: dict[Any, int] = {}
+    with _cancelled_on_exit(ray, pending):
+        while queue or pending:
+            while queue and (shape.in_flight is None or len(pending) < shape.in_flight):
+                i = queue.pop(0)
+                pending[task.remote(todo[i], ids[i], __version__, inputs[i], str(data_root),
+                                    None if checkpoint_dir is None else str(checkpoint_dir),
+                                    shape.device, shape.threads, token)] = i
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
+            stop.check()
+            for ref in done:
+                i = pending.pop(ref)
+                try:
+                    rec = ray.get(ref)
+                except Exception as exc:  # Ray could not finish it: recorded, go on
+                    rec = {"run": todo[i], "id": ids[i], "status": "failed",
+                           "error": _first_line(exc), "seconds": None}
+                yield i, rec
+    _clean_nodes(ray, token)
 
 
 @contextlib.contextmanager

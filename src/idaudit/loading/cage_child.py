@@ -216,7 +216,7 @@ def _serve(inp, out, request: dict[str, Any]) -> None:
     import idaudit.loading.loaders as loaders
     import idaudit.loading.programs as programs
     from idaudit.core.errors import IdauditError, first_line
-    from idaudit.core.requests import LoadOptions
+    from idaudit.core.request_parts import LoadOptions
     from idaudit.loading.arrays import ARRAY_KEYS, Arrays
     from idaudit.loading.opened import LoadedEncoder
     from idaudit.loading.wire import read_frame, write_frame

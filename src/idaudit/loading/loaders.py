@@ -32,7 +32,7 @@ import numpy as np
 
 from idaudit.core.errors import IdauditError, UsageError, one_line
 from idaudit.core.registered import FORMATS
-from idaudit.core.requests import LoadOptions
+from idaudit.core.request_parts import LoadOptions
 from idaudit.loading.arrays import Arrays, arrays_from_mapping, numeric_array
 from idaudit.loading.filekinds import FileKind, _file_kind
 from idaudit.loading.opened import LoadedEncoder, _embedding, _encoder, opener

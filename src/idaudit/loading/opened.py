@@ -1,5 +1,5 @@
 """What each kind of file opens to: :class:`LoadedEncoder` (an encoder from a file, with the
-embedding choice of its :class:`~idaudit.core.requests.LoadOptions`), the openers of encoders
+embedding choice of its :class:`~idaudit.core.request_parts.LoadOptions`), the openers of encoders
 (idaudit checkpoints, weights in ``--arch``, pickled modules, Hugging Face and LeWM
 directories, TorchScript and torch.export programs) and of array files, and idaudit's own
 file formats, one :class:`~idaudit.core.registered.FileFormat` each (:data:`NPZ` …), whose
@@ -19,7 +19,7 @@ from idaudit.core.errors import first_line as _first_line
 from idaudit.core.metadata import CHECKPOINT_FORMAT as CHECKPOINT
 from idaudit.core.metadata import PAIRS_FORMAT, read_metadata
 from idaudit.core.registered import FORMATS, FileFormat
-from idaudit.core.requests import LoadOptions, encoder_forms
+from idaudit.core.request_parts import LoadOptions, encoder_forms
 from idaudit.loading import filekinds
 from idaudit.loading.architectures import build_arch
 from idaudit.loading.arrays import (

@@ -15,7 +15,7 @@ import numpy as np
 from idaudit.core.errors import IdauditError
 from idaudit.core.metadata import CHECKPOINT_FORMAT as CHECKPOINT
 from idaudit.core.metadata import PAIRS_FORMAT, read_metadata
-from idaudit.core.requests import LoadOptions
+from idaudit.core.request_parts import LoadOptions
 from idaudit.loading.arrays import (
     ARRAY_KEYS,
     Arrays,
