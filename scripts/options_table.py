@@ -18,7 +18,8 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "options.md"
 HEAD = """# World and train options
 
 Every option below is declared once, in `src/idaudit/core/options.py` (name, type, flags,
-help, constraint); `idaudit train` and `idaudit world` take their flags from there,
+help, constraint); `idaudit train` and `idaudit world`, and the commands that embed an
+encoder (`audit`, `consistency`, `plan`, `embed`), take their flags from there,
 `idaudit.train(...)` and `TrainRequest` their fields, and this table is written from the
 same declarations by `scripts/options_table.py` (tests/test_options.py checks it is current).
 A constraint is checked in one place with one wording: an interval (`core/limits.py`) or a
@@ -59,11 +60,13 @@ def default(option) -> str:
 
 
 def table() -> str:
-    from idaudit.core.options import TRAIN, WORLD
+    from idaudit.core.options import ENCODER, TRAIN, WORLD
 
     out = [HEAD]
     for title, options in (("World options (`train`, `world`)", WORLD),
-                           ("Train options (`train`)", TRAIN)):
+                           ("Train options (`train`)", TRAIN),
+                           ("Encoder options (`audit`, `consistency`, `plan`, `embed`)",
+                            ENCODER)):
         out += [f"## {title}\n\n", "| flags | type | default | constraint | help |\n",
                 "|---|---|---|---|---|\n"]
         for o in options:

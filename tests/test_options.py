@@ -15,7 +15,7 @@ import typer.main
 
 from idaudit.cli import app
 from idaudit.core.defaults import WORLD as DEFAULT_WORLD
-from idaudit.core.options import BY_NAME, TRAIN, WORLD
+from idaudit.core.options import BY_NAME, ENCODER, TRAIN, WORLD
 from idaudit.core.registered import WORLDS
 from idaudit.core.requests import TrainRequest
 
@@ -27,7 +27,9 @@ def flags_of(command: str) -> set[str]:
     return {flag for p in click.params for flag in (*p.opts, *p.secondary_opts)}
 
 
-@pytest.mark.parametrize("command,options", [("train", (*WORLD, *TRAIN)), ("world", WORLD)])
+@pytest.mark.parametrize("command,options", [
+    ("train", (*WORLD, *TRAIN)), ("world", WORLD), *((c, ENCODER) for c in
+                                                     ("audit", "consistency", "plan", "embed"))])
 def test_each_declared_option_is_a_flag_of_its_commands(command, options):
     have = flags_of(command)
     for option in options:
@@ -53,7 +55,7 @@ def test_docs_options_md_is_what_the_declarations_give():
                            "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     text = (ROOT / "docs" / "options.md").read_text()
-    assert all(f"`{o.flags[0]}`" in text for o in (*WORLD, *TRAIN))
+    assert all(f"`{o.flags[0]}`" in text for o in (*WORLD, *TRAIN, *ENCODER))
 
 
 def world_taking(name: str) -> str | None:

@@ -27,7 +27,7 @@ def audit(
                                "targets, gate the "
                                "worst run's value of each gated metric, or the median"),
     report: dict = None,  # the REPORT_FLAGS (report_flags)
-    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
+    encoder: dict = None,  # the encoder flags (core/options.ENCODER)
     n_eval: int | None = n_eval_option("evaluation pairs"),
     seed: int | None = typer.Option(None, "--seed", help="eval-set and split seed (default: "
                                     "a checkpoint's training seed, else 0)"),

@@ -22,7 +22,7 @@ def consistency(
                                          "in .npz/.safetensors) embedding the same inputs, or "
                                          "encoders in any form audit takes"),
     report: dict = None,  # the REPORT_FLAGS (report_flags)
-    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
+    encoder: dict = None,  # the encoder flags (core/options.ENCODER)
     n_eval: int | None = n_eval_option("inputs to embed", "the first checkpoint's"),
     seed: int | None = typer.Option(None, "--seed", help="inputs and split seed (default: the "
                                     "first checkpoint's training seed, else 0)"),

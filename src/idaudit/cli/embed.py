@@ -22,7 +22,7 @@ def embed(
                                   "raw-mixing baseline); circular (with angle_sigma, the "
                                   "angles' law, where the world knows it); the split's seed, and "
                                   "test_rows where the world fixes its held-out rows"),
-    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
+    encoder: dict = None,  # the encoder flags (core/options.ENCODER)
     n_eval: int | None = n_eval_option("inputs to embed"),
     seed: int | None = typer.Option(None, "--seed", help="evaluation-set seed (default: a "
                                     "checkpoint's training seed, else 0)"),

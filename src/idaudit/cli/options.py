@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
-from idaudit.core.defaults import CAGE_SECONDS, WORLD_DEFAULTS, default_text
+from idaudit.core.defaults import WORLD_DEFAULTS, default_text
+from idaudit.core.options import ENCODER, Option
 from idaudit.core.options import WORLD as WORLD_OPTIONS
-from idaudit.core.options import Option
 from idaudit.core.request_parts import encoder_forms
 
 # ---- shared options --------------------------------------------------------------------
@@ -35,7 +35,8 @@ def n_eval_option(what: str, whose: str = "the training") -> Any:
 def typer_option(option: Option, default: Any = None) -> Any:
     """The typer parameter of a declared option (:mod:`idaudit.core.options`): its flags,
     its help (read now: a registry's names, plugins' included) and typer's extras."""
-    return typer.Option(default, *option.flags, help=option.help_text(), **option.typer)
+    return typer.Option(option.default if default is None else default, *option.flags,
+                        help=option.help_text(), **option.typer)
 
 
 def option_flags(param: str, options: tuple[Option, ...], prepare=None):
@@ -50,69 +51,9 @@ WorldOpt, DimOpt, SourceOpt, AlphaOpt, RhoOpt, LayersOpt, TrajectoryOpt, StrideO
 
 
 EncoderArg = typer.Argument(..., help=encoder_forms())
-ArchOpt = typer.Option(None, "--arch", help="the network plain weights belong to: "
-                       "module.path:factory (searched in installed packages, then the working "
-                       "directory) or timm:NAME (timm.create_model, no download)")
-ArchKwargsOpt = typer.Option(None, "--arch-kwargs", help="JSON kwargs for the factory")
-TrustOpt = typer.Option(False, "--trust-code", "--trust-pickle", help="run code from the "
-                        "file: unpickle a whole module or an object of your own class, load a "
-                        ".pt2 archive or TorchScript idaudit cannot vet as code-free (still in "
-                        "the cage where it can be built); where no cage can be built, run "
-                        "programs from files in this process with your permissions")
-TimeLimitOpt = typer.Option(None, "--time-limit", help="seconds a program from a file "
-                            "(TorchScript, .pt2, Hugging Face, timm, LeWM, --trust-code) may run "
-                            f"in its cage, load and forwards together (default "
-                            f"{default_text(CAGE_SECONDS)})")
-KeyOpt = typer.Option(None, "--key", help="the entry of a torch.save dict holding the weights, "
-                      "dots nesting (state_dict, target_encoder); asked for when it holds "
-                      "several")
-PrefixOpt = typer.Option(None, "--prefix", help="keep the weights under this prefix and strip "
-                         "it (model.backbone.); module. and _orig_mod. are stripped always")
-PoolOpt = typer.Option(None, "--pool", help="token outputs (batch, tokens, dim): cls (the first "
-                       "token) | mean | none (all, flattened)")
-OutputOpt = typer.Option(None, "--output", help="the field of a model output or dict "
-                         "(last_hidden_state, pooler_output, emb), or an index of a tuple; "
-                         "an idaudit checkpoint trained with --projector: backbone (default) "
-                         "| projector")
-EmbedOpt = typer.Option(None, "--embed", help="module:function called as function(model, "
-                        "images) → (batch, m), for encoders with no plain forward")
-WeightsOpt = typer.Option(None, "--weights", help="a LeWM directory holding several weights "
-                          "files (weights_epoch_1.pt, weights_epoch_2.pt …): the one to load, "
-                          "by name")
-NormalizeOpt = typer.Option(None, "--normalize", help="images for an encoder that is not an "
-                            "idaudit checkpoint: float N×3×S×S in [0, 1], then imagenet | none "
-                            "| MEAN,STD (default: the model's own, a Hugging Face directory's "
-                            "preprocessor_config.json, else none)")
-EvalImageSizeOpt = typer.Option(None, "--image-size", help="reacher: render the evaluation "
-                                "images at S × S (e.g. 224 for a ViT; without --data the "
-                                "--n-eval pairs are rendered and cached)")
-CacheDirOpt = typer.Option(None, "--cache-dir", help="where rendered evaluation images are "
-                           "cached (default $IDAUDIT_CACHE, else ~/.cache/idaudit)")
-EvalWorldOpt = typer.Option(None, "--world", "-w", help="evaluate on this world (default: the "
-                            "checkpoint's)")
-DataOpt = typer.Option(None, "--data", help="evaluate on stored data: a pairs file from "
-                       "`idaudit world` or a Reacher dataset directory")
-
-
 KeysOpt = typer.Option(False, "--keys", help="show each metric's key (what --min, --max and "
                        "gate files name) beside its label; what each means: `idaudit metrics`, "
                        "docs/metrics.md")
-
-
-#: the flags of every command that embeds encoders (audit, consistency, plan, embed): the
-#: fields of EncoderOptions, each declared once here — (name, annotation, typer option)
-ENCODER_FLAGS = (
-    ("arch", "str | None", ArchOpt), ("arch_kwargs", "str | None", ArchKwargsOpt),
-    ("trust_pickle", "bool", TrustOpt), ("key", "str | None", KeyOpt),
-    ("prefix", "str | None", PrefixOpt), ("pool", "str | None", PoolOpt),
-    ("output", "str | None", OutputOpt), ("embed", "str | None", EmbedOpt),
-    ("weights", "str | None", WeightsOpt), ("time_limit", "float | None", TimeLimitOpt),
-    ("world", "str | None", EvalWorldOpt), ("dim", "int | None", DimOpt),
-    ("source", "str | None", SourceOpt), ("alpha", "float | None", AlphaOpt),
-    ("rho", "float | None", RhoOpt), ("layers", "int | None", LayersOpt),
-    ("image_size", "int | None", EvalImageSizeOpt), ("data", "Path | None", DataOpt),
-    ("normalize", "str | None", NormalizeOpt), ("cache_dir", "Path | None", CacheDirOpt),
-)
 
 
 def flag_group(param: str, flags: tuple, prepare=None):
@@ -152,8 +93,9 @@ def _encoder_fields(given: dict) -> dict:
             "progress": True}
 
 
-#: give a command the ENCODER_FLAGS as one dict ``encoder`` of EncoderOptions fields
-encoder_flags = flag_group("encoder", ENCODER_FLAGS, _encoder_fields)
+#: give a command the encoder flags (idaudit.core.options.ENCODER) as one dict ``encoder`` of
+#: EncoderOptions fields
+encoder_flags = option_flags("encoder", ENCODER, _encoder_fields)
 
 #: the flags of a gated report (audit, consistency): where it is written, and the gate given
 #: as METRIC=VALUE pairs or a file (each command has its own --min-r2 and orthogonality flag)

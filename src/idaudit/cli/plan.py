@@ -19,7 +19,7 @@ from idaudit.core.requests import PlanRequest, default
 @encoder_flags
 def plan(
     target: Path = EncoderArg,
-    encoder: dict = None,  # the ENCODER_FLAGS (encoder_flags)
+    encoder: dict = None,  # the encoder flags (core/options.ENCODER)
     pairs: int = typer.Option(default(PlanRequest, "pairs"), "--pairs",  # no -k: --k is k
                               help="random start/goal pairs"),
     waypoints: int = typer.Option(default(PlanRequest, "waypoints"), "--waypoints",

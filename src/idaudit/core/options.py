@@ -28,7 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idaudit.core.defaults import DATA_ROOT, OFFICIAL_LAMB, TRAIN_DEFAULTS, WORLD, WORLD_DEFAULTS
+from idaudit.core.defaults import (
+    CAGE_SECONDS,
+    DATA_ROOT,
+    OFFICIAL_LAMB,
+    TRAIN_DEFAULTS,
+    WORLD,
+    WORLD_DEFAULTS,
+)
 from idaudit.core.defaults import default_text as _text
 
 #: an option's type → (its annotation as typer reads it, the check_type kind)
@@ -44,10 +51,12 @@ class Option:
     :data:`KINDS`), ``help`` (text, or a function of nothing returning it, for help read
     from a registry), the typer spellings (``flags``; by default the name, dashes for underscores), and
     its constraint: ``limit`` (a key of LIMITS) or ``choices`` (values, or a registry's
-    name: ``"worlds"``, ``"objectives"``). ``typer``: further typer.Option arguments.
+    name: ``"worlds"``, ``"objectives"``). ``typer``: further typer.Option arguments;
+    ``default``: the command line's default where it is not None (a switch's False).
 
     Args:
         name, kind, help, flags, limit, choices, typer: as above.
+        default: typer's default (None: "not given"; a request or a world fills it).
 
     Example:
         >>> Option("steps", "integer", "training steps").flags
@@ -61,6 +70,7 @@ class Option:
     limit: str | None = None
     choices: tuple[str, ...] | str | None = None
     typer: dict[str, Any] = field(default_factory=dict)
+    default: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -75,6 +85,8 @@ class Option:
 
     @property
     def annotation(self) -> str:
+        if self.kind == "flag" and self.default is not None:
+            return "bool"  # a switch that is off unless given
         return KINDS[self.kind][0]
 
     def help_text(self) -> str:
@@ -195,6 +207,55 @@ TRAIN: tuple[Option, ...] = (
            f"place (default: {DATA_ROOT})"),
 )
 
+#: how token outputs (batch, tokens, dim) become one embedding per input: the first (CLS)
+#: token, the mean over tokens, or all of them flattened
+POOLS = ("cls", "mean", "none")
+
+_W = {o.name: o for o in WORLD}
+
+#: the flags of every command that embeds encoders (audit, consistency, plan, embed): the
+#: fields of EncoderOptions (its LoadOptions, its world and how images reach the encoder)
+ENCODER: tuple[Option, ...] = (
+    Option("arch", "string", "the network plain weights belong to: module.path:factory "
+           "(searched in installed packages, then the working directory) or timm:NAME "
+           "(timm.create_model, no download)"),
+    Option("arch_kwargs", "json", "JSON kwargs for the factory"),
+    Option("trust_pickle", "flag", "run code from the file: unpickle a whole module or an "
+           "object of your own class, load a .pt2 archive or TorchScript idaudit cannot vet as "
+           "code-free (still in the cage where it can be built); where no cage can be built, "
+           "run programs from files in this process with your permissions",
+           ("--trust-code", "--trust-pickle"), default=False),
+    Option("key", "string", "the entry of a torch.save dict holding the weights, dots nesting "
+           "(state_dict, target_encoder); asked for when it holds several"),
+    Option("prefix", "string", "keep the weights under this prefix and strip it "
+           "(model.backbone.); module. and _orig_mod. are stripped always"),
+    Option("pool", "string", "token outputs (batch, tokens, dim): cls (the first token) | mean "
+           "| none (all, flattened)", choices=POOLS),
+    Option("output", "string", "the field of a model output or dict (last_hidden_state, "
+           "pooler_output, emb), or an index of a tuple; an idaudit checkpoint trained with "
+           "--projector: backbone (default) | projector"),
+    Option("embed", "string", "module:function called as function(model, images) → (batch, "
+           "m), for encoders with no plain forward"),
+    Option("weights", "string", "a LeWM directory holding several weights files "
+           "(weights_epoch_1.pt, weights_epoch_2.pt …): the one to load, by name"),
+    Option("time_limit", "number", "seconds a program from a file (TorchScript, .pt2, Hugging "
+           "Face, timm, LeWM, --trust-code) may run in its cage, load and forwards together "
+           f"(default {_text(CAGE_SECONDS)})"),
+    Option("world", "string", "evaluate on this world (default: the checkpoint's)",
+           ("--world", "-w"), choices="worlds"),
+    _W["dim"], _W["source"], _W["alpha"], _W["rho"], _W["layers"],
+    Option("image_size", "integer", "reacher: render the evaluation images at S × S (e.g. 224 "
+           "for a ViT; without --data the --n-eval pairs are rendered and cached)",
+           limit="image_size"),
+    Option("data", "path", "evaluate on stored data: a pairs file from `idaudit world` or a "
+           "Reacher dataset directory"),
+    Option("normalize", "string", "images for an encoder that is not an idaudit checkpoint: "
+           "float N×3×S×S in [0, 1], then imagenet | none | MEAN,STD (default: the model's "
+           "own, a Hugging Face directory's preprocessor_config.json, else none)"),
+    Option("cache_dir", "path", "where rendered evaluation images are cached (default "
+           "$IDAUDIT_CACHE, else ~/.cache/idaudit)"),
+)
+
 BY_NAME: dict[str, Option] = {o.name: o for o in (*WORLD, *TRAIN)}
 
 
@@ -208,4 +269,4 @@ def kinds(options: tuple[Option, ...]) -> dict[str, str]:
     return {o.name: KINDS[o.kind][1] for o in options if KINDS[o.kind][1] is not None}
 
 
-__all__ = ["BY_NAME", "KINDS", "TRAIN", "WORLD", "Option", "kinds"]
+__all__ = ["BY_NAME", "ENCODER", "KINDS", "POOLS", "TRAIN", "WORLD", "Option", "kinds"]

@@ -39,9 +39,7 @@ def encoder_forms() -> str:
                                    for name in sorted(FORMATS.plugins()))
 
 
-#: how token outputs (batch, tokens, dim) become one embedding per input: the first (CLS)
-#: token, the mean over tokens, or all of them flattened
-POOLS = ("cls", "mean", "none")
+from idaudit.core.options import POOLS  # noqa: E402 - declared with the --pool option
 
 
 @dataclass

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.request_parts import POOLS
+from idaudit.core.options import POOLS
 
 _POOL_FLAG = "--pool cls|mean|none"
 
