@@ -98,6 +98,67 @@ def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+#: what each argument of IdentifiabilityMonitor may be — ("key", None allowed or not) a
+#: non-empty string; ("limit", LIMITS name) an interval; ("choice", values); ("type", type);
+#: ("index", None allowed or not) a non-negative integer; ("seed", _) a seed —
+#: and the argument it needs given (None: nothing), with the reason the error gives
+ARGUMENTS: dict[str, tuple[tuple[str, Any], str | None, str]] = {
+    "embedding_key": (("key", False), None, ""),
+    "latents_key": (("key", True), None, ""),
+    "pair_key": (("key", True), None, ""),
+    "rho": (("limit", "rho"), "pair_key", "rho is the correlation of the pairs (h, h′); it "
+            "needs pair_key"),
+    "max_rows": (("limit", "n_eval"), None, ""),
+    "floor_draws": (("limit", "floor_draws"), "latents_key",
+                    "floor_draws needs the true latents z (latents_key)"),
+    "test_fraction": (("limit", "test_fraction"), "latents_key",
+                      "test_fraction needs the true latents z (latents_key)"),
+    "seed": (("seed", None), None, ""),
+    "prefix": (("type", str), None, ""),
+    "dataloader_idx": (("index", True), None, ""),
+    "gate": (("gate", None), None, ""),  # checked by directed_thresholds
+    "by_epoch": (("index", False), "gate", "by_epoch applies to a gate; none was given"),
+    "action": (("choice", ("stop", "fail")), "gate", "action applies to a gate; none was "
+               "given"),
+}
+
+
+def _check_arguments(given: dict[str, Any]) -> None:
+    """One validator for :data:`ARGUMENTS`: each given value's form, then what it needs.
+
+    Args:
+        given: the monitor's arguments by name (None: not given).
+
+    Example:
+        >>> _check_arguments({"embedding_key": "h", "rho": None})
+    """
+    what = "IdentifiabilityMonitor: "
+    for name, value in given.items():
+        (form, arg), _, _ = ARGUMENTS[name]
+        if form == "key" and (value is not None or not arg) and \
+                not (isinstance(value, str) and value):
+            raise IdauditError(f"{what}{name} must be a key (a non-empty string)"
+                               f"{' or None' if arg else ''}, got {value!r}")
+        if value is None:
+            continue
+        if form == "limit":
+            check(arg, value, name)
+        elif form == "seed":
+            check_seed(value, name)
+        elif form == "type" and not isinstance(value, arg):
+            raise IdauditError(f"{what}{name} must be a string, got {value!r}")
+        elif form == "index" and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):
+            raise IdauditError(f"{what}{name} must be a non-negative integer"
+                               f"{' or None' if arg else ''}, got {value!r}")
+        elif form == "choice" and value not in arg:
+            raise IdauditError(f"{what}{name} must be {' or '.join(map(repr, arg))}, got "
+                               f"{value!r}")
+    for name, ((_, _), needs, why) in ARGUMENTS.items():
+        if needs is not None and given.get(name) is not None and given.get(needs) is None:
+            raise IdauditError(what + why)
+
+
 class IdentifiabilityMonitor(Callback):
     """A Lightning callback: idaudit's audit of the validation embeddings, each validation.
 
@@ -167,58 +228,20 @@ class IdentifiabilityMonitor(Callback):
             raise IdauditError("IdentifiabilityMonitor needs the lightning package (pip install "
                                f"'idaudit[lightning]'): {_MISSING}")
         super().__init__()
-        for name, key in (("embedding_key", embedding_key), ("latents_key", latents_key),
-                          ("pair_key", pair_key)):
-            if key is not None and not (isinstance(key, str) and key):
-                raise IdauditError(f"IdentifiabilityMonitor: {name} must be a key (a non-empty "
-                                   f"string){'' if name == 'embedding_key' else ' or None'}, "
-                                   f"got {key!r}")
-        if embedding_key is None:
-            raise IdauditError("IdentifiabilityMonitor: embedding_key must be a key, got None")
-        if rho is not None:
-            if pair_key is None:
-                raise IdauditError("IdentifiabilityMonitor: rho is the correlation of the pairs "
-                                   "(h, h′); it needs pair_key")
-            check("rho", rho, "rho")
-        check("n_eval", max_rows, "max_rows")
-        if floor_draws is not None:
-            check("floor_draws", floor_draws, "floor_draws")
-        if test_fraction is not None:
-            check("test_fraction", test_fraction, "test_fraction")
-        check_seed(seed, "seed")
-        if latents_key is None:
-            given = [n for n, v in (("floor_draws", floor_draws), ("test_fraction",
-                                                                   test_fraction)) if v is not None]
-            if given:
-                raise IdauditError(f"IdentifiabilityMonitor: {given[0]} needs the true latents "
-                                   "z (latents_key)")
-        if not isinstance(prefix, str):
-            raise IdauditError(f"IdentifiabilityMonitor: prefix must be a string, got {prefix!r}")
-        if dataloader_idx is not None and (isinstance(dataloader_idx, bool)
-                                           or not isinstance(dataloader_idx, int)
-                                           or dataloader_idx < 0):
-            raise IdauditError("IdentifiabilityMonitor: dataloader_idx must be a non-negative integer "
-                               f"or None, got {dataloader_idx!r}")
+        given = {"embedding_key": embedding_key, "latents_key": latents_key,
+                 "pair_key": pair_key, "rho": rho, "max_rows": max_rows,
+                 "floor_draws": floor_draws, "test_fraction": test_fraction, "seed": seed,
+                 "prefix": prefix, "dataloader_idx": dataloader_idx, "gate": gate,
+                 "by_epoch": by_epoch, "action": action}
+        _check_arguments(given)
         self._check_figures(log_figures, figures_every)
         self.thresholds: list[Threshold] = []
-        if gate is None:
-            given = [n for n, v in (("by_epoch", by_epoch), ("action", action)) if v is not None]
-            if given:
-                raise IdauditError(f"IdentifiabilityMonitor: {given[0]} applies to a gate; none "
-                                   "was given")
-        else:
+        if gate is not None:
             self.thresholds = directed_thresholds(dict(gate), "IdentifiabilityMonitor gate",
                                                   KNOWN_METRICS)
             if not self.thresholds:
                 raise IdauditError("IdentifiabilityMonitor: the gate names no metric")
             self._check_needs(latents_key, pair_key, rho, floor_draws)
-            if by_epoch is not None and (isinstance(by_epoch, bool)
-                                         or not isinstance(by_epoch, int) or by_epoch < 0):
-                raise IdauditError("IdentifiabilityMonitor: by_epoch must be a non-negative integer, "
-                                   f"got {by_epoch!r}")
-            if action is not None and action not in ("stop", "fail"):
-                raise IdauditError(f"IdentifiabilityMonitor: action must be 'stop' or 'fail', "
-                                   f"got {action!r}")
         self.embedding_key, self.latents_key, self.pair_key = embedding_key, latents_key, pair_key
         self.rho, self.max_rows, self.prefix = rho, max_rows, prefix
         self.by_epoch = 0 if by_epoch is None else by_epoch
