@@ -8,6 +8,7 @@ from conftest import one_line, run
 from safetensors.torch import load_file, save_file
 
 from idaudit.cli import app
+from idaudit.core.registered import OBJECTIVES
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +163,7 @@ def test_sweep_then_report(tmp_path):
 
 @pytest.mark.parametrize("args,fragment", [
     (["train", "--world", "moon"], "valid: spiral, banana, sinusoid, nvp, coupling"),
-    (["train", "--objective", "byol"], "valid: infonce, lejepa, vicreg, whiten"),
+    (["train", "--objective", "byol"], "valid: " + ", ".join(OBJECTIVES.names())),
     (["train", "--encoder", "resnet", "--steps", "1"], "valid: cnn, coupling, mlp"),
     (["train", "--rho", "1.5"], "--rho"),
     (["train", "--rho", "0"], "--rho"),

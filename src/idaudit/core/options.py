@@ -102,14 +102,25 @@ class Option:
 
     def invalid(self) -> Any:
         """A value the constraint refuses (tests try it on the command line), or None."""
-        if self.choices is not None:
-            return f"no-such-{self.name}"
-        if self.limit is not None:
-            from idaudit.core.limits import LIMITS
+        found = self.invalids()
+        return found[0] if found else None
 
-            lim = LIMITS[self.limit]
-            return lim.low - 1 if lim.low is not None else lim.high + 1
-        return None
+    def invalids(self) -> tuple[Any, ...]:
+        """Values the constraint refuses: an unknown name, or one past each end of the
+        interval (the end itself where it is excluded)."""
+        if self.choices is not None:
+            return (f"no-such-{self.name}",)
+        if self.limit is None:
+            return ()
+        from idaudit.core.limits import LIMITS
+
+        lim = LIMITS[self.limit]
+        ends = []
+        if lim.low is not None:
+            ends.append(lim.low if lim.open else lim.low - 1)
+        if lim.high is not None:
+            ends.append(lim.high if lim.open else lim.high + 1)
+        return tuple(int(v) if lim.integer else v for v in ends)
 
 
 def _registry_help(name: str, tail: str = "") -> Callable[[], str]:
