@@ -254,3 +254,13 @@ def test_each_exit_code_is_an_error_class_callers_catch_by_type():
         assert kind("made directly").exit_code == code
     assert type(IdauditError("plain")) is idaudit.UsageError
     assert type(IdauditError("a bug", EXIT_INTERNAL)) is IdauditError
+
+
+def test_modules_declare_what_they_export():
+    """Every module of src/idaudit declares ``__all__``, and every name another module, a test,
+    a script, a benchmark or the docs takes from one is in it (private names only as
+    scripts/module_exports.py allows)."""
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "module_exports.py"), "--check"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().endswith("OK")

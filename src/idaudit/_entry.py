@@ -10,6 +10,8 @@ import sys
 
 from idaudit.core.errors import EXIT_INTERNAL, internal_error_line, show_tracebacks
 
+__all__ = ["main"]
+
 
 def main() -> None:
     try:

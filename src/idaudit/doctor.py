@@ -23,6 +23,8 @@ from idaudit.worlds.reacher.render import (  # no torch: the doctor runs without
     probe_backend,
 )
 
+__all__ = ["GL_BACKENDS", "INSTALL_HINT", "probe_backend", "run_checks"]
+
 MIN_PYTHON = (3, 11)  # pyproject.toml's requires-python: the Python CI runs
 MIN_TORCH = "2.13"  # pyproject.toml's floor: the oldest torch CI runs
 MUJOCO_VERSION = "3.17.0"

@@ -35,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - the base install's check covers
     Callback = object  # type: ignore[assignment,misc]
     _MISSING = f"{type(exc).__name__}: {exc}"
 
-__all__ = ["IdentifiabilityMonitor"]
+__all__ = ["IdentifiabilityMonitor", "RowQueue"]
 
 Action = Literal["stop", "fail"]
 

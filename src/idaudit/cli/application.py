@@ -20,6 +20,8 @@ from idaudit.core.errors import (
 )
 from idaudit.core.version import __version__
 
+__all__ = ["app", "cli_errors", "err", "main", "out", "plain_help_texts", "say"]
+
 app = typer.Typer(
     help="Did your self-supervised encoder learn the world? Worlds with known latents, "
          "LeJEPA/VICReg/InfoNCE training, identifiability audits and latent planning.",

@@ -14,6 +14,8 @@ from idaudit.core.errors import check_seed
 from idaudit.core.request_parts import encoder_forms
 from idaudit.core.requests import AuditRequest, default
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

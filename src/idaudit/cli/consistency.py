@@ -12,6 +12,8 @@ from idaudit.cli.output import check_reports, finish
 from idaudit.core.errors import check_seed
 from idaudit.core.requests import ConsistencyRequest, default
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

@@ -7,6 +7,8 @@ from rich.markup import escape
 
 from idaudit.cli.application import app, cli_errors, out
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

@@ -10,6 +10,8 @@ from idaudit.cli.application import app, cli_errors, out
 from idaudit.cli.options import EncoderArg, encoder_flags, n_eval_option
 from idaudit.core.errors import check_seed
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

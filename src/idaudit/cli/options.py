@@ -13,6 +13,8 @@ from idaudit.core.options import ENCODER, Option
 from idaudit.core.options import WORLD as WORLD_OPTIONS
 from idaudit.core.request_parts import encoder_forms
 
+__all__ = ["EncoderArg", "encoder_flags", "n_eval_option", "option_flags", "report_flags", "world_default"]
+
 # ---- shared options --------------------------------------------------------------------
 # World options default to None ("not given"): each world fills its own defaults and refuses
 # the options it does not take, naming them. Help texts read the defaults from

@@ -14,6 +14,8 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.jsontext import json_text
 from idaudit.core.outputs import check_outputs
 
+__all__ = ["check_reports", "emit", "finish", "report_outputs", "to_stdout"]
+
 
 def to_stdout(path: Path | None) -> bool:
     """``-`` for a report path means standard output (the table then goes to stderr)."""

@@ -13,6 +13,8 @@ from idaudit.core.jsontext import json_text
 from idaudit.core.outputs import check_outputs
 from idaudit.core.requests import PlanRequest, default
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

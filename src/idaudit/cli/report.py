@@ -9,6 +9,8 @@ import typer
 from idaudit.cli.application import app, cli_errors, err, out
 from idaudit.core.errors import IdauditError
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

@@ -10,6 +10,8 @@ from idaudit.cli.application import app, cli_errors, out
 from idaudit.core.errors import EXIT_RUNS_FAILED
 from idaudit.core.requests import SweepRequest, default
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

@@ -12,6 +12,8 @@ from idaudit.cli.options import option_flags
 from idaudit.core.options import TRAIN, WORLD
 from idaudit.core.requests import TrainRequest
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 def _train_fields(given: dict[str, Any]) -> dict[str, Any]:
     """The TrainRequest fields of the flags: ``--encoder-kwargs`` parsed."""

@@ -11,6 +11,8 @@ from idaudit.cli.options import option_flags, world_default
 from idaudit.core.options import WORLD
 from idaudit.core.requests import WorldRequest, default
 
+__all__: list[str] = []  # the command registers itself with the app; nothing to import
+
 
 @app.command()
 @cli_errors

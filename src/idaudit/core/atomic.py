@@ -15,6 +15,8 @@ from pathlib import Path
 
 from idaudit.core.errors import IdauditError, first_line, printable
 
+__all__ = ["atomic_write", "clean_stale_temporaries", "make_temp_dir", "remove_tree"]
+
 
 def _umask() -> int:
     mask = os.umask(0)

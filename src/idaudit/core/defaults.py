@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["CAGE_SECONDS", "DATA_ROOT", "FLOOR_DRAWS", "OFFICIAL_LAMB", "TEST_FRACTION", "TRAIN_DEFAULTS",
+           "VICREG", "WORLD", "WORLD_DEFAULTS", "default_text"]
+
 #: the world a run trains on when none is named and no --data says which
 WORLD = "spiral"
 

@@ -13,6 +13,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+__all__ = ["EXIT_GATE_FAILED", "EXIT_INCONCLUSIVE", "EXIT_INTERNAL", "EXIT_OK", "EXIT_RUNS_FAILED",
+           "EXIT_USAGE", "GateFailed", "IdauditError", "Inconclusive", "MAX_SEED", "NOT_PARAMETERS",
+           "RunsFailed", "UsageError", "check_seed", "command_line", "error_line", "first_line",
+           "internal_error_line", "latent_indices", "library_spelling", "one_line", "parameter_of",
+           "printable", "require", "root_cause", "show_tracebacks"]
+
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2

@@ -12,6 +12,8 @@ from idaudit.core.atomic import atomic_write
 from idaudit.core.errors import IdauditError
 from idaudit.core.errors import first_line as _first_line
 
+__all__ = ["MAX_TEXT_INPUT", "json_text", "jsonable", "parse_json_object", "write_json"]
+
 MAX_TEXT_INPUT = 1 << 20  # gate and suite files larger than 1 MiB are refused
 MAX_DEPTH = 100  # levels of [ or {: deeper would exhaust Python's recursion limit downstream
 

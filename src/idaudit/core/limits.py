@@ -20,6 +20,9 @@ import numpy as np
 
 from idaudit.core.errors import IdauditError
 
+__all__ = ["ARRAY_ELEMENTS", "LIMITS", "check", "check_elements", "check_runs", "check_sweep_size",
+           "check_view"]
+
 
 @dataclass(frozen=True)
 class Limit:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from idaudit.core.errors import IdauditError
 
+__all__ = ["check_memory", "memory_left"]
+
 
 def _read_int(path: str) -> int | None:
     try:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from idaudit.core.errors import IdauditError, first_line
 
+__all__ = ["CHECKPOINT_FORMAT", "PAIRS_FORMAT", "read_metadata"]
+
 CHECKPOINT_FORMAT = "idaudit-checkpoint"  # safetensors metadata "format" of a checkpoint
 PAIRS_FORMAT = "idaudit-world"  # … of a pairs file written by `idaudit world`
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from idaudit.core.atomic import _temp_prefix
 from idaudit.core.errors import IdauditError
 
+__all__ = ["check_outputs", "refuse_clashes"]
+
 
 def _refuse(flag: str, path: Path, what: str, exc: OSError | None = None) -> IdauditError:
     detail = f" ({exc.strerror})" if exc is not None and exc.strerror else ""

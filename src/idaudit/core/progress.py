@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ProgressBar"]
+
 
 class ProgressBar:
     def __init__(self, enabled: bool, total: int, label: str) -> None:

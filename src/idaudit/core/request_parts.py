@@ -20,6 +20,9 @@ from typing import Any
 
 from idaudit.core.errors import IdauditError
 
+__all__ = ["Composed", "EncoderOptions", "GateOptions", "LoadOptions", "WorldChoice", "encoder_forms",
+           "option_paths"]
+
 
 def encoder_forms() -> str:
     """What a target may be: :data:`idaudit.core.registered.ENCODER_FORMS` (the help lines of

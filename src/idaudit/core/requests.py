@@ -32,6 +32,9 @@ from idaudit.core.request_parts import (
     option_paths,
 )
 
+__all__ = ["AuditRequest", "ConsistencyRequest", "EmbedRequest", "LIBRARY_ONLY", "PlanRequest",
+           "SweepRequest", "TrainRequest", "WorldRequest", "default", "flat_options", "unknown_options"]
+
 
 @dataclass
 class AuditRequest(Composed):

@@ -8,6 +8,8 @@ from typing import Any
 from idaudit.core.errors import IdauditError, first_line
 from idaudit.core.jsontext import MAX_TEXT_INPUT
 
+__all__ = ["load_toml"]
+
 
 def load_toml(path: str | Path, kind: str) -> dict[str, Any]:
     """Parse a TOML file; a missing or malformed file is a one-line input error naming ``kind``."""

@@ -8,6 +8,8 @@ import os
 import signal
 import sys
 
+__all__ = ["exit_with_parent"]
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 

@@ -48,6 +48,8 @@ from idaudit.loading.arrays import Arrays, numeric_array
 from idaudit.loading.loaders import open_target
 from idaudit.maths.metrics import audit_metrics
 
+__all__ = ["AuditReport", "audit", "audit_inputs", "combine_reports", "gated_report", "run_audit"]
+
 # "ungated": no threshold was given, so nothing was checked (a report only, exit 0); never
 # shown as a pass, so a CI step that forgot its gate cannot pass for ever unnoticed.
 Verdict = Literal["pass", "fail", "inconclusive", "ungated"]

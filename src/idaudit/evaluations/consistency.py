@@ -26,6 +26,8 @@ from idaudit.maths.catalogue import gate_keys
 from idaudit.maths.linear import to_numpy
 from idaudit.maths.metrics import audit_metrics
 
+__all__ = ["CONSISTENCY_METRICS", "check_consistency", "consistency", "run_consistency"]
+
 # what a consistency gate may name (the catalogue's consistency entries)
 CONSISTENCY_METRICS = gate_keys("consistency")
 

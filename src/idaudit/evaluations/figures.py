@@ -35,6 +35,9 @@ from idaudit.evaluations.inputs import AuditInputs
 from idaudit.maths.linear import fit_linear_map
 from idaudit.maths.moments import split_rows
 
+__all__ = ["Drawn", "MAX_DRAWN", "PER_ROW", "PLOT_MISSING", "audit_figure", "embedding_panels",
+           "have_matplotlib", "new_figure", "png_bytes", "rgb_array", "section_figure", "sections"]
+
 PLOT_MISSING = 'needs matplotlib: pip install "idaudit[plot]"'
 MAX_POINTS = 2000  # scatter points drawn per panel (a seeded sample of the rows)
 MAX_LATENTS = 4  # latents drawn as scatter panels (every latent gets its bar)

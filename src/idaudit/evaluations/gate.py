@@ -16,6 +16,9 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.request_parts import GateOptions
 from idaudit.maths.catalogue import BY_KEY, gate_keys, missing_need
 
+__all__ = ["KNOWN_METRICS", "Threshold", "collect_thresholds", "directed_thresholds", "evaluate_gate",
+           "make_threshold"]
+
 # Every key an audit (with or without z) reports as one number or flag: a gate may name any.
 KNOWN_METRICS = gate_keys("audit", "label_free")
 

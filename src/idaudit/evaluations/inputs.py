@@ -15,6 +15,10 @@ from idaudit.core import limits
 from idaudit.core.errors import IdauditError
 from idaudit.loading.arrays import Arrays
 
+__all__ = ["AuditInputs", "as_matrix", "check_counts", "check_embedding_options", "check_shapes",
+           "checked_pair", "frame_sample", "inconclusive_reason", "min_rows", "split_reason",
+           "split_reason_rows", "value_problem", "values_reason"]
+
 
 @dataclass
 class AuditInputs(Arrays):

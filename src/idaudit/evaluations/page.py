@@ -42,6 +42,8 @@ from idaudit.evaluations.report import (
 )
 from idaudit.maths.catalogue import BY_KEY, catalogue
 
+__all__ = ["check_views", "write_views"]
+
 VIEW_FLAGS = (("plot", "--plot"), ("html", "--html"))
 PAGE_DPI = 120
 

@@ -25,6 +25,10 @@ from idaudit.loading.loaders import open_target, where_to_embed
 from idaudit.loading.opened import LoadedEncoder
 from idaudit.maths.linear import to_numpy
 
+__all__ = ["check_embed_outputs", "embed", "embed_targets", "files_read", "input_adapter",
+           "inputs_for_encoder", "inputs_from_arrays", "probe_input", "run_embed", "tried_then_set",
+           "try_encoders", "try_first"]
+
 
 def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
     return AuditInputs(**vars(arrays))

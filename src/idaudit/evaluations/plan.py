@@ -27,6 +27,8 @@ from idaudit.loading.opened import LoadedEncoder
 from idaudit.maths.linear import fit_linear_map
 from idaudit.models.encoders import embed
 
+__all__ = ["PlanReport", "control_cost", "lqr_value_equivalence", "plan", "plan_gallery", "run_plan"]
+
 
 def control_cost(path: np.ndarray) -> np.ndarray:
     """C = Σ_t ‖z_t − z_T‖² + Σ_t ‖z_{t+1} − z_t‖² for paths of shape (K, T+1, n)."""

@@ -12,6 +12,11 @@ from rich.table import Table
 from idaudit.core.errors import one_line, printable
 from idaudit.maths.catalogue import BY_KEY, NEEDS, catalogue, table_rows
 
+__all__ = ["METRICS_DOC", "NO_GATE_NOTE", "VERDICTS", "audit_junit", "audit_markdown", "audit_table",
+           "catalogue_table", "ceiling_note", "consistency_table", "fmt", "gated_of", "markdown_text",
+           "metrics_table", "notes", "plan_table", "side_by_side_markdown", "side_by_side_rows",
+           "side_by_side_table", "side_cell", "threshold_text", "verdict_lines", "xml_text"]
+
 #: characters XML 1.0 forbids in a document (C0 controls but tab, line feed and carriage
 #: return; lone surrogates; U+FFFE, U+FFFF)
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -17,6 +17,9 @@ from idaudit.core.errors import IdauditError
 from idaudit.evaluations.report import markdown_text
 from idaudit.maths.catalogue import entries
 
+__all__ = ["REPORT_METRICS", "TABLES", "aggregate", "grid_cells", "load_results", "method_label",
+           "record_paths", "rho_trends", "write_tables"]
+
 # the metrics the sweep tables average over seeds (their columns)
 REPORT_METRICS = tuple(m.key for m in entries("sweep"))
 

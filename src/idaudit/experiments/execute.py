@@ -15,6 +15,8 @@ from idaudit.core.workers import exit_with_parent
 from idaudit.training.runs import resolve
 from idaudit.training.runs import run as run_one
 
+__all__ = ["EXIT_TERMINATED", "execute", "run_id", "run_one"]
+
 EXIT_TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
 _EXIT_GRACE = 10.0  # seconds a terminated sweep has to wind down before it exits regardless
 

@@ -25,6 +25,8 @@ from idaudit.core.defaults import WORLD
 from idaudit.evaluations.figures import embedding_panels, new_figure
 from idaudit.experiments.aggregate import grid_cells, method_label
 
+__all__ = ["FIGURES", "draw_figures", "gaussian_source"]
+
 Record = dict[str, Any]
 Row = dict[str, Any]
 

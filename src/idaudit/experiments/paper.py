@@ -4,6 +4,8 @@ GPU, 100 000 pairs × 100 epochs, 64 px)."""
 
 from __future__ import annotations
 
+__all__ = ["OU_TABLE_2", "TABLE_1", "TABLE_1_RUNS", "TRAJECTORY_TABLE_2"]
+
 #: coupling mixing, by latent dimension N: the raw mixing's R²(x → z) ("mixing") and R²(h → z)
 #: of SIGReg ("lejepa"), the whitening form the paper calls VICReg ("whiten") and InfoNCE at
 #: σ = 1 ("infonce"); 20 000 steps. TABLE_1_RUNS: the run options its rows were measured with

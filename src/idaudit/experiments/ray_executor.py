@@ -32,6 +32,8 @@ from typing import Any
 from idaudit.core.errors import IdauditError, first_line, one_line
 from idaudit.core.version import __version__
 
+__all__ = ["TaskShape", "check_shape", "ray_results"]
+
 #: a task Ray loses to a system failure (its node died, its worker crashed) runs again this
 #: many times, on whichever node can take it
 MAX_RETRIES = 3

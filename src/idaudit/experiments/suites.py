@@ -19,6 +19,8 @@ from idaudit.training.runs import RUN_OPTIONS
 from idaudit.worlds import KINDS, world_name
 from idaudit.worlds.spec import check_fields, check_type
 
+__all__ = ["SUITES", "load_suite", "parse_assignments", "shrink"]
+
 SEEDS_2D = [1337, 1338, 1339]
 RHOS = [0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99]
 OBJECTIVE_LAMB = {"lejepa": 1e-3, "whiten": 0.5, "infonce": 0.0}

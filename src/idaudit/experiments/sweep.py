@@ -31,6 +31,8 @@ from idaudit.experiments.execute import (  # noqa: F401 (run_id, execute: the sw
 from idaudit.training.runs import ResolvedRun, resolve
 from idaudit.worlds import KINDS
 
+__all__ = ["plan_workers", "run_id", "run_sweep", "run_sweep_request", "sweep", "sweep_runs"]
+
 
 def prepare_data(runs: list[ResolvedRun], data_root: Path, workers: int | None = None,
                  progress: bool = False) -> None:

@@ -33,6 +33,10 @@ from typing import Any
 from idaudit.core.errors import IdauditError, error_line, printable, root_cause
 from idaudit.core.errors import first_line as _first_line
 
+__all__ = ["TIMM_MEAN_POOL", "build_arch", "build_lewm_dir", "cwd_importable", "hf_weight_files",
+           "import_factory", "lewm_weights", "load_hf_dir", "model_dir_kind", "module_files",
+           "optional_module", "read_config", "timm_fit_hint", "timm_pool_hint", "vet_targets"]
+
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
               "pytorch_model.bin.index.json")
 _TIMM_REFUSED = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path")

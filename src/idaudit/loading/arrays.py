@@ -19,6 +19,9 @@ from idaudit.core.jsontext import parse_json_object
 from idaudit.core.limits import check_elements, check_view
 from idaudit.loading.filekinds import sniff
 
+__all__ = ["ARRAY_KEYS", "Arrays", "arrays_from_mapping", "check_declared", "load_array_file",
+           "numeric_array"]
+
 ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed", "angle_sigma")
 
 

@@ -37,6 +37,8 @@ from idaudit.loading.trust import memory_budget
 from idaudit.loading.wire import Declared
 from idaudit.loading.zygote import _Zygote, import_path, zygote
 
+__all__ = ["Cage", "CagedModule", "LAST_LINE_LIMIT", "MAX_WIDTH", "TEXT_LIMIT"]
+
 #: the widest embedding (float32 values a row) a program's answer may declare for inputs of a
 #: shape it has not embedded yet; once it has, its answers for that shape must keep the width
 #: it gave. The widest a supported encoder gives: a pooled output is at most a network's

@@ -24,6 +24,8 @@ import socket
 import sys
 from typing import Any
 
+__all__ = ["ZYGOTE_GRACE"]
+
 _IN, _OUT = 3, 4
 #: the text an error is given where the cage refused what the program tried
 CAGE_REFUSED = ("the cage refused it: a program from a file may read only its inputs and the "

@@ -34,6 +34,9 @@ import struct
 import sys
 from collections.abc import Iterable
 
+__all__ = ["MAX_FILE_BYTES", "confine", "import_path_listing", "landlock_abi", "seccomp_program",
+           "system_read_paths", "why_no_cage"]
+
 #: Landlock's ABI must be at least this (6.2: truncation is a right of its own)
 MIN_LANDLOCK_ABI = 3
 #: the largest file a caged program may write (RLIMIT_FSIZE: SIGXFSZ past it), in its private

@@ -22,6 +22,8 @@ from typing import Any
 from idaudit.core.errors import IdauditError
 from idaudit.core.errors import first_line as _first_line
 
+__all__ = ["load_export_program", "load_torchscript", "vet_export_file", "vet_torchscript_file"]
+
 # ---- torch.export archives: vetted before torch.export.load runs anything they hold --------
 #
 # torch's torch.export.load (torch/export/__init__.py, load_pt2 in

@@ -18,6 +18,9 @@ from idaudit.core.registered import FORMATS
 if TYPE_CHECKING:
     from idaudit.core.registered import FileFormat
 
+__all__ = ["FileKind", "file_format", "sniff", "sniff_export", "sniff_hf_dir", "sniff_lewm_dir", "sniff_npy",
+           "sniff_npz", "sniff_safetensors", "sniff_torch_save", "sniff_torchscript"]
+
 #: the bytes of a file its format's ``sniff`` reads (as plugins' are given)
 HEAD = 64
 

@@ -27,6 +27,8 @@ from torch import nn
 
 from idaudit.core.errors import IdauditError
 
+__all__ = ["ImageAdapter", "NORMALIZATIONS", "model_normalize", "parse_normalize", "to_encoder_input"]
+
 RGB = tuple[float, float, float]
 MIN_STD = 1e-6  # a smaller std (a denormal, say) scales pixels towards overflow
 Normalize = tuple[RGB, RGB]  # (mean, std) per channel, of x/255

@@ -41,6 +41,9 @@ from idaudit.loading.programs import _open_program, _program
 if TYPE_CHECKING:  # the worlds load only when an encoder is involved
     from idaudit.worlds import World, WorldSpec
 
+__all__ = ["load_embedding_target", "load_target", "open_target", "plugin_format", "where_to_embed",
+           "world_for_encoder"]
+
 
 def _load_options(options: LoadOptions | None) -> LoadOptions:
     """``options`` (None: the defaults); any :class:`LoadOptions`, requests included."""

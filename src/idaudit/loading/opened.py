@@ -39,6 +39,9 @@ from idaudit.loading.filekinds import FileKind, file_format
 if TYPE_CHECKING:  # the worlds load only when an encoder is involved
     from idaudit.worlds import WorldSpec
 
+__all__ = ["EXPORT", "HF_DIR", "LEWM_DIR", "LoadedEncoder", "NPY", "NPZ", "PICKLE", "SAFETENSORS",
+           "TORCHSCRIPT", "opener"]
+
 
 @dataclass
 class LoadedEncoder:

@@ -30,6 +30,8 @@ from idaudit.loading.opened import _WEIGHTS_ONLY, LoadedEncoder, _program_option
 if TYPE_CHECKING:
     from idaudit.loading.wire import Declared as Sent
 
+__all__ = ["IN_CAGE"]
+
 
 #: set in a cage's own process: there programs are opened as they are
 IN_CAGE = False

@@ -23,6 +23,9 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.errors import first_line as _first_line
 from idaudit.loading.architectures import timm_fit_hint
 
+__all__ = ["choose_state_dict", "find_entry", "holds_arrays", "is_state_dict", "load_weights",
+           "prepare_state", "read_torch_file", "state_dict_candidates"]
+
 WRAPPERS = ("module", "_orig_mod")  # DDP / DataParallel, torch.compile
 _SHOWN = 5  # keys listed in a message
 

@@ -15,6 +15,9 @@ by ``scripts/syscall_numbers.py``; :func:`idaudit.loading.confine.seccomp_progra
 
 from __future__ import annotations
 
+__all__ = ["ALLOWED", "CLONE", "CLONE3", "CLONE_THREAD", "IOCTLS", "NAMED", "NUMBERS", "OWN_PROCESS",
+           "PRCTL_REFUSED", "ZERO_IS_SELF"]
+
 #: allowed whatever their arguments, by what they touch
 ALLOWED: dict[str, tuple[str, ...]] = {
     "files, under Landlock's rules": (

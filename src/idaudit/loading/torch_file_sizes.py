@@ -30,6 +30,8 @@ from typing import Any
 from idaudit.core.errors import IdauditError, first_line
 from idaudit.core.limits import check_view
 
+__all__ = ["OBJECT_BYTES_PER_PICKLE_BYTE", "compressed_members", "torch_file_bytes"]
+
 #: the memory the objects unpickled from one byte of pickle can take, at most: an empty set
 #: (216 bytes) and its APPEND cost two bytes of pickle; torch's pure-Python unpickler adds its
 #: stack and memo entries (tests/test_untrusted_sizes.py measures the worst pickles known)

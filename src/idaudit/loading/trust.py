@@ -22,6 +22,11 @@ from typing import Any
 
 from idaudit.core.memory import memory_left
 
+#: POLICY is made on first use by the module's __getattr__ (hence the noqa)
+__all__ = ["ARCH_POLICY", "CONFIG_FACTORIES", "CONFIG_PACKAGES", "POLICY", "check_file_memory",  # noqa: F822
+           "check_torch_file", "config_module_allowed", "config_target_refusal", "memory_budget",
+           "size_text", "untrusted"]
+
 FLAG = "--trust-code"
 
 #: packages whose modules an untrusted LeWM config may name (importing them builds networks);

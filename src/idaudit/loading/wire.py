@@ -21,6 +21,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+__all__ = ["Declared", "WireError", "read_frame", "write_frame"]
+
 #: the array types a frame may carry
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
           "bool")

@@ -18,6 +18,8 @@ from typing import Any
 
 from idaudit.core.errors import IdauditError
 
+__all__ = ["import_path", "start_early", "zygote"]
+
 #: the environment variables a cage sees, by name: what the system's libraries, torch's
 #: thread pools, GL and the loaders read; every other one — tokens, URLs holding passwords,
 #: proxies, connection strings, whatever a runner holds — stays out. (The zygote has HOME and

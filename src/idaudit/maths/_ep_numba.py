@@ -14,6 +14,8 @@ import os
 import numba as nb
 import numpy as np
 
+__all__ = ["grad", "sums"]
+
 
 def _sums_impl(c1, s1, knots_minus_one, out_c, out_s):  # pragma: no cover - compiled
     """out_c[k, j] = Σ_i cos((k+1)θ_ji), out_s likewise, from c1 = cos θ, s1 = sin θ (m, n)."""

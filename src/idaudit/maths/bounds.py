@@ -29,6 +29,10 @@ import numpy as np
 
 from idaudit.maths.linear import ArrayLike, as_f64, covariance
 
+__all__ = ["alignment_gap", "alignment_gap_from_rows", "approximate_bound", "bound_terms",
+           "distance_to_identity", "pair_rows", "upper_bound", "whitening_error", "whitening_floor",
+           "whitening_terms"]
+
 
 def approximate_bound(epsilon: float, delta: float, rho: float) -> tuple[float, float]:
     """(D, D + (ε + D)²) with D = δ / (2ρ(1 − ρ)) — the bound on E‖h − Qz‖² (Theorem 3)."""

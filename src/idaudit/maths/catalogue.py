@@ -25,6 +25,9 @@ from typing import Any, Literal
 
 from idaudit.core.errors import UsageError
 
+__all__ = ["BUILTIN_KEYS", "BY_KEY", "CATALOGUE", "Metric", "NEEDS", "NEED_TEXT", "catalogue",
+           "catalogue_json", "entries", "gate_keys", "missing_need", "table_rows"]
+
 Direction = Literal["higher", "lower"] | None
 
 NEEDS = ("z", "h_prime", "rho", "bootstrap", "angle_law", "floor")

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+__all__ = ["angle_posterior_mean", "ceiling_predictor", "unwrapped_rows", "wrap_angle"]
+
 
 def wrap_angle(z: np.ndarray) -> np.ndarray:
     """z mod 2π in [−π, π): all an image shows of a joint angle."""

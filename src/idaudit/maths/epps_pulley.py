@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["KNOTS", "T_MAX", "grid"]
+
 KNOTS = 17
 T_MAX = 3.0
 

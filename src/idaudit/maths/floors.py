@@ -21,6 +21,8 @@ import numpy as np
 
 from idaudit.maths.linalg import psd_solver
 
+__all__ = ["band", "band_rank", "floor_latents", "heldout_floor_mean", "in_sample_floor_mean", "shuffled_r2"]
+
 GATHER_ROWS = 8192  # rows of h gathered per product
 #: latents × columns of h the shuffles fit at most: each latent costs a product over every row
 #: and column of h, so with many latents and a wide h (N = m = 512) the band is that of the

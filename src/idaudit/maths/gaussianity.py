@@ -16,6 +16,8 @@ from idaudit.maths.epps_pulley import grid as ep_grid
 from idaudit.maths.linear import ArrayLike, to_numpy
 from idaudit.maths.moments import CHUNK_ROWS
 
+__all__ = ["chi2_mixture_sf", "ep_null_weights", "sliced_gaussianity"]
+
 
 def epps_pulley_rows(pt: np.ndarray) -> float:
     """The SIGReg statistic of standardised projections given slice by slice, pt of shape

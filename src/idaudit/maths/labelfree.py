@@ -32,6 +32,8 @@ from idaudit.maths.bounds import alignment_gap_from_rows, pair_rows
 from idaudit.maths.linear import to_numpy
 from idaudit.maths.moments import Moments
 
+__all__ = ["canonical_correlations", "label_free_metrics"]
+
 
 def canonical_correlations(h: np.ndarray, hp: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
     """Canonical correlations of the exchangeable pair (h, h′), descending (symmetrised)."""

@@ -20,6 +20,8 @@ from types import ModuleType
 
 import numpy as np
 
+__all__ = ["cholesky_lower", "explained_psd", "linear_sum_assignment", "psd_solver", "solve_psd"]
+
 
 @cache
 def scipy_extension(package: str, module: str) -> ModuleType:

@@ -21,6 +21,10 @@ import numpy as np
 
 from idaudit.maths.linalg import explained_psd, linear_sum_assignment, solve_psd
 
+__all__ = ["ArrayLike", "as_f64", "covariance", "effective_rank_from_eigs", "fit_linear_map", "linear_r2",
+           "mcc", "mcc_from_cov", "orthogonality_error", "per_dim_r2", "principal_angles_deg",
+           "procrustes_from_cov", "procrustes_mse", "r2_from_cov", "to_numpy"]
+
 ArrayLike = Any
 
 

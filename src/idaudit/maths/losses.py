@@ -29,6 +29,12 @@ from idaudit.core.registered import OBJECTIVES, Objective
 from idaudit.maths.epps_pulley import KNOTS, T_MAX
 from idaudit.maths.epps_pulley import grid as ep_grid
 
+__all__ = ["INFONCE", "LEJEPA", "LEJEPA_FORMS", "OBJECTIVES", "SIGMA_RULES", "VICREG", "WHITEN", "alignment",
+           "infonce", "lejepa_official", "objective_for", "objective_needs_directions",
+           "pooled_minus_per_view", "random_directions", "sigma_for", "sigreg", "sigreg_per_view",
+           "sigreg_reference", "vicreg", "vicreg_covariance", "vicreg_invariance", "vicreg_variance",
+           "whitening"]
+
 N_KNOTS = KNOTS
 
 

@@ -37,6 +37,9 @@ from idaudit.maths.linear import (
 )
 from idaudit.maths.moments import CHUNK_ROWS, Moments, heldout_r2_from_moments, split_rows
 
+__all__ = ["Fit", "MetricGroup", "accept_group", "audit_metrics", "fit_dtype", "identifiability_metrics",
+           "make_fit"]
+
 
 def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                             rho: float | None = None, x: ArrayLike | None = None,

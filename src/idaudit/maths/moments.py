@@ -11,6 +11,8 @@ import numpy as np
 
 from idaudit.maths.linalg import solve_psd
 
+__all__ = ["CHUNK_ROWS", "Moments", "heldout_r2_from_moments", "split_rows"]
+
 F32_MIN_COLS = 256  # wider than this, moments are accumulated in float32 (centred), then float64
 CHUNK_ROWS = 2048  # rows gathered per BLAS update: one reused buffer, no copy of the data
 

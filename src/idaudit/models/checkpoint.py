@@ -27,6 +27,8 @@ from idaudit.core.version import __version__
 from idaudit.models.encoders import build_encoder
 from idaudit.worlds import WorldSpec, validate_spec
 
+__all__ = ["checkpoint_world", "load_checkpoint", "save_checkpoint"]
+
 FORMAT = CHECKPOINT_FORMAT
 FORMAT_VERSION = 1
 

@@ -33,6 +33,8 @@ from torch import nn
 from idaudit.core.errors import IdauditError
 from idaudit.core.options import POOLS
 
+__all__ = ["ChosenEmbedding", "call_and_choice", "select_embedding"]
+
 _POOL_FLAG = "--pool cls|mean|none"
 
 

@@ -13,6 +13,9 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.registry import Registry
 from idaudit.worlds.mixings import coupling_chain, coupling_parity
 
+__all__ = ["ENCODERS", "EncoderFailed", "InverseCoupling", "MLP", "PixelEncoder", "Projected", "Projector",
+           "build_encoder", "coupling_chain", "embed", "pick_device"]
+
 ENCODERS: Registry = Registry("encoder")
 
 

@@ -18,6 +18,8 @@ from idaudit.core.limits import LIMITS, check
 from idaudit.core.options import TRAIN, kinds
 from idaudit.maths.losses import OBJECTIVES, SIGMA_RULES
 
+__all__ = ["DEFAULTS", "FIELD_TYPES", "TrainConfig", "projector_widths"]
+
 # each field's type, as idaudit.core.options declares it (sigma, a number or the name of a
 # rule, is checked apart); None means "not given" except for the REQUIRED fields
 FIELD_TYPES: dict[str, str] = {}  # filled below from the declarations, once TrainConfig exists

@@ -30,6 +30,8 @@ from idaudit.training.schedule import SCHEDULES
 from idaudit.worlds import KINDS, EvalSet, World
 from idaudit.worlds.base import PairSource
 
+__all__ = ["Stepper", "TrainResult", "estimate_seconds", "resolve_config", "train", "vector_encoder_refused"]
+
 
 def eval_metrics(encoder: nn.Module, ev: EvalSet, seed: int, full: bool = True
                  ) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+__all__ = ["SCHEDULES", "constant_then_cosine"]
+
 
 def constant_then_cosine(step: int, total: int, lr: float, steps_per_epoch: int | None = None
                          ) -> float:

@@ -19,6 +19,9 @@ import torch
 from idaudit.core.errors import IdauditError
 from idaudit.worlds.spec import WorldSpec
 
+__all__ = ["EpochPairs", "EvalSet", "PairSource", "Pairs", "PlanSet", "World", "split_views", "stored_pairs",
+           "two_views"]
+
 
 @dataclass
 class EvalSet:

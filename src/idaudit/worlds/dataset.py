@@ -20,6 +20,9 @@ from idaudit.worlds.kind import WorldKind
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type
 from idaudit.worlds.synthetic import PAIRS_FORMAT, PAIRS_FORMAT_VERSION, SYNTHETIC, SyntheticWorld
 
+__all__ = ["NAME", "PAIRS_KIND", "PairsFileWorld", "is_pairs_file", "load_pairs", "locate",
+           "read_pairs_spec", "relative_path", "stored_at"]
+
 NAME = "pairs"
 
 

@@ -21,6 +21,8 @@ from idaudit.core.registered import WORLDS
 from idaudit.worlds.base import EvalSet, World
 from idaudit.worlds.spec import WorldSpec, check_type
 
+__all__ = ["KINDS", "Recipe", "WorldKind", "accept_kind"]
+
 
 @dataclass(frozen=True)
 class Recipe:

@@ -21,6 +21,9 @@ from torch.nn import functional as F
 
 from idaudit.core.registry import Registry
 
+__all__ = ["CouplingMixing", "MIXINGS", "banana", "coupling_chain", "coupling_parity", "coupling_step",
+           "sinusoid", "spiral"]
+
 MIXINGS: Registry = Registry("mixing")
 
 

@@ -6,6 +6,8 @@ from idaudit.core.errors import IdauditError
 from idaudit.worlds.kind import KINDS
 from idaudit.worlds.spec import WorldSpec
 
+__all__ = ["validate_spec", "world_names"]
+
 
 def world_names() -> list[str]:
     """Every registered world name: idaudit's own in their order (synthetic first, as the

@@ -15,6 +15,8 @@ import torch
 from idaudit.core.errors import require
 from idaudit.core.registry import Registry
 
+__all__ = ["SOURCES", "gennorm_scale", "ou_step", "sample_source"]
+
 SOURCES: Registry = Registry("source")
 
 

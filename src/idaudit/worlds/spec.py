@@ -13,6 +13,8 @@ from typing import Any
 from idaudit.core.defaults import WORLD, WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError
 
+__all__ = ["WorldSpec", "check_fields", "check_numbers", "check_type", "shown"]
+
 # kind → (how a message names it, the test); numpy's integers and floats count as numbers
 _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "integer": ("an integer", lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)),

@@ -25,6 +25,9 @@ from idaudit.worlds.mixings import MIXINGS, CouplingMixing
 from idaudit.worlds.sources import SOURCES, ou_step, sample_source
 from idaudit.worlds.spec import WorldSpec, check_type
 
+__all__ = ["PAIRS_FORMAT", "PAIRS_FORMAT_VERSION", "SYNTHETIC", "SYNTHETIC_WORLDS", "SyntheticKind",
+           "SyntheticWorld", "save_pairs"]
+
 #: idaudit's own synthetic worlds: the names core/registered.py declares with this module's kind
 SYNTHETIC_WORLDS = tuple(n for n in WORLDS.builtin()
                          if WORLDS.target(n) == f"{__name__}:SYNTHETIC")

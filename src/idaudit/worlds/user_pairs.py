@@ -21,6 +21,8 @@ from idaudit.worlds.base import Pairs, World
 from idaudit.worlds.spec import WorldSpec
 from idaudit.worlds.synthetic import SyntheticWorld
 
+__all__ = ["WorldPairs", "world_pairs"]
+
 
 def _world(world: World | WorldSpec | str | None, options: dict[str, Any]) -> World:
     from idaudit.worlds import as_world, make_spec

@@ -13,6 +13,8 @@ from idaudit.core.errors import IdauditError, check_seed
 from idaudit.core.outputs import check_outputs
 from idaudit.core.requests import WorldRequest, unknown_options
 
+__all__ = ["write_world"]
+
 
 def write_world(request: WorldRequest | str | None = None, /, *, progress: bool = False,
                 **options: Any) -> str:

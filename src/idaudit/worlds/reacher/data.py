@@ -34,6 +34,10 @@ from idaudit.core.progress import ProgressBar
 from idaudit.maths.ceilings import angle_posterior_mean, wrap_angle
 from idaudit.worlds.spec import check_fields, check_numbers, check_type
 
+__all__ = ["EVAL_SEED", "FORMAT", "FORMAT_VERSION", "ReacherData", "ReacherSpec", "build_dataset",
+           "eval_angles", "eval_partners", "load_dataset", "ou_angles", "r2_ceilings", "read_chunk",
+           "read_meta", "trajectory_angles"]
+
 FORMAT = "idaudit-reacher"
 FORMAT_VERSION = 1
 CHUNK = 1000

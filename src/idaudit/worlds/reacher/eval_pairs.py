@@ -52,6 +52,8 @@ from idaudit.worlds.base import EvalSet
 from idaudit.worlds.reacher.data import EVAL_SEED, eval_angles, eval_partners, read_chunk
 from idaudit.worlds.spec import check_type
 
+__all__ = ["ReacherEvalSpec", "cache_key", "cache_root", "eval_pairs", "reacher_eval_set"]
+
 FORMAT = "idaudit-reacher-eval"
 FORMAT_VERSION = 1
 CACHE_ENV = "IDAUDIT_CACHE"

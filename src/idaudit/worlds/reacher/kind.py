@@ -22,6 +22,8 @@ from idaudit.worlds.reacher.data import ReacherSpec, build_dataset, read_meta
 from idaudit.worlds.reacher.world import NAME, ReacherWorld, dataset_of
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type
 
+__all__ = ["REACHER_KIND", "ReacherKind"]
+
 # world option → ReacherSpec field
 DATASET_OPTIONS = {"rho": "rho", "mode": "mode", "trajectory": "mode", "stride": "stride",
                    "pairs": "pairs", "n_eval": "n_eval", "data_seed": "seed",

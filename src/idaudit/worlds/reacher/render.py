@@ -25,6 +25,10 @@ import numpy as np
 from idaudit.core.errors import EXIT_INTERNAL, IdauditError
 from idaudit.core.workers import exit_with_parent
 
+__all__ = ["GL_BACKENDS", "GL_TIMEOUT_S", "IMAGE_SIZE", "INSTALL_HINT", "ReacherRenderer", "RenderPool",
+           "TARGET_POS", "TARGET_SIZE", "WRIST_LIMIT", "fingertip", "last_line", "load_physics",
+           "probe_backend", "render_settings", "simulate_controller"]
+
 IMAGE_SIZE = 64
 TARGET_POS = (0.1, 0.1)
 TARGET_SIZE = 0.015

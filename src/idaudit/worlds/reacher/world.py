@@ -30,6 +30,8 @@ from idaudit.worlds.dataset import relative_path
 from idaudit.worlds.reacher.data import EVAL_SEED, ReacherData, ReacherSpec, load_dataset
 from idaudit.worlds.spec import WorldSpec
 
+__all__ = ["NAME", "ReacherWorld", "dataset_of"]
+
 NAME = "reacher"
 N_FIT = 10_000  # training images the audit's linear maps are fitted on
 PLAN_INSIDE = 2.5  # plan between gallery images whose angles all lie within ±2.5
