@@ -27,7 +27,8 @@ import sys, time
 mode, steps, torch_first = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 if torch_first:
     import torch  # as a test suite or a user's script may: OpenMP starts with its defaults
-import idaudit  # noqa: F401  (its thread settings first, as the idaudit command)
+import idaudit
+idaudit.share_cpu()  # its thread settings first, as the idaudit command applies them
 import torch
 from idaudit.models.encoders import build_encoder
 from idaudit.maths.losses import random_directions, sigreg

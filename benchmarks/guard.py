@@ -37,7 +37,9 @@ from typing import NamedTuple
 # torch (which loads numpy), numpy's OpenBLAS threads spin ≈ 0.1 s after each call and the
 # audit's rounds, interleaved with torch's baseline, measured 1.9–2.4x instead of 3.8–4.9x
 # (2026-12-06, idle); an audit alone in a torch-first process loses ≤ 10%.
-import idaudit  # noqa: F401  (first: see above)
+from idaudit.core.threads import share_cpu  # noqa: E402 - first: see above
+
+share_cpu()
 
 #: the lowest median ratio each check may reach (baseline time / idaudit time), between the
 #: measured ratios and those of idaudit's side done twice (benchmarks/README.md)

@@ -9,13 +9,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
 
-# idaudit before torch: its OpenMP settings (waiting threads sleep) must be in place when torch
-# loads the runtime; a suite that imported torch first trained up to 10× slower beside busy
+# idaudit's thread settings (waiting threads sleep) before torch loads its runtime, as the
+# ``idaudit`` command applies them; a suite without them trained up to 10× slower beside busy
 # processes (benchmarks/bench_numba_pool.py --torch-first)
-import idaudit  # noqa: F401
+from idaudit.core.threads import share_cpu
+
+share_cpu()
 
 # isort: split
-import torch
+import torch  # noqa: E402 - after share_cpu()
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 

@@ -183,7 +183,8 @@ def test_api_surface():
             "RunsFailed": "core.errors", "__version__": "core.version",
             "World": "worlds.base", "WorldSpec": "worlds.spec", "build_world": "worlds",
             "make_spec": "worlds", "Pairs": "worlds.base", "sigreg": "maths.losses",
-            "alignment": "maths.losses", "random_directions": "maths.losses"}
+            "alignment": "maths.losses", "random_directions": "maths.losses",
+            "share_cpu": "core.threads"}
     assert sorted(idaudit.__all__) == sorted(home)
     for name, where in home.items():  # each public name is the real object where it is defined
         module, _, attr = where.partition(":")
@@ -218,20 +219,37 @@ def test_ruff_is_clean():
     assert res.returncode == 0, res.stdout
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({}, ("2000", None)),
-    ({"OMP_WAIT_POLICY": "ACTIVE"}, (None, "ACTIVE")),
-    ({"GOMP_SPINCOUNT": "7"}, ("7", None)),
-])
-def test_openmp_waits_briefly_unless_the_user_says_otherwise(env, expected):
+THREAD_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
+                    "OPENBLAS_THREAD_TIMEOUT")
+
+
+def _thread_variables(code: str, env: dict[str, str]) -> tuple[str | None, ...]:
     import os
 
-    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    code = ("import os, idaudit; print(os.environ.get('GOMP_SPINCOUNT'), "
-            "os.environ.get('OMP_WAIT_POLICY'))")
-    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True,
-                         text=True, check=True).stdout.split()
-    assert tuple(None if v == "None" else v for v in out) == expected
+    base = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    show = f"; print(*(os.environ.get(k) for k in {THREAD_VARIABLES!r}))"
+    out = subprocess.run([sys.executable, "-c", "import os\n" + code + show],
+                         env={**base, **env}, capture_output=True, text=True).stdout.split()
+    return tuple(None if v == "None" else v for v in out)
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, (None, "2000", "1", "4")),
+    ({"OMP_WAIT_POLICY": "ACTIVE"}, ("ACTIVE", None, "1", "4")),
+    ({"GOMP_SPINCOUNT": "7", "KMP_BLOCKTIME": "9"}, (None, "7", "9", "4")),
+])
+def test_share_cpu_makes_threads_sleep_unless_the_user_says_otherwise(env, expected):
+    assert _thread_variables("import idaudit; idaudit.share_cpu()", env) == expected
+
+
+def test_import_idaudit_leaves_a_library_user_s_threads_alone():
+    assert _thread_variables("import idaudit, idaudit.testing", {}) == (None,) * 4
+
+
+def test_the_idaudit_command_shares_the_cpu():
+    code = ("import sys\nfrom idaudit._entry import main\nsys.argv = ['idaudit', '--version']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass")
+    assert _thread_variables(code, {})[-3:] == ("2000", "1", "4")  # after --version's line
 
 
 def test_each_exit_code_is_an_error_class_callers_catch_by_type():

@@ -21,20 +21,7 @@ doctor`` start quickly); each is the real function or class.
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
-
-# Be a good neighbour on a shared machine: OpenMP threads that wait spin only briefly before
-# they sleep (by default GNU OpenMP spins 300 000 times, which starves every other process on a
-# busy machine; sleeping at once costs a third of the idle speed of a small model's training
-# step). Set before torch or numba load the OpenMP runtime; a value the user set wins.
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "2000"
-os.environ.setdefault("KMP_BLOCKTIME", "1")  # the same for Intel's OpenMP runtime (ms)
-# OpenBLAS (numpy's and SciPy's, two separate libraries) keeps its threads spinning for 2^28
-# cycles (≈ 0.1 s) after every call: on 2 cores the spinning threads of one library halve the
-# speed of the other's next call, and of any neighbour. 2^4 cycles: they sleep at once.
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 #: every public name → where it is defined: "module" (the same name there) or "module:attribute",
 #: under idaudit. One name per action; each action takes its keyword options or its request
@@ -77,6 +64,8 @@ _PUBLIC: dict[str, str] = {
     "sigreg": "maths.losses",
     "alignment": "maths.losses",
     "random_directions": "maths.losses",
+    # a good neighbour on a shared machine (the idaudit command applies it; a library opts in)
+    "share_cpu": "core.threads",
 }
 
 __all__ = sorted(_PUBLIC)

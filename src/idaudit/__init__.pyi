@@ -14,6 +14,7 @@ from idaudit.core.requests import PlanRequest as PlanRequest
 from idaudit.core.requests import SweepRequest as SweepRequest
 from idaudit.core.requests import TrainRequest as TrainRequest
 from idaudit.core.requests import WorldRequest as WorldRequest
+from idaudit.core.threads import share_cpu as share_cpu
 from idaudit.core.version import __version__ as __version__
 from idaudit.evaluations.audit import AuditReport as AuditReport
 from idaudit.evaluations.audit import audit as audit
@@ -64,6 +65,7 @@ __all__ = [
     "make_spec",
     "plan",
     "random_directions",
+    "share_cpu",
     "sigreg",
     "train",
     "world_pairs",

@@ -14,6 +14,9 @@ __all__ = ["main"]
 
 
 def main() -> None:
+    from idaudit.core.threads import share_cpu
+
+    share_cpu()  # before torch or numpy load: waiting threads sleep (docs: core/threads.py)
     try:
         from idaudit.loading.zygote import start_early
 

@@ -188,6 +188,9 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
     """One run on this node: its inputs fetched into the node's mirror, trained there, its
     checkpoint and log (with ``checkpoint_dir``) read back into the record as ``files``
     (``{driver path: bytes}``) and removed from the node. Never raises."""
+    from idaudit.core.threads import share_cpu
+
+    share_cpu()  # as the idaudit command does, before this worker first loads torch
     from idaudit.experiments.execute import execute
 
     t0, started = time.perf_counter(), time.time()
