@@ -236,10 +236,6 @@ def check_format(name: str, directory: str | Path | None = None) -> None:
         name: a registered file format.
         directory: where its example file is written (a temporary directory by default).
     """
-    from idaudit.loading.arrays import Arrays
-    from idaudit.loading.filekinds import _file_kind
-    from idaudit.loading.loaders import open_target, plugin_format
-
     fmt = FORMATS.get(name)
     builtin = name in FORMATS.builtin()
     assert fmt.description.strip(), f"file format {name!r} has no description"
@@ -251,42 +247,51 @@ def check_format(name: str, directory: str | Path | None = None) -> None:
               "here (torch.jit/torch.export and the cage; tests/test_cage.py opens them)")
         return
     assert fmt.example is not None, f"file format {name!r} declares no example to check"
+    with tempfile.TemporaryDirectory() as tmp:
+        _check_example(name, fmt, builtin, Path(directory or tmp))
+
+
+def _check_example(name: str, fmt: Any, builtin: bool, where: Path) -> None:
+    """:func:`check_format`'s reading of the format's example file under ``where``: it is
+    its own, it reads as z and h (or, an embedding alone, as h), another format's file is
+    not taken for it, and a cut copy ends in one line if in an error."""
+    from idaudit.loading.arrays import Arrays
+    from idaudit.loading.filekinds import _file_kind
+    from idaudit.loading.loaders import open_target, plugin_format
 
     def kind(path: Path) -> str | None:
         return str(_file_kind(path)[1]) if builtin else plugin_format(path)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        where = Path(directory or tmp)
-        path = where / f"example.{name}"
-        fmt.example(path)
-        assert kind(path) == name, f"file format {name!r}: its example is not its own"
-        h = open_target(path, embedding=True)
-        try:
-            got = open_target(path)
-        except IdauditError:
-            assert builtin and not isinstance(h, Arrays), \
-                f"file format {name!r}: its example is refused for an audit"
-            got = Arrays(z=None, h=h)  # an embedding alone (.npy): consistency's
-        else:
-            assert isinstance(got, Arrays) and got.z is not None and \
-                got.z.shape[0] == got.h.shape[0], \
-                f"file format {name!r}: no z and h of one length"
-            assert np.asarray(h).shape == got.h.shape, \
-                f"file format {name!r}: its embedding is not its h"
-        arrays = where / "arrays.npz"
-        if name == "npz":  # another format's file: an .npy, not taken for .npz
-            arrays = where / "arrays.npy"
-            np.save(arrays, got.h)
-        else:
-            np.savez(arrays, z=got.h if got.z is None else got.z, h=got.h)
-        assert (kind(arrays) != name) if builtin else plugin_format(arrays) is None, \
-            f"file format {name!r} takes {arrays.name} for its own"
-        cut = where / f"cut.{name}"
-        cut.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 2)])
-        try:
-            open_target(cut)
-        except IdauditError:
-            pass
+    path = where / f"example.{name}"
+    fmt.example(path)
+    assert kind(path) == name, f"file format {name!r}: its example is not its own"
+    h = open_target(path, embedding=True)
+    try:
+        got = open_target(path)
+    except IdauditError:
+        assert builtin and not isinstance(h, Arrays), \
+            f"file format {name!r}: its example is refused for an audit"
+        got = Arrays(z=None, h=h)  # an embedding alone (.npy): consistency's
+    else:
+        assert isinstance(got, Arrays) and got.z is not None and \
+            got.z.shape[0] == got.h.shape[0], \
+            f"file format {name!r}: no z and h of one length"
+        assert np.asarray(h).shape == got.h.shape, \
+            f"file format {name!r}: its embedding is not its h"
+    arrays = where / "arrays.npz"
+    if name == "npz":  # another format's file: an .npy, not taken for .npz
+        arrays = where / "arrays.npy"
+        np.save(arrays, got.h)
+    else:
+        np.savez(arrays, z=got.h if got.z is None else got.z, h=got.h)
+    assert (kind(arrays) != name) if builtin else plugin_format(arrays) is None, \
+        f"file format {name!r} takes {arrays.name} for its own"
+    cut = where / f"cut.{name}"
+    cut.write_bytes(path.read_bytes()[: max(1, path.stat().st_size // 2)])
+    try:
+        open_target(cut)
+    except IdauditError:
+        pass
 
 
 def _skip(reason: str) -> None:
