@@ -111,6 +111,8 @@ def test_doctor_loads_each_plugin(plugged):
     for kind, name in (("world", "shear"), ("objective", "hinge"), ("group", "maxcorr"),
                        ("format", "rows")):
         assert any(f"{kind} {name}" in row for row in rows), rows
+    assert "reading a file: text parsed as numbers" in " ".join(proc.stdout.split()), \
+        proc.stdout  # a format's trust row
 
 
 def test_the_conformance_suite_checks_the_plugins_entries(plugged):

@@ -202,13 +202,15 @@ def _check_plugins() -> list[dict[str, Any]]:
             continue
         for name, plugin in found.items():
             try:
-                registry.get(name)
+                entry = registry.get(name)
             except IdauditError as exc:
                 checks.append(_check(f"{GROUPS[group]} {name}", False, one_line(str(exc)),
                                      f"fix or uninstall {plugin.dist}"))
-            else:
+            else:  # a file format says what reading a file does (its trust row)
+                trust = f"; reading a file: {one_line(entry.trust[0], 200)}" \
+                    if group == "idaudit.formats" else ""
                 checks.append(_check(f"{GROUPS[group]} {name}", True,
-                                     f"plugin from {plugin.origin()}"))
+                                     f"plugin from {plugin.origin()}{trust}"))
     return checks
 
 
