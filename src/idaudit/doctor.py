@@ -190,26 +190,25 @@ def _check_plugins() -> list[dict[str, Any]]:
     registry would, ``ok`` when it is what its group holds."""
     from idaudit.core.errors import IdauditError, one_line
     from idaudit.core.registered import BY_GROUP
-    from idaudit.core.registry import GROUPS
 
     checks = []
     for group, registry in BY_GROUP.items():
         try:
             found = registry.plugins()
         except IdauditError as exc:
-            checks.append(_check(f"{GROUPS[group]} plugins", False, one_line(str(exc)),
+            checks.append(_check(f"{registry.kind} plugins", False, one_line(str(exc)),
                                  "uninstall or rename one of them"))
             continue
         for name, plugin in found.items():
             try:
                 entry = registry.get(name)
             except IdauditError as exc:
-                checks.append(_check(f"{GROUPS[group]} {name}", False, one_line(str(exc)),
+                checks.append(_check(f"{registry.kind} {name}", False, one_line(str(exc)),
                                      f"fix or uninstall {plugin.dist}"))
             else:  # a file format says what reading a file does (its trust row)
                 trust = f"; reading a file: {one_line(entry.trust[0], 200)}" \
                     if group == "idaudit.formats" else ""
-                checks.append(_check(f"{GROUPS[group]} {name}", True,
+                checks.append(_check(f"{registry.kind} {name}", True,
                                      f"plugin from {plugin.origin()}{trust}"))
     return checks
 

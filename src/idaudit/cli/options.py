@@ -10,7 +10,6 @@ import typer
 
 from idaudit.core.defaults import WORLD_DEFAULTS, default_text
 from idaudit.core.options import ENCODER, Option
-from idaudit.core.options import WORLD as WORLD_OPTIONS
 from idaudit.core.request_parts import encoder_forms
 
 __all__ = ["EncoderArg", "encoder_flags", "n_eval_option", "option_flags", "report_flags", "world_default"]
@@ -34,11 +33,11 @@ def n_eval_option(what: str, whose: str = "the training") -> Any:
                         f"{world_default('rendered_eval_pairs')} rendered pairs)")
 
 
-def typer_option(option: Option, default: Any = None) -> Any:
+def typer_option(option: Option) -> Any:
     """The typer parameter of a declared option (:mod:`idaudit.core.options`): its flags,
     its help (read now: a registry's names, plugins' included) and typer's extras."""
-    return typer.Option(option.default if default is None else default, *option.flags,
-                        help=option.help_text(), **option.typer)
+    return typer.Option(option.default, *option.flags, help=option.help_text(),
+                        **option.typer)
 
 
 def option_flags(param: str, options: tuple[Option, ...], prepare=None):
@@ -47,9 +46,6 @@ def option_flags(param: str, options: tuple[Option, ...], prepare=None):
     return flag_group(param, tuple((o.name, o.annotation, typer_option(o)) for o in options),
                       prepare)
 
-
-WorldOpt, DimOpt, SourceOpt, AlphaOpt, RhoOpt, LayersOpt, TrajectoryOpt, StrideOpt, \
-    ImageSizeOpt, WorkersOpt = (typer_option(o) for o in WORLD_OPTIONS)
 
 
 EncoderArg = typer.Argument(..., help=encoder_forms())

@@ -18,8 +18,8 @@ registry of :mod:`idaudit.core.registered`, whose names may grow with plugins).
 Example:
     >>> BY_NAME["lamb"].flags, BY_NAME["lamb"].annotation
     (('--lamb',), 'float | None')
-    >>> BY_NAME["objective"].invalid()
-    'no-such-objective'
+    >>> BY_NAME["objective"].invalids(), BY_NAME["lamb"].invalids()
+    (('no-such-objective',), (-1, 2))
 """
 
 from __future__ import annotations
@@ -91,19 +91,6 @@ class Option:
 
     def help_text(self) -> str:
         return self.help() if callable(self.help) else self.help
-
-    def allowed(self) -> tuple[str, ...]:
-        """The values ``choices`` allows now (a registry's names, plugins' included)."""
-        if isinstance(self.choices, str):
-            from idaudit.core import registered
-
-            return tuple(getattr(registered, self.choices.upper()).names())
-        return self.choices or ()
-
-    def invalid(self) -> Any:
-        """A value the constraint refuses (tests try it on the command line), or None."""
-        found = self.invalids()
-        return found[0] if found else None
 
     def invalids(self) -> tuple[Any, ...]:
         """Values the constraint refuses: an unknown name, or one past each end of the

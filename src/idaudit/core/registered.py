@@ -3,7 +3,7 @@
 Each registry here is the one place its names live. Built-in worlds and objectives are
 declared as lazy placeholders (``module:object`` and a line of help), so the command line
 lists them, with plugins' names, without importing numpy or torch. Other packages add
-entries through the entry-point groups of :data:`idaudit.core.registry.GROUPS`:
+entries through the entry-point groups of :data:`BY_GROUP`:
 
 =====================  ================================================================
 group                  the entry point names …

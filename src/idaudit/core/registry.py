@@ -37,11 +37,6 @@ from idaudit.core.errors import UsageError, one_line
 
 T = TypeVar("T")
 
-#: the entry-point groups other packages register in, and what each adds
-GROUPS = {"idaudit.worlds": "world", "idaudit.objectives": "objective",
-          "idaudit.metrics": "metric group", "idaudit.formats": "file format"}
-
-
 @dataclass(frozen=True)
 class Plugin:
     """An entry point of another distribution: its ``name``, ``target`` (``module:attribute``)
@@ -84,7 +79,7 @@ def plugins(group: str) -> list[Plugin]:
 @functools.cache
 def _entry_points() -> metadata.EntryPoints:
     """Every installed distribution's entry points, read once per process (one scan of the
-    metadata serves every group; :meth:`Registry.forget_plugins` reads them again)."""
+    metadata serves every group)."""
     return metadata.entry_points()
 
 
@@ -127,7 +122,6 @@ class Registry(Generic[T]):
         self._lazy: dict[str, str] = {}
         self._help: dict[str, str] = {}
         self._plugins: dict[str, Plugin] | None = None
-        self._from_plugins: set[str] = set()  # plugins' names loaded into _items
         self._order: list[str] = []  # idaudit's own names, as they were registered
 
     # ---- registering -----------------------------------------------------------------
@@ -172,14 +166,6 @@ class Registry(Generic[T]):
             self._plugins = found
         return self._plugins
 
-    def forget_plugins(self) -> None:
-        """Read the entry points again on next use (after installing a package)."""
-        self._plugins = None
-        _entry_points.cache_clear()
-        for name in self._from_plugins:
-            self._items.pop(name, None)
-        self._from_plugins.clear()
-
     # ---- looking up ------------------------------------------------------------------
     def get(self, name: str) -> T:
         """The object registered as ``name`` (a placeholder or plugin is loaded now)."""
@@ -192,7 +178,6 @@ class Registry(Generic[T]):
             p = self.plugins()[name]
             what = f"plugin {self.kind} {name!r} of {p.dist} {p.version}"
             obj = self._admit(name, load_target(p.target, what), what)
-            self._from_plugins.add(name)
         else:
             raise UsageError(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}")
         self._items[name] = obj
@@ -246,4 +231,4 @@ class Registry(Generic[T]):
         return iter(self.names())
 
 
-__all__ = ["GROUPS", "Plugin", "Registry", "load_target", "plugins"]
+__all__ = ["Plugin", "Registry", "load_target", "plugins"]

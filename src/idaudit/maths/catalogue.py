@@ -19,6 +19,7 @@ sweep tables. The order of :data:`CATALOGUE` is the order of every table's rows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -241,9 +242,11 @@ CATALOGUE: tuple[Metric, ...] = (
 BUILTIN_KEYS = frozenset(m.key for m in CATALOGUE)
 
 
+@functools.cache
 def catalogue() -> tuple[Metric, ...]:
     """Every metric: :data:`CATALOGUE`, then the entries plugins' metric groups declare
-    (``idaudit.metrics`` entry points, loaded now), in their groups' order.
+    (``idaudit.metrics`` entry points, loaded on the first call; a process reads its plugins
+    once), in their groups' order.
 
     Returns:
         The entries, in the order of every table's rows.
@@ -268,7 +271,9 @@ def catalogue() -> tuple[Metric, ...]:
 class _ByKey(Mapping[str, Metric]):
     """Every entry of :func:`catalogue` by key (plugins' read when first asked)."""
 
-    def _all(self) -> dict[str, Metric]:
+    @staticmethod
+    @functools.cache
+    def _all() -> dict[str, Metric]:
         return {m.key: m for m in catalogue()}
 
     def __getitem__(self, key: str) -> Metric:
