@@ -53,7 +53,7 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("idaudit.loading.arrays", "_npz_arrays"): "opened.py's formats wrap arrays.py's readers",
     ("idaudit.loading.arrays", "_read_safetensors_arrays"):
         "opened.py's formats wrap arrays.py's readers",
-    ("idaudit.loading.arrays", "_safetensors_declared"): "opened.py's formats wrap arrays.py's readers",
+
     ("idaudit.loading.arrays", "_safetensors_keys"): "opened.py's formats wrap arrays.py's readers",
     ("idaudit.loading.filekinds", "_file_kind"): "loaders.py is the one caller of the sniffing",
     ("idaudit.loading.opened", "_WEIGHTS_ONLY"): "programs.py loads pickles as opened.py does",

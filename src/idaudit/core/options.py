@@ -139,8 +139,16 @@ WORLD: tuple[Option, ...] = (
            "matches)", limit="layers"),
     Option("trajectory", "flag", "reacher: pairs from episodes of a goal-reaching controller "
            "instead of OU pairs", ("--trajectory/--ou",), typer={"show_default": False}),
-    Option("stride", "integer", "reacher --trajectory: steps between views (default "
-           f"{_world('stride')})", limit="stride"),
+    Option("stride", "integer", "steps between a pair's views: reacher --trajectory (default "
+           f"{_world('stride')}), recorded episodes (default 1)", limit="stride"),
+    Option("observations", "string", "recorded: the array of observations in --data (default "
+           "x; pairs: with NAME_prime)"),
+    Option("latents", "string", "recorded: the array of true states in --data (default z; "
+           "pairs: with NAME_prime), e.g. qpos"),
+    Option("episodes", "string", "recorded: the array of each frame's episode number in "
+           "--data (default episode)"),
+    Option("angles", "string", "recorded: latents that are angles in radians, e.g. 0,1 (ρ "
+           "estimated and R² scored as angles)"),
     Option("image_size", "integer", "reacher: image side in pixels, rendered at that size "
            f"(default {_world('image_size')}, the paper's)", limit="image_size"),
     Option("workers", "integer", "reacher: render processes (default: one per core)"),
@@ -199,8 +207,8 @@ TRAIN: tuple[Option, ...] = (
            f"{_world('data_seed')}; separate from the training --seed)"),
     Option("recipe", "string", "reacher: cpu (chosen on a CPU: small images, a lighter CNN, a "
            "run of minutes) | paper (chosen on CUDA); options given explicitly win"),
-    Option("data", "path", "train on stored pairs: a file from `idaudit world`, or a Reacher "
-           "dataset directory (rendered there if missing)"),
+    Option("data", "path", "train on stored pairs: a file from `idaudit world`, a Reacher "
+           "dataset directory (rendered there if missing), or a recording of your own world"),
     Option("data_root", "path", "reacher: where a dataset is rendered unless --data names the "
            f"place (default: {DATA_ROOT})"),
 )
@@ -241,12 +249,14 @@ ENCODER: tuple[Option, ...] = (
            f"(default {_text(CAGE_SECONDS)})"),
     Option("world", "string", "evaluate on this world (default: the checkpoint's)",
            ("--world", "-w"), choices="worlds"),
-    _W["dim"], _W["source"], _W["alpha"], _W["rho"], _W["layers"],
+    _W["dim"], _W["source"], _W["alpha"], _W["rho"], _W["layers"], _W["stride"],
+    _W["observations"], _W["latents"], _W["episodes"], _W["angles"],
     Option("image_size", "integer", "reacher: render the evaluation images at S × S (e.g. 224 "
            "for a ViT; without --data the --n-eval pairs are rendered and cached)",
            limit="image_size"),
-    Option("data", "path", "evaluate on stored data: a pairs file from `idaudit world` or a "
-           "Reacher dataset directory"),
+    Option("data", "path", "evaluate on stored data: a pairs file from `idaudit world`, a "
+           "Reacher dataset directory, or a recording of your own world (pairs or episodes: "
+           "docs/own-world.md)"),
     Option("normalize", "string", "images for an encoder that is not an idaudit checkpoint: "
            "float N×3×S×S in [0, 1], then imagenet | none | MEAN,STD (default: the model's "
            "own, a Hugging Face directory's preprocessor_config.json, else none)"),

@@ -49,6 +49,8 @@ for _name, _help in (("spiral", "2-D, a spiral mixing"), ("banana", "2-D, a bana
 WORLDS.add_lazy("pairs", "idaudit.worlds.dataset:PAIRS_KIND",
                 "a pairs file from `idaudit world` (--data)")
 WORLDS.add_lazy("reacher", "idaudit.worlds.reacher.kind:REACHER_KIND", "MuJoCo pixels")
+WORLDS.add_lazy("recorded", "idaudit.worlds.recorded:RECORDED_KIND",
+                "your own world: --data FILE of recorded pairs or episodes (frames x, states z)")
 
 
 # ---- objectives ------------------------------------------------------------------------

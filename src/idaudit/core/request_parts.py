@@ -168,7 +168,8 @@ def _check_embed(fn: Any, flag: str) -> None:
 @dataclass
 class WorldChoice:
     """Which world (a name, a ``WorldSpec`` or a ``World``) and its options: ``dim``,
-    ``source``, ``alpha``, ``rho``, ``layers``, ``image_size`` (None: the world's own)."""
+    ``source``, ``alpha``, ``rho``, ``layers``, ``image_size``, ``stride`` and a recorded
+    world's array names and angles (None: the world's own)."""
 
     world: Any = None
     dim: int | None = None
@@ -177,12 +178,18 @@ class WorldChoice:
     rho: float | None = None
     layers: int | None = None
     image_size: int | None = None
+    stride: int | None = None
+    observations: str | None = None
+    latents: str | None = None
+    episodes: str | None = None
+    angles: str | tuple[int, ...] | list[int] | None = None
 
     def world_options(self) -> dict[str, Any]:
         """The world options given (world names: see :func:`idaudit.worlds.make_spec`)."""
         return {k: getattr(self, k) for k in self._WORLD_OPTIONS if getattr(self, k) is not None}
 
-    _WORLD_OPTIONS = ("dim", "source", "alpha", "rho", "layers", "image_size")
+    _WORLD_OPTIONS = ("dim", "source", "alpha", "rho", "layers", "image_size", "stride",
+                      "observations", "latents", "episodes", "angles")
 
 
 @dataclass

@@ -206,7 +206,6 @@ class WorldRequest(WorldChoice):
     processes (None: one per core)."""
 
     trajectory: bool | None = None
-    stride: int | None = None
     n_eval: int | None = None
     out: str | Path | None = None
     pairs: int = 10_000

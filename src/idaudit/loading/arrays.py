@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from idaudit.core.arrayfiles import Declared, read_npz
 from idaudit.core.errors import IdauditError, check_seed, latent_indices
 from idaudit.core.errors import first_line as _first_line
-from idaudit.core.jsontext import parse_json_object
 from idaudit.core.limits import check_elements, check_view
 from idaudit.loading.filekinds import sniff
 
@@ -138,8 +138,6 @@ def numeric_array(a: Any, what: str) -> np.ndarray:
 
 
 _Entry = tuple[tuple[int, ...], np.dtype | None]  # a shape and a dtype (None: none numpy has)
-#: a file's arrays as their headers declare them (or as they were read): name → shape, dtype
-Declared = Mapping[str, _Entry]
 
 
 def _as_read(dtype: np.dtype | None) -> np.dtype | None:
@@ -194,86 +192,10 @@ def _declared_of(arrays: Mapping[str, Any]) -> dict[str, _Entry]:
     return out
 
 
-def _npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype] | None:
-    """(shape, fortran order, dtype) from the header of a ``.npy`` stream, or None."""
-    try:
-        version = np.lib.format.read_magic(f)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        return None if read_header is None else read_header(f)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
-        return None
-
-
-def _mapped(info: zipfile.ZipInfo, header_bytes: int, header: tuple[Any, bool, np.dtype]
-            ) -> bool:
-    """Whether a ``.npy`` member of a zip is memory-mapped rather than read: large,
-    uncompressed (as ``numpy.savez`` writes) and holding exactly what its header declares."""
-    shape, _, dtype = header
-    return info.compress_type == zipfile.ZIP_STORED and info.file_size >= (1 << 20) and \
-        not dtype.hasobject and header_bytes + math.prod(shape) * dtype.itemsize == info.file_size
-
-
-def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
-    """A read-only memory map of a ``.npy`` member of a zip that :func:`_mapped` says is
-    mapped, or None."""
-    if info.compress_type != zipfile.ZIP_STORED or info.file_size < (1 << 20):
-        return None
-    with open(path, "rb") as f:
-        f.seek(info.header_offset)
-        local = f.read(30)
-        if len(local) < 30 or local[:4] != b"PK\x03\x04":
-            return None
-        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
-            int.from_bytes(local[28:30], "little")
-        f.seek(start)
-        header = _npy_header(f)
-        if header is None:
-            return None
-        shape, fortran, dtype = header
-        offset = f.tell()
-    if not _mapped(info, offset - start, header):
-        return None
-    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
-                       order="F" if fortran else "C")
-    return mapped.view(np.ndarray)
-
-
-def _npz_declared(zf: zipfile.ZipFile) -> tuple[dict[str, _Entry], int]:
-    """Each member's shape and dtype from its ``.npy`` header, and the bytes reading the
-    members takes (all but the memory-mapped ones, :func:`_mapped`): so that a small file
-    that declares or inflates to many GiB is refused before a member is read. A member
-    whose header cannot be read is left out (numpy's reading it says what is wrong)."""
-    declared: dict[str, _Entry] = {}
-    read = 0
-    for info in zf.infolist():
-        with zf.open(info) as member:
-            header = _npy_header(member)
-            header_bytes = member.tell()
-        if header is None:
-            continue
-        shape, _, dtype = header
-        declared[info.filename.removesuffix(".npy")] = tuple(shape), dtype
-        if not _mapped(info, header_bytes, header):
-            read += math.prod(shape) * dtype.itemsize
-    return declared, read
-
-
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     """The arrays of an .npz, once their headers pass :func:`check_declared`; large
     uncompressed members are memory-mapped (no copy into fresh memory), the others read."""
-    out: dict[str, np.ndarray] = {}
-    with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
-        declared, read = _npz_declared(zf)
-        check_declared(declared, str(path), read)
-        for name in f.files:
-            arr = None
-            try:
-                arr = _stored_npy(path, zf.getinfo(name + ".npy"))
-            except (KeyError, ValueError, OSError):
-                arr = None
-            out[name] = f[name] if arr is None else arr
-    return out
+    return read_npz(path, lambda declared, read: check_declared(declared, str(path), read))
 
 
 def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
@@ -290,39 +212,6 @@ def load_array_file(path: Path, kind: str | None = None) -> Arrays:
     if (kind or sniff(path)) == "npz":
         return arrays_from_mapping(_npz_arrays(path), str(path))
     return arrays_from_mapping(_read_safetensors_arrays(path), str(path))
-
-
-#: safetensors' dtypes numpy has (bfloat16 as float16: both two-byte floats that
-#: :func:`numeric_array` makes float32)
-_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "float16",
-                       "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
-                       "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
-                       "BOOL": "bool"}
-
-
-def _safetensors_declared(path: Path) -> tuple[dict[str, str], Declared, int] | None:
-    """(metadata, each tensor's shape and dtype, the bytes reading its tensors takes: its data
-    section, which safetensors checks they cover) from a safetensors header, read without
-    mapping the file; None where the header is not one (safetensors' reading says why)."""
-    try:
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header = parse_json_object(f.read(n).decode(), f"the header of {path}") \
-                if 0 < n < 100_000_000 else None
-        data = path.stat().st_size - 8 - n
-    except (OSError, ValueError, IdauditError):  # UnicodeDecodeError is a ValueError
-        return None
-    meta = None if header is None else header.pop("__metadata__", None) or {}
-    if not isinstance(meta, dict):
-        return None
-    declared: dict[str, _Entry] = {}
-    for name, entry in header.items():
-        shape = entry.get("shape") if isinstance(entry, dict) else None
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            return None
-        kind = _SAFETENSORS_DTYPES.get(entry.get("dtype"))
-        declared[name] = tuple(shape), None if kind is None else np.dtype(kind)
-    return meta, declared, max(data, 0)
 
 
 def _read_safetensors_arrays(path: Path) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from idaudit.core.arrayfiles import safetensors_declared
 from idaudit.core.errors import IdauditError
 from idaudit.core.errors import first_line as _first_line
 from idaudit.core.metadata import CHECKPOINT_FORMAT as CHECKPOINT
@@ -27,7 +28,6 @@ from idaudit.loading.arrays import (
     _declared_of,
     _npz_arrays,
     _read_safetensors_arrays,
-    _safetensors_declared,
     _safetensors_keys,
     arrays_from_mapping,
     check_declared,
@@ -213,7 +213,7 @@ def _open_safetensors(path: Path, opts: LoadOptions, embedding: bool
     """An idaudit checkpoint, arrays with h (their declared sizes checked from the header
     before the file is mapped, :func:`check_declared`), or — with ``--arch`` — plain
     weights."""
-    header = _safetensors_declared(path)
+    header = safetensors_declared(path)
     if header is not None and opts.arch is None and \
             header[0].get("format") not in (PAIRS_FORMAT, CHECKPOINT) and "h" in header[1]:
         check_declared(header[1], str(path), header[2])

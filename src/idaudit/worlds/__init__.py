@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from idaudit.core.arrayfiles import ARRAY_FILE_FORMS, array_file_kind
 from idaudit.core.defaults import WORLD
 from idaudit.core.errors import IdauditError
 from idaudit.worlds.base import EvalSet, PlanSet, World
@@ -22,13 +23,16 @@ from idaudit.worlds.names import validate_spec, world_names
 from idaudit.worlds.reacher.kind import ReacherKind
 from idaudit.worlds.reacher.world import NAME as REACHER
 from idaudit.worlds.reacher.world import ReacherWorld
+from idaudit.worlds.recorded import NAME as RECORDED
+from idaudit.worlds.recorded import ArrayWorld, RecordedWorld
 from idaudit.worlds.sources import SOURCES, gennorm_scale, ou_step, sample_source
 from idaudit.worlds.spec import WorldSpec, check_type
 from idaudit.worlds.synthetic import SYNTHETIC_WORLDS, SyntheticWorld, save_pairs
 
 __all__ = [
-    "KINDS", "MIXINGS", "SOURCES", "SYNTHETIC_WORLDS", "CouplingMixing", "EvalSet",
-    "PairsFileWorld", "PlanSet", "ReacherKind", "ReacherWorld", "Recipe", "SyntheticWorld",
+    "KINDS", "MIXINGS", "SOURCES", "SYNTHETIC_WORLDS", "ArrayWorld", "CouplingMixing", "EvalSet",
+    "PairsFileWorld", "PlanSet", "ReacherKind", "ReacherWorld", "Recipe", "RecordedWorld",
+    "SyntheticWorld",
     "World", "WorldKind", "WorldSpec",
     "as_world", "build_world", "data_world", "gennorm_scale", "load_pairs", "make_spec", "ou_step",
     "sample_source", "save_pairs", "validate_spec", "world_name", "world_names",
@@ -40,7 +44,8 @@ def flag(option: str) -> str:
 
 
 def data_world(path: str | Path) -> str:
-    """The world that reads the data at ``path``: a pairs file or a Reacher dataset."""
+    """The world that reads the data at ``path``: a pairs file, a Reacher dataset, or a
+    recording of the user's own (an array file of pairs or episodes)."""
     path = Path(path)
     if is_pairs_file(path):
         return PAIRS
@@ -48,8 +53,10 @@ def data_world(path: str | Path) -> str:
         return REACHER
     if not path.exists():
         raise IdauditError(f"--data: not found: {path}")
-    raise IdauditError(f"--data {path} is neither a pairs file from `idaudit world` nor a "
-                       "rendered Reacher dataset")
+    if array_file_kind(path) is not None:
+        return RECORDED
+    raise IdauditError(f"--data {path} is neither a pairs file from `idaudit world`, a "
+                       f"rendered Reacher dataset nor a recording ({ARRAY_FILE_FORMS})")
 
 
 def world_name(name: str | None, options: dict[str, Any]) -> str:

@@ -1,0 +1,334 @@
+"""Named arrays in files: ``.npz``, a folder of ``.npy`` files, safetensors and HDF5.
+
+Each array's shape and dtype are read from the file's headers first and checked (elements,
+and the memory reading them takes) before any array is read; arrays are then memory-mapped
+where the format allows (a folder's ``.npy`` files, large uncompressed ``.npz`` members,
+safetensors tensors) or left lazy (HDF5 datasets, read as rows are indexed) and read otherwise
+(compressed ``.npz`` members). Array files of embeddings (``loading/arrays.py``) and a user's
+recorded world (``worlds/recorded.py``) read through here.
+
+Example:
+    >>> import tempfile, numpy as np
+    >>> from pathlib import Path
+    >>> d = Path(tempfile.mkdtemp())
+    >>> np.savez(d / "a.npz", z=np.zeros((3, 2)), x=np.ones((3, 4)))
+    >>> {k: v.shape for k, v in sorted(read_arrays(d / "a.npz").items())}
+    {'x': (3, 4), 'z': (3, 2)}
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from idaudit.core.errors import IdauditError, first_line
+from idaudit.core.limits import check_elements
+
+__all__ = ["ARRAY_FILE_FORMS", "Declared", "array_file_kind", "check_arrays_fit", "npz_declared",
+           "read_arrays", "read_npz", "safetensors_declared"]
+
+#: the forms :func:`read_arrays` reads, as messages name them
+ARRAY_FILE_FORMS = ".npz, a folder of .npy files, .safetensors or HDF5 (.h5, needs h5py)"
+
+_Entry = tuple[tuple[int, ...], np.dtype | None]  # a shape and a dtype (None: none numpy has)
+#: a file's arrays as their headers declare them: name → (shape, dtype)
+Declared = Mapping[str, _Entry]
+#: what is checked before arrays are read: (declared, the bytes reading them takes) → None
+Check = Callable[[Declared, int], None]
+
+_ZIP = b"PK\x03\x04"
+_HDF5 = b"\x89HDF\r\n\x1a\n"
+
+
+def array_file_kind(path: str | Path) -> str | None:
+    """``npz``, ``npy`` (a folder holding ``.npy`` files), ``safetensors`` or ``hdf5`` from the
+    bytes of ``path`` (never its name), or None for anything else."""
+    path = Path(path)
+    if path.is_dir():
+        return "npy" if any(path.glob("*.npy")) else None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None
+    if head.startswith(_ZIP):
+        return "npz"
+    if head.startswith(_HDF5):
+        return "hdf5"
+    if len(head) > 8 and 0 < int.from_bytes(head[:8], "little") < 100_000_000 and \
+            head[8:9] == b"{":
+        return "safetensors"
+    return None
+
+
+def check_arrays_fit(source: str) -> Check:
+    """The default check: each declared shape within the element limit, and the bytes reading
+    them within the memory left (one line, exit 2, naming ``source``)."""
+    def check(declared: Declared, read: int) -> None:
+        from idaudit.core.memory import check_memory
+
+        for name, (shape, _) in declared.items():
+            check_elements(shape, f"{source}: array {name!r}")
+        check_memory(read, f"{source}: reading its arrays", bound="up to ")
+    return check
+
+
+# ---- .npz: a zip of .npy members --------------------------------------------------------
+
+def _npy_header(f: Any) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """(shape, fortran order, dtype) from the header of a ``.npy`` stream, or None."""
+    try:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        return None if read_header is None else read_header(f)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def _mapped(info: zipfile.ZipInfo, header_bytes: int, header: tuple[Any, bool, np.dtype]
+            ) -> bool:
+    """Whether a ``.npy`` member of a zip is memory-mapped rather than read: large,
+    uncompressed (as ``numpy.savez`` writes) and holding exactly what its header declares."""
+    shape, _, dtype = header
+    return info.compress_type == zipfile.ZIP_STORED and info.file_size >= (1 << 20) and \
+        not dtype.hasobject and header_bytes + math.prod(shape) * dtype.itemsize == info.file_size
+
+
+def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
+    """A read-only memory map of a ``.npy`` member of a zip that :func:`_mapped` says is
+    mapped, or None."""
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size < (1 << 20):
+        return None
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+        if len(local) < 30 or local[:4] != _ZIP:
+            return None
+        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
+            int.from_bytes(local[28:30], "little")
+        f.seek(start)
+        header = _npy_header(f)
+        if header is None:
+            return None
+        shape, fortran, dtype = header
+        offset = f.tell()
+    if not _mapped(info, offset - start, header):
+        return None
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
+                       order="F" if fortran else "C")
+    return mapped.view(np.ndarray)
+
+
+def npz_declared(zf: zipfile.ZipFile, names: Iterable[str] | None = None
+                 ) -> tuple[dict[str, _Entry], int]:
+    """Each member's shape and dtype from its ``.npy`` header (only ``names`` where given), and
+    the bytes reading them takes (all but the memory-mapped ones, :func:`_mapped`): so that a
+    small file that declares or inflates to many GiB is refused before a member is read. A
+    member whose header cannot be read is left out (numpy's reading it says what is wrong)."""
+    wanted = None if names is None else set(names)
+    declared: dict[str, _Entry] = {}
+    read = 0
+    for info in zf.infolist():
+        name = info.filename.removesuffix(".npy")
+        if wanted is not None and name not in wanted:
+            continue
+        with zf.open(info) as member:
+            header = _npy_header(member)
+            header_bytes = member.tell()
+        if header is None:
+            continue
+        shape, _, dtype = header
+        declared[name] = tuple(shape), dtype
+        if not _mapped(info, header_bytes, header):
+            read += math.prod(shape) * dtype.itemsize
+    return declared, read
+
+
+def read_npz(path: Path, check: Check, names: Iterable[str] | None = None
+             ) -> dict[str, np.ndarray]:
+    """The arrays of an .npz (only ``names`` where given), once their headers pass ``check``;
+    large uncompressed members are memory-mapped (no copy into fresh memory), the others read."""
+    out: dict[str, np.ndarray] = {}
+    with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
+        declared, read = npz_declared(zf, names)
+        check(declared, read)
+        for name in f.files:
+            if names is not None and name not in declared:
+                continue
+            try:
+                arr = _stored_npy(path, zf.getinfo(name + ".npy"))
+            except (KeyError, ValueError, OSError):
+                arr = None
+            out[name] = f[name] if arr is None else arr
+    return out
+
+
+# ---- safetensors -------------------------------------------------------------------------
+
+#: safetensors' dtypes numpy has (bfloat16 as float16: both two-byte floats)
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "float16",
+                      "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+                      "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
+                      "BOOL": "bool"}
+
+
+def _safetensors_header(path: Path) -> tuple[dict[str, Any], int] | None:
+    """(the JSON header, its size in bytes) of a safetensors file, or None."""
+    from idaudit.core.jsontext import parse_json_object
+
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = parse_json_object(f.read(n).decode(), f"the header of {path}") \
+                if 0 < n < 100_000_000 else None
+    except (OSError, ValueError, IdauditError):  # UnicodeDecodeError is a ValueError
+        return None
+    return None if header is None else (header, n)
+
+
+def safetensors_declared(path: Path) -> tuple[dict[str, str], Declared, int] | None:
+    """(metadata, each tensor's shape and dtype, the bytes reading its tensors takes: its data
+    section, which safetensors checks they cover) from a safetensors header, read without
+    mapping the file; None where the header is not one (safetensors' reading says why)."""
+    found = _safetensors_header(path)
+    if found is None:
+        return None
+    header, n = found
+    data = path.stat().st_size - 8 - n
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        return None
+    declared: dict[str, _Entry] = {}
+    for name, entry in header.items():
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            return None
+        kind = SAFETENSORS_DTYPES.get(entry.get("dtype"))
+        declared[name] = tuple(shape), None if kind is None else np.dtype(kind)
+    return meta, declared, max(data, 0)
+
+
+def _mapped_safetensors(path: Path, check: Check, names: Iterable[str] | None
+                        ) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file as read-only memory maps (little-endian, as the
+    format stores them); bfloat16, which numpy lacks, is refused."""
+    found = _safetensors_header(path)
+    if found is None:
+        raise IdauditError(f"cannot read {path} as safetensors (its header is not one)")
+    header, n = found
+    header.pop("__metadata__", None)
+    wanted = set(header) if names is None else set(names) & set(header)
+    declared: dict[str, _Entry] = {}
+    size = path.stat().st_size
+    for name in wanted:
+        entry = header[name]
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        dtype = entry.get("dtype")
+        if dtype == "BF16" or dtype not in SAFETENSORS_DTYPES:
+            raise IdauditError(f"{path}: tensor {name!r} is {dtype}, which numpy cannot map; "
+                               "store it as float32")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+                and isinstance(offsets, list) and len(offsets) == 2
+                and all(type(o) is int for o in offsets)):
+            raise IdauditError(f"{path}: tensor {name!r} has a malformed header entry")
+        kind = np.dtype(SAFETENSORS_DTYPES[dtype]).newbyteorder("<")
+        if offsets[1] - offsets[0] != math.prod(shape) * kind.itemsize or \
+                8 + n + offsets[1] > size or offsets[0] < 0:
+            raise IdauditError(f"{path}: tensor {name!r} does not lie inside the file as its "
+                               "header says")
+        declared[name] = tuple(shape), kind
+    check(declared, 0)
+    out = {}
+    for name, (shape, kind) in declared.items():
+        start = 8 + n + header[name]["data_offsets"][0]
+        out[name] = np.memmap(path, dtype=kind, mode="r", offset=start, shape=shape) \
+            if math.prod(shape) else np.zeros(shape, kind)
+    return out
+
+
+# ---- a folder of .npy files, HDF5 ----------------------------------------------------------
+
+def _npy_folder(path: Path, check: Check, names: Iterable[str] | None) -> dict[str, np.ndarray]:
+    """A folder's ``NAME.npy`` files, each memory-mapped once its header passes ``check``."""
+    files = {p.stem: p for p in sorted(path.glob("*.npy"))}
+    wanted = files if names is None else {k: files[k] for k in names if k in files}
+    declared: dict[str, _Entry] = {}
+    for name, p in wanted.items():
+        with open(p, "rb") as f:
+            header = _npy_header(f)
+        if header is None or header[2].hasobject:
+            raise IdauditError(f"{p} is not a .npy array of numbers")
+        declared[name] = tuple(header[0]), header[2]
+    check(declared, 0)
+    return {name: np.load(p, mmap_mode="r", allow_pickle=False) for name, p in wanted.items()}
+
+
+def _hdf5(path: Path, check: Check, names: Iterable[str] | None) -> dict[str, Any]:
+    """An HDF5 file's datasets (``names``: paths inside it, ``group/name``), lazy: rows are
+    read when indexed. Needs h5py (the ``hdf5`` extra)."""
+    try:
+        import h5py
+    except ImportError:
+        raise IdauditError(f"{path} is HDF5: reading it needs h5py (pip install "
+                           "'idaudit[hdf5]')") from None
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise IdauditError(f"cannot read {path} as HDF5 ({first_line(exc)})") from None
+    found: dict[str, Any] = {}
+    f.visititems(lambda name, obj: found.setdefault(name, obj)
+                 if isinstance(obj, h5py.Dataset) else None)
+    wanted = found if names is None else {k: found[k] for k in names if k in found}
+    declared = {k: (tuple(d.shape), d.dtype) for k, d in wanted.items()}
+    check(declared, 0)
+    return dict(wanted)
+
+
+def read_arrays(path: str | Path, names: Iterable[str] | None = None,
+                check: Check | None = None) -> dict[str, Any]:
+    """The named arrays of ``path`` (``names``: only these, where the file has them; None: all).
+
+    Args:
+        path: an ``.npz``, a folder of ``.npy`` files, a safetensors or an HDF5 file (told
+            apart by their bytes).
+        names: the arrays wanted; the others are neither checked nor read.
+        check: called with the declared shapes and dtypes and the bytes reading takes before
+            anything is read (default :func:`check_arrays_fit`).
+
+    Returns:
+        name → array: numpy arrays (memory maps where the format allows) or HDF5 datasets
+        (lazy; index them with sorted rows).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> d = Path(tempfile.mkdtemp())
+        >>> np.save(d / "z.npy", np.arange(6.0).reshape(3, 2))
+        >>> read_arrays(d)["z"][2].tolist()
+        [4.0, 5.0]
+    """
+    path = Path(path)
+    check = check or check_arrays_fit(str(path))
+    kind = array_file_kind(path)
+    try:
+        if kind == "npz":
+            return read_npz(path, check, names)
+        if kind == "npy":
+            return _npy_folder(path, check, names)
+        if kind == "safetensors":
+            return _mapped_safetensors(path, check, names)
+        if kind == "hdf5":
+            return _hdf5(path, check, names)
+    except IdauditError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise IdauditError(f"cannot read {path} as {kind} ({first_line(exc)})") from None
+    if not path.exists():
+        raise IdauditError(f"not found: {path}")
+    raise IdauditError(f"{path} is not an array file: {ARRAY_FILE_FORMS}")

@@ -1,0 +1,519 @@
+"""A world from a user's own recordings: observations and their true states.
+
+The paper's question — did the encoder learn the world? — is about the world the encoder was
+trained on. A user who recorded that world (a simulator of their own, an environment's
+episodes) brings it in one of two forms, from a file (``.npz``, a folder of ``.npy`` files,
+safetensors or HDF5: :mod:`idaudit.core.arrayfiles`) or from arrays in memory
+(:class:`ArrayWorld`):
+
+* **pairs**: ``x``, ``x_prime`` (observations, rows × …) and ``z``, ``z_prime`` (their true
+  states, rows × N), row for row: x′ is one step of the world's dynamics after x;
+* **episodes**: ``x`` and ``z`` frame by frame, and ``episode`` (one integer per frame, each
+  episode's frames consecutive and in time order); the pairs are (frame t, frame t + δ) of
+  each episode, δ = ``stride``.
+
+The key names are options (``--latents qpos``, ``--observations pixels``, ``--episodes
+episode_idx``; the pairs' partners are ``NAME_prime``). Observations are vectors (rows × D
+numbers) or RGB images (rows × H × W × 3, uint8). They stay in the file, memory-mapped or lazy
+where its format allows; the states are read whole.
+
+**Held-out data.** The last fifth of the episodes (of the pairs, in the pairs form; of the
+frames, for a single episode) is the evaluation set audit, plan and a training run's
+evaluation use; training draws only from the rest, and :meth:`RecordedWorld.pairs` (what
+``WorldPairs`` holds) gives only the rest too.
+
+**ρ.** Each state's correlation across its pairs is estimated from the pairs (z, z′): the
+Pearson correlation of z_j and z′_j, or for a latent declared an angle (``angles``) the
+circular correlation of Jammalamadaka and SenGupta; the world's ρ, which the bound and the
+label-free signals take, is their mean — the ρ with which an encoder h = Qz of standardised
+states shows δ = 0 — unless ``rho`` is given. :func:`estimate_rho` documents the estimator;
+tests/test_recorded.py bounds its bias by simulation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from idaudit.core.defaults import WORLD_DEFAULTS
+from idaudit.core.errors import IdauditError, latent_indices, require
+from idaudit.core.limits import check
+from idaudit.core.memory import check_memory
+from idaudit.worlds.base import EpochPairs, EvalSet, Pairs, PlanSet, World, stored_pairs, two_views
+from idaudit.worlds.dataset import locate, relative_path, stored_at
+from idaudit.worlds.kind import WorldKind
+from idaudit.worlds.spec import WorldSpec, check_fields, check_type
+
+__all__ = ["ArrayWorld", "KEY_DEFAULTS", "NAME", "RECORDED_KIND", "Recording", "RecordedKind",
+           "RecordedWorld", "estimate_rho", "read_recording"]
+
+NAME = "recorded"
+#: the share of episodes (pairs, frames) held out for evaluation
+EVAL_FRACTION = 0.2
+#: the fewest pairs each part (training, evaluation) must hold
+MIN_PAIRS = 10
+#: the names the arrays are read under, unless options say otherwise
+KEY_DEFAULTS = {"observations": "x", "latents": "z", "episodes": "episode"}
+#: the world options that name arrays (each a flag: --observations, --latents, --episodes)
+KEY_OPTIONS = tuple(KEY_DEFAULTS)
+
+
+# ---- ρ -----------------------------------------------------------------------------------
+
+def _circular_mean(a: np.ndarray) -> np.ndarray:
+    return np.arctan2(np.sin(a).mean(0), np.cos(a).mean(0))
+
+
+def estimate_rho(z: np.ndarray, z_prime: np.ndarray, angles: tuple[int, ...] = ()
+                 ) -> np.ndarray:
+    """Each latent's correlation between z and z′, estimated from the pairs.
+
+    Args:
+        z, z_prime: the pairs' states, rows × N.
+        angles: latents that are angles (radians): their circular correlation
+            Σ sin(a − ā) sin(b − b̄) / √(Σ sin²(a − ā) Σ sin²(b − b̄)), ā the circular mean.
+
+    Returns:
+        ρ̂_j per latent: the Pearson correlation of z_j and z′_j (unbiased to O(1/n): for an OU
+        channel z′ = ρz + √(1−ρ²)η its bias is about −ρ(1−ρ²)/(2n) and its standard error
+        (1−ρ²)/√n); NaN where a latent does not vary.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> z = rng.standard_normal((20000, 2))
+        >>> zp = 0.9 * z + np.sqrt(1 - 0.81) * rng.standard_normal(z.shape)
+        >>> np.round(estimate_rho(z, zp), 2).tolist()
+        [0.9, 0.9]
+    """
+    z, zp = np.asarray(z, dtype=np.float64), np.asarray(z_prime, dtype=np.float64)
+    a, b = z - z.mean(0), zp - zp.mean(0)
+    for j in angles:
+        a[:, j] = np.sin(z[:, j] - _circular_mean(z[:, [j]])[0])
+        b[:, j] = np.sin(zp[:, j] - _circular_mean(zp[:, [j]])[0])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (a * b).sum(0) / np.sqrt((a * a).sum(0) * (b * b).sum(0))
+
+
+# ---- the recording -----------------------------------------------------------------------
+
+class Rows:
+    """Rows of an array-like (a numpy array, memory map or HDF5 dataset) picked by ``rows``
+    (ascending), read only when indexed; vectors come back as float32, images as uint8."""
+
+    def __init__(self, base: Any, rows: np.ndarray) -> None:
+        self.base, self.rows = base, rows
+        self.shape = (len(rows), *tuple(base.shape[1:]))
+        self.images = str(base.dtype) == "uint8" and len(base.shape) == 4
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: Any) -> np.ndarray:
+        picked = self.rows[i]
+        if np.ndim(picked) == 0:
+            return self._cast(np.asarray(self.base[int(picked)]))
+        order = np.argsort(picked, kind="stable")  # HDF5 wants ascending, distinct rows
+        uniq, inverse = np.unique(picked[order], return_inverse=True)
+        got = np.asarray(self.base[uniq])[inverse]
+        out = np.empty_like(got)
+        out[order] = got
+        return self._cast(out)
+
+    def _cast(self, a: np.ndarray) -> np.ndarray:
+        return a if self.images else a.astype(np.float32, copy=False)
+
+    def take(self, rows: np.ndarray) -> Any:
+        """These rows read: a uint8 image array, or a float32 tensor of vectors."""
+        a = self[np.asarray(rows)]
+        return a if self.images else torch.from_numpy(np.ascontiguousarray(a))
+
+
+@dataclass
+class Recording:
+    """A recording as pairs: observations of each pair's first and second view (``first``,
+    ``second``: :class:`Rows`), their states, and each pair's episode (``group``)."""
+
+    first: Rows
+    second: Rows
+    z: np.ndarray
+    z_prime: np.ndarray
+    group: np.ndarray
+    form: str  # "pairs" or "episodes"
+
+    def split(self) -> tuple[np.ndarray, np.ndarray]:
+        """(training pairs, evaluation pairs): the last :data:`EVAL_FRACTION` of the groups
+        held out; a single episode is cut in time, pairs that cross the cut dropped."""
+        groups = np.unique(self.group)
+        n = len(self.z)
+        if len(groups) >= 2:
+            held = groups[len(groups) - max(1, round(EVAL_FRACTION * len(groups))):]
+            test = np.isin(self.group, held)
+            train, evaluation = np.flatnonzero(~test), np.flatnonzero(test)
+        else:
+            cut = self.first.rows.min() + (1 - EVAL_FRACTION) * (
+                self.second.rows.max() + 1 - self.first.rows.min())
+            train = np.flatnonzero(self.second.rows < cut)
+            evaluation = np.flatnonzero(self.first.rows >= cut)
+        for part, rows in (("training", train), ("evaluation", evaluation)):
+            if len(rows) < MIN_PAIRS:
+                raise IdauditError(f"the recording's {part} part holds {len(rows)} pairs (of "
+                                   f"{n}); it needs at least {MIN_PAIRS}: record more "
+                                   "(or more episodes)")
+        return train, evaluation
+
+
+def _states(a: Any, what: str) -> np.ndarray:
+    from idaudit.maths.linear import to_numpy
+
+    try:
+        z = np.asarray(to_numpy(a), dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise IdauditError(f"{what} is not numeric ({exc})") from None
+    z = z.reshape(-1, 1) if z.ndim == 1 else z
+    require(z.ndim == 2 and len(z) > 0, f"{what} must be rows × latents, got shape {z.shape}")
+    require(bool(np.isfinite(z).all()), f"{what} holds NaN or infinite values")
+    return z
+
+
+def _observations(a: Any, rows: int, what: str) -> Any:
+    a = a.numpy() if isinstance(a, torch.Tensor) else a
+    if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+        a = np.asarray(a)
+    shape, kind = tuple(a.shape), np.dtype(a.dtype)
+    require(len(shape) >= 2 and shape[0] == rows, f"{what} must hold one observation per state "
+            f"({rows} rows), got shape {shape}")
+    image = kind == np.uint8 and len(shape) == 4 and shape[3] == 3
+    require(image or (len(shape) == 2 and kind.kind in "fiu"),
+            f"{what} must be vectors (rows × D numbers) or RGB images (rows × H × W × 3, "
+            f"uint8), got shape {shape} of {kind}")
+    return a
+
+
+def _episode_pairs(episode: Any, rows: int, stride: int, what: str
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first rows, second rows, their episode) of the pairs (t, t + δ) in each episode."""
+    ep = np.asarray(episode).reshape(-1)
+    require(len(ep) == rows, f"{what} must hold one episode number per frame ({rows}), got "
+            f"{len(ep)}")
+    require(ep.dtype.kind in "iu" or (ep.dtype.kind == "f" and bool(np.all(ep == np.round(ep)))),
+            f"{what} must hold whole episode numbers")
+    starts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]])
+    if len(np.unique(ep)) != len(starts):
+        raise IdauditError(f"{what}: each episode's frames must be consecutive (an episode "
+                           "number comes back after another one)")
+    t = np.arange(rows - stride)
+    same = ep[t] == ep[t + stride]
+    first = t[same]
+    return first, first + stride, ep[first]
+
+
+def _pairs_recording(x: Any, x_prime: Any, z: Any, z_prime: Any, names: tuple[str, ...]
+                     ) -> Recording:
+    zs = _states(z, names[2])
+    zps = _states(z_prime, names[3])
+    require(zps.shape == zs.shape, f"{names[3]} has shape {zps.shape}, {names[2]} {zs.shape}: "
+            "they must match")
+    xs = _observations(x, len(zs), names[0])
+    xps = _observations(x_prime, len(zs), names[1])
+    require(tuple(xps.shape) == tuple(xs.shape), f"{names[1]} has shape {tuple(xps.shape)}, "
+            f"{names[0]} {tuple(xs.shape)}: they must match")
+    rows = np.arange(len(zs))
+    return Recording(Rows(xs, rows), Rows(xps, rows), zs, zps, rows, "pairs")
+
+
+def _episodes_recording(x: Any, z: Any, episode: Any, stride: int, names: tuple[str, ...]
+                        ) -> Recording:
+    zs = _states(z, names[1])
+    xs = _observations(x, len(zs), names[0])
+    check("stride", stride, "--stride")
+    first, second, group = _episode_pairs(episode, len(zs), stride, names[2])
+    return Recording(Rows(xs, first), Rows(xs, second), zs[first], zs[second], group,
+                     "episodes")
+
+
+def read_recording(path: str | Path, keys: dict[str, str], stride: int) -> Recording:
+    """The recording in the file ``path``: pairs where it holds ``OBS``, ``OBS_prime``,
+    ``LAT`` and ``LAT_prime`` (the names ``keys`` gives), else episodes (``OBS``, ``LAT`` and
+    ``EPISODES``, pairs ``stride`` frames apart)."""
+    from idaudit.core.arrayfiles import read_arrays
+
+    obs, lat, eps = (keys[k] for k in KEY_OPTIONS)
+    pair_names = (obs, obs + "_prime", lat, lat + "_prime")
+    arrays = read_arrays(path, (*pair_names, eps))
+    src = f"{path}: array"
+    if all(k in arrays for k in pair_names):
+        return _pairs_recording(*(arrays[k] for k in pair_names),
+                                tuple(f"{src} {k!r}" for k in pair_names))
+    if obs in arrays and lat in arrays and eps in arrays:
+        return _episodes_recording(arrays[obs], arrays[lat], arrays[eps], stride,
+                                   (f"{src} {obs!r}", f"{src} {lat!r}", f"{src} {eps!r}"))
+    found = ", ".join(sorted(read_arrays(path, check=lambda d, r: None))) or "none"
+    raise IdauditError(f"{path} holds neither pairs ({', '.join(pair_names)}) nor episodes "
+                       f"({obs}, {lat}, {eps}); it holds: {found} (name yours with "
+                       "--observations, --latents, --episodes)")
+
+
+# ---- the world ---------------------------------------------------------------------------
+
+class RecordedWorld(World):
+    """A recording as a world (:mod:`idaudit.worlds.recorded`): evaluation, planning and
+    training views all from its pairs; its held-out part evaluates."""
+
+    def __init__(self, spec: WorldSpec, recording: Recording, path: Path | None = None) -> None:
+        self.spec, self.recording, self.path = spec, recording, path
+        self.train_rows, self.eval_rows = recording.split()
+
+    @property
+    def label(self) -> str:
+        """What the user calls this world (a file's name, ``ArrayWorld(name=…)``)."""
+        return str(self.spec.extra.get("label", NAME))
+
+    @property
+    def rho_per_dim(self) -> list[float]:
+        return [float(r) for r in self.spec.extra["rho_per_dim"]]
+
+    def spec_for(self, base_dir: Path | None) -> WorldSpec:
+        if self.path is None:
+            return self.spec
+        return dataclasses.replace(self.spec, extra={**self.spec.extra,
+                                                     "data": relative_path(self.path, base_dir)})
+
+    def _chosen(self, rows: np.ndarray, n: int | None, seed: int) -> np.ndarray:
+        """``n`` of ``rows`` (None: all), a seeded draw kept in order."""
+        if n is None or n >= len(rows):
+            return rows
+        check("n_eval", n, "--n-eval")
+        return np.sort(np.random.default_rng(seed).choice(rows, n, replace=False))
+
+    def _check_rows(self, rows: int, what: str) -> None:
+        per_row = int(np.prod(self.recording.first.shape[1:]))
+        itemsize = 1 if self.recording.first.images else 4
+        check_memory(2 * rows * per_row * itemsize, f"{what} of the recorded world "
+                     f"{self.label!r}")
+
+    def eval_set(self, n: int | None, seed: int) -> EvalSet:
+        """The held-out pairs (``n`` of them drawn from ``seed``; None: all)."""
+        rows = self._chosen(self.eval_rows, n, seed)
+        self._check_rows(len(rows), f"an evaluation set of {len(rows)} pairs")
+        rec = self.recording
+        x = rec.first.take(rows)
+        return EvalSet(z=torch.from_numpy(rec.z[rows]), x=x, x_prime=rec.second.take(rows),
+                       rho=self.rho, circular=self.circular,
+                       baseline=None if rec.first.images else x)
+
+    def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
+        """A gallery of training frames and start/goal frames held out, all recorded."""
+        gallery = WORLD_DEFAULTS["gallery"] if gallery is None else gallery
+        rng = np.random.default_rng(seed)
+        rec = self.recording
+        g = np.sort(rng.choice(self.train_rows, min(gallery, len(self.train_rows)),
+                               replace=False))
+        ends = rng.choice(self.eval_rows, (2, pairs), replace=len(self.eval_rows) < 2 * pairs)
+        self._check_rows(len(g) + 2 * pairs, "a planning gallery and its start/goal frames")
+
+        def frames(rows: np.ndarray) -> tuple[torch.Tensor, Any]:
+            order = np.argsort(rows, kind="stable")
+            back = np.empty_like(order)
+            back[order] = np.arange(len(rows))
+            x = rec.first.take(rows[order])
+            return torch.from_numpy(rec.z[rows]), x[back] if isinstance(x, np.ndarray) else \
+                x[torch.from_numpy(back)]
+
+        gz, gx = frames(g)
+        sz, sx = frames(ends[0])
+        ez, ex = frames(ends[1])
+        return PlanSet(gz, gx, sz, sx, ez, ex)
+
+    def pairs(self, n: int | None = None, seed: int | None = None) -> Pairs:
+        """The training pairs (the first ``n``; None: all): observations and states."""
+        train = self.train_rows  # checked as stored pairs are (n in range, no seed)
+        rows = stored_pairs(Pairs(train, train, train, train), n, seed,
+                            f"the recorded world {self.label!r}").z
+        self._check_rows(len(rows), "the training pairs")
+        rec = self.recording
+
+        def tensor(a: Any) -> torch.Tensor:
+            return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
+
+        return Pairs(tensor(rec.first.take(rows)), tensor(rec.second.take(rows)),
+                     torch.from_numpy(rec.z[rows]), torch.from_numpy(rec.z_prime[rows]))
+
+    def pair_source(self, views: str, batch: int, gen: torch.Generator, device: torch.device,
+                    n_views: int = 2) -> EpochPairs:
+        two_views(n_views, "a recorded world")
+        require(views == "pair", "--views anchor needs fresh latents; a recorded world has "
+                "only its (x, x′) pairs (use --views pair)")
+        rows = self.train_rows
+        rec = self.recording
+        return EpochPairs(Rows(rec.first.base, rec.first.rows[rows]),
+                          Rows(rec.second.base, rec.second.rows[rows]), batch, gen, device)
+
+
+def _spec(recording: Recording, options: dict[str, Any], extra: dict[str, Any]) -> WorldSpec:
+    """The spec of a recording: its dimension, its ρ (given or estimated), its angles."""
+    dim = recording.z.shape[1]
+    angles = tuple(latent_indices(list(options.get("angles", ())), "--angles"))
+    for i in angles:
+        require(i < dim, f"--angles: latent {i} is out of range for {dim} latents")
+    rhos = estimate_rho(recording.z, recording.z_prime, angles)
+    if "rho" in options:
+        rho = float(check("rho", options["rho"], "--rho"))
+    else:
+        rho = float(np.nanmean(rhos)) if np.isfinite(rhos).any() else float("nan")
+        if not 0 < rho < 1:
+            raise IdauditError(f"the recorded pairs' states correlate with ρ̂ = {rho:.3g} (per "
+                               f"latent {', '.join(f'{r:.3g}' for r in rhos)}), not in (0, 1): "
+                               "pass --rho, or pairs nearer in time (--stride)")
+    return WorldSpec(name=NAME, dim=dim, source=NAME, rho=rho,
+                     extra={**extra, "form": recording.form, "circular": list(angles),
+                            "rho_per_dim": [None if not np.isfinite(r) else float(r)
+                                            for r in rhos]})
+
+
+def ArrayWorld(x: Any, x_prime: Any = None, z: Any = None, z_prime: Any = None, *,
+               episodes: Any = None, stride: int = 1, name: str = "arrays",
+               angles: tuple[int, ...] | list[int] = (), rho: float | None = None
+               ) -> RecordedWorld:
+    """A world from arrays in memory: pairs (``x``, ``x_prime``, ``z``, ``z_prime``) or episodes
+    (``x``, ``z`` frame by frame and ``episodes``, pairs ``stride`` frames apart).
+
+    Args:
+        x, x_prime: observations, rows × D numbers or rows × H × W × 3 uint8 images.
+        z, z_prime: their true states, rows × N.
+        episodes: each frame's episode number (episodes form; leave ``x_prime``, ``z_prime``).
+        stride: frames between a pair's views (episodes form).
+        name: what reports call this world.
+        angles: latents that are angles (radians).
+        rho: the channel's ρ (default: estimated, :func:`estimate_rho`).
+
+    Returns:
+        A :class:`RecordedWorld` that audit, plan, embed, consistency, train,
+        :class:`~idaudit.worlds.user_pairs.WorldPairs` and the monitor take as ``world=``.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> z = rng.standard_normal((400, 2))
+        >>> zp = 0.9 * z + np.sqrt(0.19) * rng.standard_normal(z.shape)
+        >>> w = ArrayWorld(np.tanh(z), np.tanh(zp), z, zp, name="tanh")
+        >>> w.label, w.latent_dim, round(w.rho, 1)
+        ('tanh', 2, 0.9)
+    """
+    check_type(name, "string", "name")
+    options = {"angles": tuple(angles), **({"rho": rho} if rho is not None else {})}
+    if episodes is not None:
+        require(x_prime is None and z_prime is None, "ArrayWorld takes pairs (x, x_prime, z, "
+                "z_prime) or episodes (x, z, episodes=…), not both")
+        require(z is not None, "ArrayWorld with episodes needs z (the states of x)")
+        rec = _episodes_recording(x, z, episodes, stride, ("x", "z", "episodes"))
+    else:
+        require(x_prime is not None and z is not None and z_prime is not None,
+                "ArrayWorld needs x, x_prime, z and z_prime (pairs), or x, z and episodes=…")
+        rec = _pairs_recording(x, x_prime, z, z_prime, ("x", "x_prime", "z", "z_prime"))
+    return RecordedWorld(_spec(rec, options, {"label": name}), rec)
+
+
+class RecordedKind(WorldKind):
+    """The kind of recorded worlds: read from ``--data`` (a file of pairs or episodes)."""
+
+    world = RecordedWorld
+    options: ClassVar[frozenset[str]] = frozenset({"data", "stride", "rho", "angles",
+                                                   *KEY_OPTIONS})
+    refuses: ClassVar[frozenset[str]] = frozenset({"steps"})
+
+    def make_spec(self, name: str, options: dict[str, Any]) -> WorldSpec:
+        require("data" in options, "the recorded world reads a file: pass --data FILE (pairs "
+                "or episodes of your own world)")
+        keys = {k: options.get(k, KEY_DEFAULTS[k]) for k in KEY_OPTIONS}
+        for k, v in keys.items():
+            check_type(v, "string", "--" + k)
+        stride = options.get("stride", 1)
+        path = Path(options["data"])
+        rec = read_recording(path, keys, stride)
+        angles = options.get("angles", ())
+        if isinstance(angles, str):
+            try:
+                angles = tuple(int(a) for a in angles.split(",") if a.strip())
+            except ValueError:
+                raise IdauditError(f"--angles expects comma-separated integers, got "
+                                   f"{angles!r}") from None
+        extra = {"data": str(path), "label": path.stem, "keys": keys, "stride": stride}
+        return _spec(rec, {**options, "angles": angles}, extra)
+
+    def check_spec(self, spec: WorldSpec) -> WorldSpec:
+        """A spec read from a checkpoint: where the file is, its keys, stride and ρ̂s."""
+        super().check_spec(spec)
+        what = f"world {spec.name!r}: extra"
+        check_fields(spec.extra, what, {"data", "label", "keys", "stride", "form", "circular",
+                                        "rho_per_dim"})
+        check_type(spec.extra.get("data"), "string", f"{what}.data", optional=True)
+        check_type(spec.extra.get("label"), "string", f"{what}.label", optional=True)
+        keys = check_type(spec.extra.get("keys", {}), "object", f"{what}.keys")
+        check_fields(keys, f"{what}.keys", set(KEY_OPTIONS))
+        check_type(spec.extra.get("stride", 1), "integer", f"{what}.stride")
+        check_type(spec.extra.get("rho_per_dim"), "list", f"{what}.rho_per_dim", optional=True)
+        return spec
+
+    def from_spec(self, spec: WorldSpec, base_dir: Path | None = None) -> RecordedWorld:
+        if spec.extra.get("data") is None:
+            raise IdauditError(f"the recorded world {spec.extra.get('label', NAME)!r} was "
+                               "arrays in memory: pass --data FILE holding the same recording")
+        path = locate(spec.extra["data"], base_dir, "recording")
+        keys = {**KEY_DEFAULTS, **spec.extra.get("keys", {})}
+        rec = read_recording(path, keys, int(spec.extra.get("stride", 1)))
+        return RecordedWorld(spec, rec, path)
+
+    def example_options(self, directory: Path) -> dict[str, Any]:
+        """Episodes of a dot moving on a 2-D OU path, seen through a fixed nonlinear map."""
+        rng = np.random.default_rng(0)
+        frames, episodes = 60, 8
+        z = np.zeros((episodes, frames, 2))
+        z[:, 0] = rng.standard_normal((episodes, 2))
+        for t in range(1, frames):
+            z[:, t] = 0.95 * z[:, t - 1] + np.sqrt(1 - 0.95**2) * rng.standard_normal((episodes, 2))
+        z = z.reshape(-1, 2)
+        x = np.stack([np.tanh(z[:, 0]) + 0.3 * z[:, 1], z[:, 1] - 0.2 * z[:, 0] ** 2,
+                      np.sin(z[:, 0])], 1)
+        path = directory / "recording.npz"
+        np.savez(path, x=x, z=z, episode=np.repeat(np.arange(episodes), frames))
+        return {"data": str(path)}
+
+    def files(self, spec: WorldSpec, base_dir: Path | None = None, **_: Any) -> list[Path]:
+        data = spec.extra.get("data")
+        return [] if data is None else [stored_at(data, base_dir)]
+
+    def probe_input(self, spec: WorldSpec, rows: int) -> Any | None:
+        """The recording's first ``rows`` frames where they are images (reading the whole
+        evaluation set may take long); None for vectors."""
+        world = self.built(spec)
+        if not world.recording.first.images:
+            return None
+        return world.recording.first.take(np.arange(rows))
+
+    def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
+        """An MLP for vectors; for square RGB images, the paper's pixel CNN normalised by the
+        training frames' channel mean and std."""
+        built = self.built(world)
+        assert isinstance(built, RecordedWorld)
+        first = built.recording.first
+        dim = built.latent_dim
+        if not first.images:
+            return "mlp", {"in_dim": int(first.shape[1]), "out_dim": dim}
+        h, w = first.shape[1:3]
+        require(h == w, f"the recorded world's images are {h}×{w}: the paper's CNN takes "
+                "square images (pass --encoder with --encoder-kwargs)")
+        sample = first.take(built.train_rows[:: max(1, len(built.train_rows) // 512)])
+        pixels = sample.reshape(-1, 3).astype(np.float64) / 255.0
+        return "pixel_cnn", {"mean": pixels.mean(0).tolist(),
+                             "std": np.maximum(pixels.std(0), 1e-3).tolist(),
+                             "image_size": int(h), "out_dim": dim}
+
+    def train_defaults(self) -> dict[str, Any]:
+        return {"views": "pair", "epochs": 100}
+
+
+RECORDED_KIND = RecordedKind()  # registered as "recorded" in core/registered.py
