@@ -142,7 +142,8 @@ OTHER_PROJECTS = (("torchvision", "under timm", "vision"),
                   ("timm", "timm:NAME architectures", "vision"),
                   ("transformers", "Hugging Face directories", "vision"),
                   ("hydra", "LeWM / stable-worldmodel directories (hydra configs)", "hydra"),
-                  ("lightning", "idaudit.lightning.IdentifiabilityMonitor", "lightning"))
+                  ("lightning", "idaudit.lightning.IdentifiabilityMonitor", "lightning"),
+                  ("h5py", "a recorded world in an HDF5 file (--data)", "hdf5"))
 
 
 def _check_vision() -> list[dict[str, Any]]:

@@ -282,8 +282,12 @@ def _hdf5(path: Path, check: Check, names: Iterable[str] | None) -> dict[str, An
     except OSError as exc:
         raise IdauditError(f"cannot read {path} as HDF5 ({first_line(exc)})") from None
     found: dict[str, Any] = {}
-    f.visititems(lambda name, obj: found.setdefault(name, obj)
-                 if isinstance(obj, h5py.Dataset) else None)
+
+    def visit(name: str, obj: Any) -> None:  # a value returned would stop the visit
+        if isinstance(obj, h5py.Dataset):
+            found[name] = obj
+
+    f.visititems(visit)
     wanted = found if names is None else {k: found[k] for k in names if k in found}
     declared = {k: (tuple(d.shape), d.dtype) for k, d in wanted.items()}
     check(declared, 0)

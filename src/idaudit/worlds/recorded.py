@@ -356,6 +356,7 @@ class RecordedWorld(World):
 
 def _spec(recording: Recording, options: dict[str, Any], extra: dict[str, Any]) -> WorldSpec:
     """The spec of a recording: its dimension, its ρ (given or estimated), its angles."""
+    recording.split()  # enough pairs for training and for evaluation, said before any work
     dim = recording.z.shape[1]
     angles = tuple(latent_indices(list(options.get("angles", ())), "--angles"))
     for i in angles:
