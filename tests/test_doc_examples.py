@@ -75,6 +75,11 @@ EXAMPLES: dict[tuple[str, str], str] = {
         "of the same page)",
     ("docs/metrics.md", "import numpy as np"):
         "tests/test_functional_metrics.py::test_the_docs_example_runs",
+    ("docs/own-world.md", "import numpy as np"):
+        "tests/test_recorded.py::test_the_guide_runs_as_written",
+    ("docs/own-world.md", "idaudit train --data mydot.npz --epochs 2 --out mydot.safetensors"):
+        "tests/test_recorded.py::test_the_guide_runs_as_written (on the file the Python block "
+        "wrote)",
     ("docs/user-loop.md", "import idaudit"):
         "tests/test_user_pairs.py::test_the_loop_in_the_docs_runs_on_public_names_and_beats_the_mixing",
 }

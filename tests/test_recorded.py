@@ -242,3 +242,29 @@ def test_train_audit_and_plan_on_the_command_line(tmp_path, dots):
     wrong = run("audit", "enc.safetensors", "--data", "dot.npz", "--latents", "qpos")
     assert wrong.returncode == 2 and "nor episodes (x, qpos, episode)" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1
+
+
+def test_the_guide_runs_as_written(tmp_path):
+    """docs/own-world.md: its Python block (a simulator, ArrayWorld, a loop over WorldPairs,
+    an audit), then its shell block (train --data, audit, plan) on the file the block wrote."""
+    import re
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "own-world.md").read_text()
+    python = re.search(r"^```python\n(.*?)^```", doc, re.M | re.S).group(1)
+    shell = re.search(r"^```bash\n(.*?)^```", doc, re.M | re.S).group(1)
+    done = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rho_line, audit_line = done.stdout.strip().splitlines()
+    assert float(rho_line.split(": ")[1]) == pytest.approx(0.95, abs=0.03)
+    r2, label = audit_line.split()
+    assert label == "mydot" and -1 <= float(r2) <= 1
+    for line in shell.strip().splitlines():
+        args = shlex.split(line)
+        assert args[0] == "idaudit"
+        ran = subprocess.run([sys.executable, "-m", "idaudit", *args[1:]], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=600)
+        assert ran.returncode == 0, (line, ran.stderr)
+    report = json.loads((tmp_path / "mydot-audit.json").read_text())
+    assert report["world"]["name"] == "recorded" and report["world"]["extra"]["label"] == "mydot"

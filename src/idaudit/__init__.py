@@ -60,6 +60,7 @@ _PUBLIC: dict[str, str] = {
     "WorldSpec": "worlds",
     "build_world": "worlds",
     "make_spec": "worlds",
+    "ArrayWorld": "worlds.recorded",
     "Pairs": "worlds.base",
     "sigreg": "maths.losses",
     "alignment": "maths.losses",

@@ -32,11 +32,13 @@ from idaudit.worlds import WorldSpec as WorldSpec
 from idaudit.worlds import build_world as build_world
 from idaudit.worlds import make_spec as make_spec
 from idaudit.worlds.base import Pairs as Pairs
+from idaudit.worlds.recorded import ArrayWorld as ArrayWorld
 from idaudit.worlds.user_pairs import WorldPairs as WorldPairs
 from idaudit.worlds.user_pairs import world_pairs as world_pairs
 from idaudit.worlds.write import write_world as write_world
 
 __all__ = [
+    "ArrayWorld",
     "AuditReport",
     "AuditRequest",
     "ConsistencyRequest",
