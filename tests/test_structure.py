@@ -182,7 +182,8 @@ def test_api_surface():
             "GateFailed": "core.errors", "Inconclusive": "core.errors",
             "RunsFailed": "core.errors", "__version__": "core.version",
             "World": "worlds.base", "WorldSpec": "worlds.spec", "build_world": "worlds",
-            "make_spec": "worlds", "ArrayWorld": "worlds.recorded", "Pairs": "worlds.base", "sigreg": "maths.losses",
+            "make_spec": "worlds", "ArrayWorld": "worlds.recorded", "Pairs": "worlds.base",
+            "sigreg": "maths.losses",
             "alignment": "maths.losses", "random_directions": "maths.losses",
             "share_cpu": "core.threads"}
     assert sorted(idaudit.__all__) == sorted(home)
