@@ -25,8 +25,9 @@ from safetensors.torch import save_file
 from standins import from_file_module
 
 from idaudit.core.errors import IdauditError
-from idaudit.loading import export_archive
+from idaudit.loading import export_archive, torchscript
 from idaudit.loading.architectures import import_factory
+from idaudit.loading.program_refusals import Unvetted
 
 WORLD = ("--world", "coupling", "--dim", "4")
 AUDIT = (*WORLD, "--n-eval", "2000", "--gauss-sims", "0")
@@ -425,14 +426,14 @@ def test_torchscript_graphs_are_vetted_after_loading(tmp_path):
     """The compiled graphs (inlined, blocks included) are the authority: an operator outside
     aten/prim or a file-reaching aten one is refused even where the source scan would miss it."""
     module = torch.jit.script(from_file_module(str(tmp_path / "v")))
-    with pytest.raises(export_archive._Unvetted, match="aten::from_file"):
-        export_archive._vet_torchscript_graphs(module)
-    export_archive._vet_torchscript_graphs(torch.jit.script(identity_linear()))  # plain: fine
+    with pytest.raises(Unvetted, match="aten::from_file"):
+        torchscript._vet_torchscript_graphs(module)
+    torchscript._vet_torchscript_graphs(torch.jit.script(identity_linear()))  # plain: fine
 
 
 def test_pt2_nodes_that_reach_files_are_refused():
     """The same list for torch.export programs: an aten operator is not enough."""
     export_archive._vet_target("torch.ops.aten.add.Tensor")
     for op in ("torch.ops.aten.from_file.default", "torch.ops.aten.save.default"):
-        with pytest.raises(export_archive._Unvetted, match="reaches files"):
+        with pytest.raises(Unvetted, match="reaches files"):
             export_archive._vet_target(op)

@@ -25,6 +25,7 @@ from idaudit.core.errors import (
     latent_indices,
 )
 from idaudit.core.limits import check
+from idaudit.core.request_parts import LoadOptions
 from idaudit.core.requests import AuditRequest, unknown_options
 from idaudit.evaluations.gate import KNOWN_METRICS, Threshold, collect_thresholds, evaluate_gate
 from idaudit.evaluations.inputs import (
@@ -286,10 +287,9 @@ def _refuse_world_options(req: AuditRequest, with_rho: bool) -> None:
         raise IdauditError(refusal)
 
 
-def run_audit(req: AuditRequest) -> AuditReport:
-    """The audit of :class:`AuditRequest` ``req``: each target reduced to arrays, its metrics,
-    the gate (several targets: :func:`combine_reports`). Bad input raises
-    :class:`~idaudit.core.errors.IdauditError` (exit 2 in the CLI) before any work is done."""
+def _checked_thresholds(req: AuditRequest) -> list[Threshold]:
+    """The gate's thresholds of ``req``, once its seed, counts, embedding options and
+    reduction are checked."""
     check_seed(req.seed)
     check_counts(req.bootstrap, req.gauss_sims, req.test_fraction, req.floor_draws)
     thresholds = collect_thresholds(req.gate, KNOWN_METRICS, "r2_h_to_z_heldout",
@@ -297,8 +297,14 @@ def run_audit(req: AuditRequest) -> AuditReport:
     check_embedding_options(req.n_eval, req.encoder.normalize)
     if req.reduce not in REDUCTIONS:
         raise IdauditError(f"--reduce must be one of {', '.join(REDUCTIONS)}, got {req.reduce!r}")
-    circular = req.circular_indices()
-    arrays_given = req.z is not None or req.h is not None
+    return thresholds
+
+
+def _checked_targets(req: AuditRequest, arrays_given: bool
+                     ) -> list[tuple[Any, LoadOptions, str | None]]:
+    """The targets of ``req`` (:func:`~idaudit.evaluations.pipeline.embed_targets`: several
+    embed functions, one target each), once arrays or targets are given (not both), a
+    reduction only for several, and the figures and page it asks for can be written."""
     if arrays_given and req.targets:
         raise IdauditError("give either arrays (z, h) or an encoder, not both")
     if not arrays_given and not req.targets:
@@ -311,17 +317,27 @@ def run_audit(req: AuditRequest) -> AuditReport:
         from idaudit.evaluations.pipeline import files_read
 
         check_views(req, files_read(list(req.targets), req.encoder, req.gate.gate))
-    inputs: list[tuple[AuditInputs, int | None]] = []
-    if arrays_given:
-        if req.h is None:
-            raise IdauditError("audit needs the embeddings h")
-        _refuse_world_options(req, with_rho=False)  # with arrays, rho is theirs
-        req.encoder.load.refuse_all("arrays z, h (audited as they are)")
-        inputs.append((AuditInputs(
-            z=None if req.z is None else numeric_array(req.z, "z"), h=numeric_array(req.h, "h"),
-            h_prime=None if req.h_prime is None else numeric_array(req.h_prime, "h_prime"),
-            rho=None if req.rho is None else float(req.rho),
-            x=None if req.x is None else numeric_array(req.x, "x")), req.seed))
+    return targets
+
+
+def _given_arrays(req: AuditRequest) -> AuditInputs:
+    """The arrays ``req`` gives (z, h, h′, ρ, x), audited as they are: no option that says
+    where or how an encoder is embedded or loaded applies (``rho`` is theirs)."""
+    if req.h is None:
+        raise IdauditError("audit needs the embeddings h")
+    _refuse_world_options(req, with_rho=False)  # with arrays, rho is theirs
+    req.encoder.load.refuse_all("arrays z, h (audited as they are)")
+    return AuditInputs(
+        z=None if req.z is None else numeric_array(req.z, "z"), h=numeric_array(req.h, "h"),
+        h_prime=None if req.h_prime is None else numeric_array(req.h_prime, "h_prime"),
+        rho=None if req.rho is None else float(req.rho),
+        x=None if req.x is None else numeric_array(req.x, "x"))
+
+
+def _targets_inputs(req: AuditRequest, targets: list[tuple[Any, LoadOptions, str | None]]
+                    ) -> list[tuple[AuditInputs, int | None]]:
+    """(inputs, seed) of each target: an array file's as it stores them, an encoder's
+    embeddings of its evaluation set."""
     # every target opened, and every encoder tried on a few inputs, before any is embedded: a
     # refusal for the last target never waits for the first one's evaluation set
     refusal = _world_options_refusal(req, with_rho=True)  # a caged program's arrays: from
@@ -331,6 +347,7 @@ def run_audit(req: AuditRequest) -> AuditReport:
         _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
     if len(opened) > 1:
         try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder)
+    inputs: list[tuple[AuditInputs, int | None]] = []
     for loaded, (_, _, name) in zip(opened, targets):
         if isinstance(loaded, Arrays):
             inputs.append((inputs_from_arrays(loaded),
@@ -339,6 +356,21 @@ def run_audit(req: AuditRequest) -> AuditReport:
             inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed)
             inp.source = name or inp.source
             inputs.append((inp, inp.seed))
+    return inputs
+
+
+def run_audit(req: AuditRequest) -> AuditReport:
+    """The audit of :class:`AuditRequest` ``req``: each target reduced to arrays, its metrics,
+    the gate (several targets: :func:`combine_reports`). Bad input raises
+    :class:`~idaudit.core.errors.IdauditError` (exit 2 in the CLI) before any work is done."""
+    thresholds = _checked_thresholds(req)
+    circular = req.circular_indices()
+    arrays_given = req.z is not None or req.h is not None
+    targets = _checked_targets(req, arrays_given)
+    inputs: list[tuple[AuditInputs, int | None]] = []
+    if arrays_given:
+        inputs.append((_given_arrays(req), req.seed))
+    inputs += _targets_inputs(req, targets)
     several = len(inputs) > 1
     reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
                             angle_sigma=req.angle_sigma,

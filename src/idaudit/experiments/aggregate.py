@@ -68,7 +68,6 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
         is_failed = path.name.endswith(".failed.json")
         try:
             text = _read_record(path)
-
             rec = parse_json_object(text, str(path))
             if not is_failed:
                 check_record(rec, str(path))
@@ -456,15 +455,20 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
     w.writerows([csv_cell(r.get(c, "")) for c in cols] for r in rows)
     text_csv = buf.getvalue()
     atomic_write(out_dir / TABLES["csv"], lambda tmp: Path(tmp).write_text(text_csv))
+    text_md = "\n".join(_summary_lines(rows) + runs_per_node(records or [])) + "\n"
+    atomic_write(out_dir / TABLES["markdown"], lambda tmp: Path(tmp).write_text(text_md))
+    return {kind: out_dir / name for kind, name in TABLES.items()}
 
+
+def _summary_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """summary.md's tables, in the layout the runs call for; then R²(h → z) against ρ per λ."""
     def pm(row: dict[str, Any] | None, m: str) -> str:
         if row is None or f"{m}_mean" not in row:
             return "—"
         return f"{row[f'{m}_mean']:.6f} ± {row[f'{m}_std']:.1e}"
 
     lines = []
-    methods = sorted({r["method"] for r in rows},
-                     key=method_order)
+    methods = sorted({r["method"] for r in rows}, key=method_order)
     if all(("mode" in r or "trajectory" in r) for r in rows):  # OU vs trajectory pairs
         lines += _ou_trajectory_table(rows, pm) + _paper_side_by_side(rows)
     elif len({r.get("dim", 2) for r in rows}) > 1:
@@ -493,7 +497,4 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
         lines += ["", "R²(h→z) against ρ at each λ (Spearman rank correlation; +1 = rising "
                   "monotonically):", "", "| λ | Spearman(R², ρ) |", "|---:|---:|"]
         lines += [f"| {lam:g} | {rs:+.2f} |" for lam, rs in trends]
-    lines += runs_per_node(records or [])
-    text_md = "\n".join(lines) + "\n"
-    atomic_write(out_dir / TABLES["markdown"], lambda tmp: Path(tmp).write_text(text_md))
-    return {kind: out_dir / name for kind, name in TABLES.items()}
+    return lines

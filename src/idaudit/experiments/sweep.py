@@ -111,7 +111,6 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     a run may write is one of ``reads`` (by default :func:`sweep_inputs` of ``runs``).
     """
     from idaudit.core.outputs import refuse_clashes
-    from idaudit.core.progress import ProgressBar
 
     if executor not in ("local", "ray"):
         raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
@@ -136,6 +135,17 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
             _ray_sweep(todo, out, address, data_root, ckpt_dir, workers, shape, counts,
                        progress)
         return counts
+    _local_sweep(todo, out, data_root, ckpt_dir, workers, counts, progress)
+    return counts
+
+
+def _local_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, data_root: Path,
+                 ckpt_dir: str | None, workers: int | None, counts: dict[str, int],
+                 progress: bool) -> None:
+    """The ``todo`` runs in this process (one worker) or a spawn process pool, one run per
+    worker, each worker on its own device; each record (and its checkpoint files) written here."""
+    from idaudit.core.progress import ProgressBar
+
     workers, devices = plan_workers(_gpu_count(), workers, len(todo))
     # the data each run's world needs, for the device its worker trains on
     prepare_data([resolve(r, devices[0]) for r, _ in todo], data_root, progress=progress)
@@ -158,7 +168,6 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                 for fut in as_completed(futures):
                     r, rid = futures[fut]
                     _record(out, rid, r, fut.result(), counts, bar, ckpt_dir)
-    return counts
 
 
 def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str | None,

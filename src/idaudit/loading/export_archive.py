@@ -15,14 +15,14 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError
 from idaudit.core.errors import first_line as _first_line
+from idaudit.loading.program_refusals import SIDE_EFFECT_OPS, TRUST_HINT, Unreadable, Unvetted, short
 
-__all__ = ["load_export_program", "load_torchscript", "vet_export_file", "vet_torchscript_file"]
+__all__ = ["load_export_program", "vet_export_file"]
 
 # ---- torch.export archives: vetted before torch.export.load runs anything they hold --------
 #
@@ -79,19 +79,6 @@ _SYM_CALLS = frozenset({
     "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt",
     "RoundDecimal", "ToFloat", "Identity"})
 _SYM_CONSTANTS = frozenset({"true", "false", "oo", "zoo", "nan", "int_oo"})
-_TRUST_HINT = "pass --trust-code only if you trust the file"
-
-
-class _Unvetted(Exception):
-    """Why idaudit will not hand an archive to torch.export.load untrusted."""
-
-    def __init__(self, reason: str, pickled: bool = False) -> None:
-        super().__init__(reason)
-        self.pickled = pickled
-
-
-class _Unreadable(Exception):
-    """The archive cannot be read as one (torch would fail on it as well)."""
 
 
 class _UnreviewedTorch(Exception):
@@ -119,10 +106,6 @@ def _check_torch_reviewed() -> None:
         "torch versions")
 
 
-def _short(s: str) -> str:
-    return repr(s if len(s) <= 60 else s[:57] + "...")
-
-
 def _sym_callables() -> tuple[Any, ...]:
     """The Python functions an exported graph may call besides aten operators: the symbolic
     shape arithmetic torch.export emits for dynamic shapes."""
@@ -137,14 +120,6 @@ def _sym_callables() -> tuple[Any, ...]:
             torch.sym_ite, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_sqrt)
 
 
-#: aten operators that reach files: from_file maps one (shared=True writes through to it),
-#: save writes one. A program (.pt2 or TorchScript) that calls one is refused untrusted.
-SIDE_EFFECT_OPS = frozenset({"from_file", "save"})
-#: operator namespaces a TorchScript program may call untrusted (c10d reaches the network,
-#: debugprims reads files, custom namespaces run whatever their library does)
-TORCHSCRIPT_NAMESPACES = frozenset({"aten", "prim"})
-
-
 def _vet_target(target: Any) -> None:
     """A node's target must resolve (as torch's deserialize_operator resolves it) to an aten
     operator that touches no file, or to symbolic shape arithmetic."""
@@ -153,19 +128,19 @@ def _vet_target(target: Any) -> None:
     import torch
 
     if not isinstance(target, str) or not _OP_TARGET.fullmatch(target):
-        raise _Unvetted(f"calls {_short(str(target))}, which is not an aten operator")
+        raise Unvetted(f"calls {short(str(target))}, which is not an aten operator")
     if target.startswith("torch.ops.aten.") and target.split(".")[3] in SIDE_EFFECT_OPS:
-        raise _Unvetted(f"calls {target}, which reaches files")
+        raise Unvetted(f"calls {target}, which reaches files")
     root, *names = target.split(".")
     obj: Any = {"torch": torch, "_operator": operator, "math": math}[root]
     for name in names:
         obj = getattr(obj, name, None)
         if obj is None:
-            raise _Unvetted(f"calls {_short(target)}, which this torch does not have")
+            raise Unvetted(f"calls {short(target)}, which this torch does not have")
     if isinstance(obj, torch._ops.OpOverload) and obj.namespace == "aten":
         return
     if not any(obj is fn for fn in _sym_callables()):
-        raise _Unvetted(f"calls {_short(target)}, which is not an aten operator")
+        raise Unvetted(f"calls {short(target)}, which is not an aten operator")
 
 
 def _vet_sym_expr(expr: Any) -> None:
@@ -174,8 +149,8 @@ def _vet_sym_expr(expr: Any) -> None:
     import ast
 
     if not isinstance(expr, str) or len(expr) > 10_000:
-        raise _Unvetted("has a symbolic shape that is not a sympy expression")
-    bad = _Unvetted(f"has a symbolic shape {_short(expr)} that is not a plain sympy expression")
+        raise Unvetted("has a symbolic shape that is not a sympy expression")
+    bad = Unvetted(f"has a symbolic shape {short(expr)} that is not a plain sympy expression")
     try:
         tree = ast.parse(expr, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -219,7 +194,7 @@ def _vet_sym_expr(expr: Any) -> None:
 
 def _vet_plain(s: str) -> None:
     if not _PLAIN.fullmatch(s):
-        raise _Unvetted(f"names {_short(s)}, which is not a plain name")
+        raise Unvetted(f"names {short(s)}, which is not a plain name")
 
 
 def _vet_tree_spec(spec: Any) -> None:
@@ -232,7 +207,7 @@ def _vet_tree_spec(spec: Any) -> None:
             try:
                 stack.append(json.loads(value))
             except (ValueError, RecursionError):
-                raise _Unvetted(f"has a pytree spec {_short(value)} that is not JSON") from None
+                raise Unvetted(f"has a pytree spec {short(value)} that is not JSON") from None
             continue
         if isinstance(value, dict):
             for k, v in value.items():
@@ -267,7 +242,7 @@ def _vet_program(program: Any, where: str) -> None:
                 _vet_tree_spec(value)
             elif key == "guards_code":
                 if value not in (None, []):
-                    raise _Unvetted("carries guards_code, Python that torch runs on loading")
+                    raise Unvetted("carries guards_code, Python that torch runs on loading")
             elif isinstance(value, dict):
                 for k, v in value.items():
                     _vet_plain(k)
@@ -276,8 +251,8 @@ def _vet_program(program: Any, where: str) -> None:
                 stack.extend((None, v) for v in value)
             elif isinstance(value, str):
                 _vet_plain(value)
-    except _Unvetted as exc:
-        raise _Unvetted(f"{where} {exc}", exc.pickled) from None
+    except Unvetted as exc:
+        raise Unvetted(f"{where} {exc}", exc.pickled) from None
 
 
 def _vet_payload_config(raw: bytes, member: str, what: str, prefix: str) -> None:
@@ -286,33 +261,33 @@ def _vet_payload_config(raw: bytes, member: str, what: str, prefix: str) -> None
     try:
         config = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
-        raise _Unvetted(f"its {member} is not JSON") from None
+        raise Unvetted(f"its {member} is not JSON") from None
     entries = config.get("config") if isinstance(config, dict) else None
     if not isinstance(entries, dict):
-        raise _Unvetted(f"its {member} has no config table")
+        raise Unvetted(f"its {member} has no config table")
     for fqn, meta in entries.items():
         if not isinstance(meta, dict):
-            raise _Unvetted(f"its {member} entry {_short(fqn)} is not a table")
+            raise Unvetted(f"its {member} entry {short(fqn)} is not a table")
         if meta.get("use_pickle") is True:
-            raise _Unvetted(f"its {what} {_short(fqn)} is stored as a pickle (use_pickle: true in "
+            raise Unvetted(f"its {what} {short(fqn)} is stored as a pickle (use_pickle: true in "
                             f"{member})", pickled=True)
         name = meta.get("path_name")
         if isinstance(name, str) and name.startswith(("opaque_obj_", "custom_obj_")):
-            raise _Unvetted(f"its {what} {_short(fqn)} is a pickled object ({name})", pickled=True)
+            raise Unvetted(f"its {what} {short(fqn)} is a pickled object ({name})", pickled=True)
         if meta.get("use_pickle") is not False or not isinstance(name, str) \
                 or not re.fullmatch(prefix + "[0-9]+", name):
-            raise _Unvetted(f"its {what} {_short(fqn)} is not stored as raw tensor bytes ({member})")
+            raise Unvetted(f"its {what} {short(fqn)} is not stored as raw tensor bytes ({member})")
     _vet_program(config, f"its {member}")
 
 
-def _describe_member(name: str) -> _Unvetted:
+def _describe_member(name: str) -> Unvetted:
     if name.startswith("data/aotinductor/"):
-        return _Unvetted(f"it holds AOTInductor compiled code ({_short(name)})")
+        return Unvetted(f"it holds AOTInductor compiled code ({short(name)})")
     if name.startswith("models/"):
-        return _Unvetted(f"it holds a second program ({_short(name)})")
+        return Unvetted(f"it holds a second program ({short(name)})")
     if name.endswith((".pt", ".pkl")) or "obj_" in name:
-        return _Unvetted(f"it holds {_short(name)}, which torch unpickles", pickled=True)
-    return _Unvetted(f"it holds {_short(name)}, which torch.export.save does not write for a "
+        return Unvetted(f"it holds {short(name)}, which torch unpickles", pickled=True)
+    return Unvetted(f"it holds {short(name)}, which torch.export.save does not write for a "
                      "plain program")
 
 
@@ -321,12 +296,12 @@ def _vet_pt2(path: Path, data: bytes) -> None:
     torch.export.load could not read without running code it holds (see the note above)."""
     try:
         _vet_pt2_bytes(data)
-    except _Unvetted as exc:
+    except Unvetted as exc:
         raise IdauditError(
             f"{path} is a torch.export archive idaudit will not load untrusted: {exc} "
             f"({'unpickling' if exc.pickled else 'loading'} it can run arbitrary code); "
-            f"{_TRUST_HINT}") from None
-    except _Unreadable as exc:
+            f"{TRUST_HINT}") from None
+    except Unreadable as exc:
         raise IdauditError(f"cannot load {path} as a torch.export program ({exc})") from None
     except _UnreviewedTorch as exc:
         raise IdauditError(f"{path}: {exc}") from None
@@ -344,21 +319,21 @@ def _vet_pt2_bytes(data: bytes) -> None:
     except Exception:  # the fallback's zipfile.ZipFile fails on these bytes the same way
         legacy = False
     if legacy:
-        raise _Unvetted("it has the legacy torch.export layout (a top-level `version`), whose "
+        raise Unvetted("it has the legacy torch.export layout (a top-level `version`), whose "
                         "members torch unpickles", pickled=True)
     try:  # the reader load_pt2 uses, on the bytes it will be given
         reader = torch._C.PyTorchFileReader(io.BytesIO(data))
         names = list(reader.get_all_records())
     except Exception as exc:
-        raise _Unreadable(_first_line(exc)) from None
+        raise Unreadable(_first_line(exc)) from None
     if len({n.lower() for n in names}) != len(names):  # the reader finds names case-blind
-        raise _Unvetted("it holds members whose names differ only in case")
+        raise Unvetted("it holds members whose names differ only in case")
     for name in names:
         if name not in _PT2_MEMBERS and not _PT2_PAYLOAD.fullmatch(name) \
                 and not _PT2_EXTRA.fullmatch(name):
             raise _describe_member(name)
     if "models/model.json" not in names:
-        raise _Unreadable("no models/model.json in the archive")
+        raise Unreadable("no models/model.json in the archive")
 
     def record(name: str) -> bytes | None:
         if name not in names:
@@ -366,14 +341,14 @@ def _vet_pt2_bytes(data: bytes) -> None:
         try:
             return bytes(reader.get_record(name))
         except Exception as exc:  # a damaged member: torch.export.load fails on it as well
-            raise _Unreadable(f"{name}: {_first_line(exc)}") from None
+            raise Unreadable(f"{name}: {_first_line(exc)}") from None
 
     inputs = record("data/sample_inputs/model.pt")
     if inputs:  # torch tries weights_only=True first and on any failure unpickles in full
         try:
             torch.load(io.BytesIO(inputs), weights_only=True)
         except Exception:
-            raise _Unvetted("its sample inputs are a pickle that torch.load(weights_only=True) "
+            raise Unvetted("its sample inputs are a pickle that torch.load(weights_only=True) "
                             "refuses", pickled=True) from None
     for member, what, prefix in (("data/weights/model_weights_config.json", "weight", "weight_"),
                                  ("data/constants/model_constants_config.json", "constant",
@@ -384,7 +359,7 @@ def _vet_pt2_bytes(data: bytes) -> None:
     try:
         program = json.loads(record("models/model.json").decode("utf-8"))
     except (ValueError, RecursionError):
-        raise _Unreadable("models/model.json is not JSON") from None
+        raise Unreadable("models/model.json is not JSON") from None
     _vet_program(program, "its program")
 
 
@@ -427,92 +402,6 @@ def load_export_program(path: Path, trust_pickle: bool = False) -> Any:
                            f"({_first_line(exc)})") from None
 
 
-# ---- TorchScript: its source vetted before torch.jit.load, its graphs after ----------------
-#
-# torch.jit.load compiles the archive's TorchScript source (code/**.py) and runs a module's
-# __setstate__ while it loads; forward then runs whatever operators the graphs call, among
-# them aten::from_file (a shared mapping writes the file) and aten::save. Untrusted, the
-# source may define no __setstate__ and name no such operator, and after loading every graph
-# (inlined, blocks included) may call only aten and prim operators outside SIDE_EFFECT_OPS.
-
-
-def _vet_torchscript_source(path: Path) -> None:
-    import ast
-
-    try:
-        with zipfile.ZipFile(path) as zf:
-            members = [(n, zf.read(n)) for n in zf.namelist()
-                       if "/code/" in f"/{n}" and n.endswith(".py")]
-    except (OSError, zipfile.BadZipFile, RuntimeError) as exc:
-        raise _Unreadable(_first_line(exc)) from None
-    for name, raw in members:
-        try:
-            tree = ast.parse(raw.decode("utf-8"))
-        except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
-            raise _Unvetted(f"its TorchScript source {name} does not parse") from None
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and node.name == "__setstate__":
-                raise _Unvetted(f"{name} defines __setstate__, which runs while it loads")
-            if isinstance(node, ast.Attribute):
-                chain = [node.attr]
-                value = node.value
-                while isinstance(value, ast.Attribute):
-                    chain.append(value.attr)
-                    value = value.value
-                if isinstance(value, ast.Name):
-                    chain.append(value.id)
-                chain.reverse()
-                if chain[-1] in SIDE_EFFECT_OPS and chain[0] in ("torch", "ops"):
-                    raise _Unvetted(f"{name} calls {'.'.join(chain)}, which reaches files")
-                if "ops" in chain[:-1]:
-                    ns = chain[chain.index("ops") + 1]
-                    if ns not in TORCHSCRIPT_NAMESPACES:
-                        raise _Unvetted(f"{name} calls an operator of {ns!r} (only aten and "
-                                        "prim operators are loaded untrusted)")
-
-
-def _graph_kinds(graph) -> Iterator[str]:
-    stack = list(graph.nodes())
-    while stack:
-        node = stack.pop()
-        yield node.kind()
-        for block in node.blocks():
-            stack.extend(block.nodes())
-
-
-def _vet_torchscript_graphs(module) -> None:
-    import torch
-
-    for sub in module.modules():
-        for name in sub._c._method_names():
-            graph = sub._c._get_method(name).graph.copy()
-            torch._C._jit_pass_inline(graph)
-            for kind in _graph_kinds(graph):
-                ns, _, op = kind.partition("::")
-                if ns not in TORCHSCRIPT_NAMESPACES:
-                    raise _Unvetted(f"its {name} calls {kind} (only aten and prim operators "
-                                    "are run untrusted)")
-                if ns == "aten" and op in SIDE_EFFECT_OPS:
-                    raise _Unvetted(f"its {name} calls {kind}, which reaches files")
-
-
-def vet_torchscript_file(path: Path) -> None:
-    """The vetting of a TorchScript file's source that :func:`load_torchscript` does before
-    ``torch.jit.load``, alone: a one-line error for what it refuses."""
-    try:
-        _vet_torchscript_source(path)
-    except (_Unvetted, _Unreadable) as exc:
-        raise _torchscript_refusal(path, exc) from None
-
-
-def _torchscript_refusal(path: Path, exc: Exception) -> IdauditError:
-    """The one line for a TorchScript file the vetting refuses or cannot read."""
-    if isinstance(exc, _Unvetted):
-        return IdauditError(f"{path} is a TorchScript program idaudit will not run untrusted: "
-                            f"{exc}; {_TRUST_HINT}")
-    return IdauditError(f"cannot load {path} as TorchScript ({exc})")
-
-
 def vet_export_file(path: Path) -> bytes:
     """The vetting of a torch.export archive before ``torch.export.load``: its bytes, read
     once and vetted (:func:`_vet_pt2`), what an untrusted load then loads."""
@@ -522,21 +411,3 @@ def vet_export_file(path: Path) -> bytes:
         raise IdauditError(f"cannot read {path} ({exc.strerror})") from None
     _vet_pt2(path, data)
     return data
-
-
-def load_torchscript(path: Path, trust_pickle: bool = False):
-    """A TorchScript module; untrusted, its source is vetted before ``torch.jit.load`` and its
-    graphs after, before anything calls it (see above)."""
-    import torch
-
-    if not trust_pickle:
-        vet_torchscript_file(path)
-    try:
-        module = torch.jit.load(str(path), map_location="cpu")
-        if not trust_pickle:
-            _vet_torchscript_graphs(module)
-    except (_Unvetted, _Unreadable) as exc:
-        raise _torchscript_refusal(path, exc) from None
-    except Exception as exc:
-        raise IdauditError(f"cannot load {path} as TorchScript ({_first_line(exc)})") from None
-    return module

@@ -90,7 +90,7 @@ def sniff_torch_save(path: Path, head: bytes) -> bool:
 
 def _model_dir(kind: str) -> Callable[[Path, bytes], bool]:
     def sniff_dir(path: Path, head: bytes) -> bool:
-        from idaudit.loading.architectures import model_dir_kind
+        from idaudit.loading.model_dirs import model_dir_kind
 
         return path.is_dir() and model_dir_kind(path) == kind
 
@@ -146,7 +146,7 @@ def _file_kind(target: str | Path) -> tuple[Path, FileKind]:
     if not path.exists():
         raise IdauditError(f"not found: {path}")
     if path.is_dir():
-        from idaudit.loading.architectures import model_dir_kind
+        from idaudit.loading.model_dirs import model_dir_kind
 
         kind = model_dir_kind(path)
         if kind is None:

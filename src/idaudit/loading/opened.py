@@ -154,8 +154,8 @@ def _safetensors_weights(path: Path, opts: LoadOptions) -> LoadedEncoder:
 
 
 def _open_hf_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
-    """A Hugging Face model directory (:func:`idaudit.loading.architectures.load_hf_dir`)."""
-    from idaudit.loading.architectures import load_hf_dir
+    """A Hugging Face model directory (:func:`idaudit.loading.model_dirs.load_hf_dir`)."""
+    from idaudit.loading.model_dirs import load_hf_dir
 
     opts.refuse(_WEIGHTS_ONLY, f"a Hugging Face model directory ({path})")
     loaded = _encoder(load_hf_dir(path, opts.trust_pickle), opts, path)
@@ -166,7 +166,7 @@ def _open_hf_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncode
 
 def _open_lewm_dir(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
     """A stable-worldmodel (LeWM) directory: the network its config.json names, its weights."""
-    from idaudit.loading.architectures import build_lewm_dir, lewm_weights
+    from idaudit.loading.model_dirs import build_lewm_dir, lewm_weights
     from idaudit.loading.state_dicts import find_entry, read_torch_file
 
     opts.refuse(("arch", "arch_kwargs"), f"a stable-worldmodel directory ({path}: its "
@@ -267,7 +267,7 @@ def _open_export(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncode
 
 
 def _open_torchscript(path: Path, opts: LoadOptions, embedding: bool) -> LoadedEncoder:
-    from idaudit.loading.export_archive import load_torchscript
+    from idaudit.loading.torchscript import load_torchscript
 
     _program_options(opts)
     return _encoder(load_torchscript(path, opts.trust_pickle), opts, path)

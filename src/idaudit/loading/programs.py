@@ -59,14 +59,9 @@ def _program(path: Path, kind: FileKind, opts: LoadOptions) -> str | None:
 def _vet_program(path: Path, kind: FileKind, opts: LoadOptions) -> None:
     """The first layer: what each reader checks of a program's file without running any of
     it, here, before a cage's process starts (the cage's process checks it all again)."""
-    from idaudit.loading.architectures import (
-        cwd_importable,
-        hf_weight_files,
-        lewm_weights,
-        optional_module,
-        read_config,
-        vet_targets,
-    )
+    from idaudit.loading.architectures import cwd_importable, optional_module
+    from idaudit.loading.hydra_targets import vet_targets
+    from idaudit.loading.model_dirs import hf_weight_files, lewm_weights, read_config
     from idaudit.loading.trust import check_torch_file
 
     if kind in (FileKind.TORCHSCRIPT, FileKind.EXPORT):
@@ -88,7 +83,8 @@ def _vet_program(path: Path, kind: FileKind, opts: LoadOptions) -> None:
         check_torch_file(path, opts.trust_pickle)
     if opts.trust_pickle:
         return
-    from idaudit.loading.export_archive import vet_export_file, vet_torchscript_file
+    from idaudit.loading.export_archive import vet_export_file
+    from idaudit.loading.torchscript import vet_torchscript_file
 
     if kind is FileKind.TORCHSCRIPT:
         vet_torchscript_file(path)
@@ -100,7 +96,7 @@ def _project_paths(path: Path, kind: FileKind, opts: LoadOptions) -> list[str]:
     """The user's own modules in the working directory a program's load imports (``--embed``,
     a LeWM config's ``_target_``s; trusted, every module there, as a pickle may name any):
     the files a cage may read there, its data files never."""
-    from idaudit.loading.architectures import read_config
+    from idaudit.loading.model_dirs import read_config
 
     tops = {opts.embed.partition(":")[0].split(".")[0]} if isinstance(opts.embed, str) else set()
     if kind is FileKind.LEWM_DIR:

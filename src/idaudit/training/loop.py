@@ -254,41 +254,11 @@ def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool
     t0 = time.perf_counter()
     with bar:
         for init, source in enumerate(sources):
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(_init_seed(cfg.seed, init))
-                encoder = build_encoder(enc_name, enc_kwargs)
-            encoder.to(device).train()
-            stepper = Stepper(source, encoder, cfg, total, sigma, source.gen, device)
-            losses = torch.empty(total, device=device)
-            curve: list[dict[str, Any]] = []
-            for it in range(total):
-                losses[it] = stepper.step(it)
-                last = it + 1 == total
-                at_eval = cfg.eval_every and (it + 1) % cfg.eval_every == 0
-                at_epoch = per_epoch is not None and (it + 1) % per_epoch == 0
-                if at_eval or last or at_epoch:
-                    loss_now = float(losses[it])
-                    if not math.isfinite(loss_now):
-                        raise IdauditError(f"training diverged at step {it + 1} (loss {loss_now})",
-                                           exit_code=3)
-                    if at_epoch and not (at_eval or last):
-                        bar.show(f"init {init}  epoch {(it + 1) // per_epoch}  "
-                                 f"loss {loss_now:.4g}")
-                if at_eval or last:
-                    m = eval_metrics(encoder, ev, cfg.seed, full=False)
-                    curve.append({"step": it + 1, "loss": loss_now,
-                                  "r2_h_to_z": m["r2_h_to_z"],
-                                  "orthogonality_error": m["orthogonality_error"]})
-                    bar.show(f"init {init}  loss {loss_now:.4g}  R² {m['r2_h_to_z']:.4f}")
-                if (it + 1) % 50 == 0 or last:
-                    bar.advance(50 if not last else (it + 1) - 50 * (it // 50))
-            tail = max(1, min(total, max(50, total // 20)))
-            final = float(losses[-tail:].mean())
-            record: dict[str, Any] = {"init": init, "final_loss": final, "curve": curve,
-                                      "loss_every_10": losses[::10].cpu().tolist()}
-            if per_epoch is not None:
-                record["epoch_loss"] = losses.view(-1, per_epoch).mean(1).cpu().tolist()
+            encoder, losses, curve = _train_init(init, source, (enc_name, enc_kwargs), cfg, total,
+                                                 per_epoch, sigma, ev, device, bar)
+            record = _init_record(init, losses, curve, total, per_epoch)
             history.append(record)
+            final = record["final_loss"]
             if best is None or final < best[0] or not math.isfinite(best[0]):
                 best = (final, init, copy.deepcopy(encoder.state_dict()), curve)
     seconds = time.perf_counter() - t0
@@ -302,3 +272,56 @@ def train(world: World, cfg: TrainConfig, progress: bool = False, resolved: bool
                        best_init=best[1], seconds=seconds,
                        steps_per_second=total * cfg.inits / seconds, device=str(device),
                        steps=total, encoder_note=enc_note)
+
+
+def _train_init(init: int, source: PairSource, encoder: tuple[str, dict[str, Any]],
+                cfg: TrainConfig, total: int, per_epoch: int | None, sigma: float, ev: EvalSet,
+                device: torch.device, bar: ProgressBar
+                ) -> tuple[nn.Module, torch.Tensor, list[dict[str, Any]]]:
+    """Init ``init``: the ``encoder`` (registry name, kwargs) built from its own seed and
+    trained ``total`` steps on ``source``; (the encoder, its loss at every step, its curve:
+    the in-sample metrics at every ``cfg.eval_every`` steps and at the end). A loss that is
+    not finite where it is looked at (an evaluation, an epoch's end, the end) stops the run."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_init_seed(cfg.seed, init))
+        model = build_encoder(*encoder)
+    model.to(device).train()
+    stepper = Stepper(source, model, cfg, total, sigma, source.gen, device)
+    losses = torch.empty(total, device=device)
+    curve: list[dict[str, Any]] = []
+    for it in range(total):
+        losses[it] = stepper.step(it)
+        last = it + 1 == total
+        at_eval = cfg.eval_every and (it + 1) % cfg.eval_every == 0
+        at_epoch = per_epoch is not None and (it + 1) % per_epoch == 0
+        if at_eval or last or at_epoch:
+            loss_now = float(losses[it])
+            if not math.isfinite(loss_now):
+                raise IdauditError(f"training diverged at step {it + 1} (loss {loss_now})",
+                                   exit_code=3)
+            if at_epoch and not (at_eval or last):
+                bar.show(f"init {init}  epoch {(it + 1) // per_epoch}  "
+                         f"loss {loss_now:.4g}")
+        if at_eval or last:
+            m = eval_metrics(model, ev, cfg.seed, full=False)
+            curve.append({"step": it + 1, "loss": loss_now,
+                          "r2_h_to_z": m["r2_h_to_z"],
+                          "orthogonality_error": m["orthogonality_error"]})
+            bar.show(f"init {init}  loss {loss_now:.4g}  R² {m['r2_h_to_z']:.4f}")
+        if (it + 1) % 50 == 0 or last:
+            bar.advance(50 if not last else (it + 1) - 50 * (it // 50))
+    return model, losses, curve
+
+
+def _init_record(init: int, losses: torch.Tensor, curve: list[dict[str, Any]], total: int,
+                 per_epoch: int | None) -> dict[str, Any]:
+    """What the training log keeps of one init: its final loss (the mean over the last
+    twentieth of its steps, at least 50 of them), its curve, its loss every 10 steps and, for
+    a dataset, per epoch."""
+    tail = max(1, min(total, max(50, total // 20)))
+    final = float(losses[-tail:].mean())
+    record: dict[str, Any] = {"init": init, "final_loss": final, "curve": curve,
+                              "loss_every_10": losses[::10].cpu().tolist()}
+    if per_epoch is not None:
+        record["epoch_loss"] = losses.view(-1, per_epoch).mean(1).cpu().tolist()
+    return record
