@@ -9,8 +9,9 @@ safetensors or HDF5: :mod:`idaudit.core.arrayfiles`) or from arrays in memory
 * **pairs**: ``x``, ``x_prime`` (observations, rows × …) and ``z``, ``z_prime`` (their true
   states, rows × N), row for row: x′ is one step of the world's dynamics after x;
 * **episodes**: ``x`` and ``z`` frame by frame, and ``episode`` (one integer per frame, each
-  episode's frames consecutive and in time order); the pairs are (frame t, frame t + δ) of
-  each episode, δ = ``stride``.
+  episode's frames consecutive and in time order; or ``ep_offset`` and ``ep_len``, each
+  episode's first row and length, as stable-worldmodel's HDF5 datasets hold them); the pairs
+  are (frame t, frame t + δ) of each episode, δ = ``stride``.
 
 The key names are options (``--latents qpos``, ``--observations pixels``, ``--episodes
 episode_idx``; the pairs' partners are ``NAME_prime``). Observations are vectors (rows × D
@@ -236,19 +237,43 @@ def _episodes_recording(x: Any, z: Any, episode: Any, stride: int, names: tuple[
                      "episodes")
 
 
+#: episodes as stable-worldmodel's datasets delimit them: each episode's first row and length
+OFFSETS = ("ep_offset", "ep_len")
+
+
+def _episodes_from_offsets(offset: Any, length: Any, rows: int, what: str) -> np.ndarray:
+    """Each row's episode number from episodes' first rows and lengths (rows outside every
+    episode refused)."""
+    start = np.asarray(offset).reshape(-1).astype(np.int64)
+    size = np.asarray(length).reshape(-1).astype(np.int64)
+    require(len(start) == len(size) and len(start) > 0 and bool((size > 0).all()),
+            f"{what} must give each episode's first row and its length")
+    order = np.argsort(start)
+    start, size = start[order], size[order]
+    require(start[0] == 0 and bool((start[1:] == start[:-1] + size[:-1]).all())
+            and start[-1] + size[-1] == rows,
+            f"{what} must cover the {rows} rows, episode after episode")
+    return np.repeat(np.arange(len(start)), size)
+
+
 def read_recording(path: str | Path, keys: dict[str, str], stride: int) -> Recording:
     """The recording in the file ``path``: pairs where it holds ``OBS``, ``OBS_prime``,
     ``LAT`` and ``LAT_prime`` (the names ``keys`` gives), else episodes (``OBS``, ``LAT`` and
-    ``EPISODES``, pairs ``stride`` frames apart)."""
+    ``EPISODES`` — or, as stable-worldmodel writes them, ``ep_offset`` and ``ep_len`` —, pairs
+    ``stride`` frames apart)."""
     from idaudit.core.arrayfiles import read_arrays
 
     obs, lat, eps = (keys[k] for k in KEY_OPTIONS)
     pair_names = (obs, obs + "_prime", lat, lat + "_prime")
-    arrays = read_arrays(path, (*pair_names, eps))
+    arrays = read_arrays(path, (*pair_names, eps, *OFFSETS))
     src = f"{path}: array"
     if all(k in arrays for k in pair_names):
         return _pairs_recording(*(arrays[k] for k in pair_names),
                                 tuple(f"{src} {k!r}" for k in pair_names))
+    if obs in arrays and lat in arrays and eps not in arrays and \
+            all(k in arrays for k in OFFSETS):
+        arrays[eps] = _episodes_from_offsets(arrays[OFFSETS[0]], arrays[OFFSETS[1]],
+                                             len(arrays[lat]), f"{src}s {', '.join(OFFSETS)}")
     if obs in arrays and lat in arrays and eps in arrays:
         return _episodes_recording(arrays[obs], arrays[lat], arrays[eps], stride,
                                    (f"{src} {obs!r}", f"{src} {lat!r}", f"{src} {eps!r}"))
