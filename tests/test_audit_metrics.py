@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.linalg import orthogonal_procrustes, subspace_angles
+from scipy.linalg import orthogonal_procrustes, sqrtm, subspace_angles
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import ortho_group
 from sklearn.linear_model import LinearRegression
@@ -13,6 +13,7 @@ from sklearn.metrics import r2_score
 
 from idaudit.evaluations.audit import audit
 from idaudit.maths.bounds import whitening_floor
+from idaudit.maths.linear import whiten
 from idaudit.maths.metrics import audit_metrics
 from idaudit.maths.moments import split_rows
 
@@ -41,13 +42,25 @@ def test_heldout_r2_matches_sklearn(arrays):
     assert m["r2_h_to_z"] == pytest.approx(LinearRegression().fit(h, z).score(h, z), abs=1e-6)
 
 
+def scipy_white(z: np.ndarray) -> np.ndarray:
+    """z whitened on its rows with SciPy's matrix square root (covariance as a mean over rows):
+    what the audit compares h with where z's law is not declared white."""
+    zc = z - z.mean(0)
+    return zc @ np.linalg.inv(np.real(sqrtm(zc.T @ zc / len(z))))
+
+
 def test_mcc_procrustes_rank_match_scipy(arrays):
     z, h = arrays
     m = audit_metrics(z, h, gauss_slices=0)
     corr = np.abs(np.corrcoef(z.T, h.T)[:4, 4:])
     r, c = linear_sum_assignment(-corr)
     assert m["mcc"] == pytest.approx(corr[r, c].mean(), abs=1e-6)
-    zc, hc = z - z.mean(0), h - h.mean(0)
+    zc, hc = scipy_white(z), h - h.mean(0)
+    rot, _ = orthogonal_procrustes(zc, hc)
+    assert m["procrustes_mse"] == pytest.approx(np.square(zc @ rot - hc).sum(1).mean(), abs=1e-6)
+    # declared white, z is used as it is
+    m = audit_metrics(z, h, gauss_slices=0, z_white=True)
+    zc = z - z.mean(0)
     rot, _ = orthogonal_procrustes(zc, hc)
     assert m["procrustes_mse"] == pytest.approx(np.square(zc @ rot - hc).sum(1).mean(), abs=1e-6)
     ev = np.clip(np.linalg.eigvalsh(np.cov(h.T)), 0, None)
@@ -61,7 +74,7 @@ def test_large_matrices_use_the_fast_paths_and_still_agree():
     z = rng.standard_normal((3000, 300))
     h = z @ ortho_group.rvs(300, random_state=1).T * 1.1 + 0.1 * rng.standard_normal((3000, 300))
     m = audit_metrics(z, h, gauss_slices=0)
-    zc, hc = z - z.mean(0), h - h.mean(0)
+    zc, hc = scipy_white(z), h - h.mean(0)
     rot, _ = orthogonal_procrustes(zc, hc)
     assert m["procrustes_mse"] == pytest.approx(np.square(zc @ rot - hc).sum(1).mean(), rel=1e-6)
     assert m["r2_h_to_z"] == pytest.approx(LinearRegression().fit(h, z).score(h, z), abs=1e-6)
@@ -72,7 +85,7 @@ def test_semi_orthogonal_fit_and_principal_angles():
     z = rng.standard_normal((4000, 2))
     basis = ortho_group.rvs(5, random_state=3)[:, :2]  # 5×2, orthonormal columns
     h = z @ basis.T + 1e-3 * rng.standard_normal((4000, 5))
-    m = audit_metrics(z, h, gauss_slices=0)
+    m = audit_metrics(z, h, gauss_slices=0, z_white=True)  # drawn white: used as it is
     assert m["embed_dim"] == 5 and m["latent_dim"] == 2
     assert m["procrustes_mse"] < 1e-4
     assert m["r2_h_to_z_heldout"] == pytest.approx(1.0, abs=1e-5)
@@ -117,16 +130,19 @@ def test_floor_dominated_and_vacuous_bounds_are_reported():
     rng = np.random.default_rng(5)
     z = rng.standard_normal((600, 64))
     zp = 0.5 * z + math.sqrt(0.75) * rng.standard_normal(z.shape)
-    m = audit_metrics(z, z, zp, 0.5, gauss_slices=0)
+    m = audit_metrics(z, z, zp, 0.5, gauss_slices=0, z_white=True)
     # a perfect encoder: ε sits at its finite-sample floor, which then dominates the bound
     assert m["whitening_error"] == pytest.approx(m["whitening_floor"], rel=0.1)
     assert m["bound_floor_dominated"] is True and m["bound_vacuous"] is False
     assert m["bound"] < m["bound_upper"]
     # an embedding whose positive pairs are unrelated: D is huge and the bound says nothing
-    bad = audit_metrics(z, z, rng.standard_normal(z.shape), 0.5, gauss_slices=0)
+    bad = audit_metrics(z, z, rng.standard_normal(z.shape), 0.5, gauss_slices=0, z_white=True)
     assert bad["bound_vacuous"] is True
     assert bad["bound"] >= bad["bound_trivial"] == pytest.approx(
         np.trace(np.cov(z.T)) * 599 / 600)
+    # z whitened on the rows: E‖z_w − z̄_w‖² is exactly the number of latents
+    assert audit_metrics(3.0 * z, z, zp, 0.5, gauss_slices=0)["bound_trivial"] == \
+        pytest.approx(64.0, rel=1e-9)
 
 
 def test_gaussianity_test_separates_gaussian_from_uniform():
@@ -186,8 +202,13 @@ def test_python_api_matches_arrays_and_gates():
     rng = np.random.default_rng(6)
     z = rng.standard_normal((3000, 3))
     h = z @ ortho_group.rvs(3, random_state=0).T
+    # z's law is not declared: it is whitened on the 3000 rows, so h = Qz shows the sampling
+    # of Ĉov(z) in its orthogonality error (exactly ‖Ĉov(z) − I‖_F/√3, Ĉov a mean over the
+    # rows: 0.063 here), not 0
     rep = audit(z, h, gate={"min": {"r2_h_to_z_heldout": 0.999},
-                            "max": {"orthogonality_error": 0.01}}, gauss_sims=0)
+                            "max": {"orthogonality_error": 0.1}}, gauss_sims=0)
+    assert rep.metrics["orthogonality_error"] == pytest.approx(
+        np.linalg.norm(np.cov(z.T, bias=True) - np.eye(3)) / math.sqrt(3), rel=1e-9)
     assert rep.verdict == "pass" and rep.exit_code == 0
     assert rep.to_dict()["metrics"]["r2_h_to_z_heldout"] == pytest.approx(1.0)
     bad = audit(z, np.tanh(2 * h), gate={"min": {"r2_h_to_z_heldout": 0.999}}, gauss_sims=0)
@@ -245,12 +266,14 @@ def test_procrustes_with_fewer_embedding_dims_than_latents():
     rng = np.random.default_rng(0)
     z = rng.standard_normal((20_000, 8))
     a = ortho_group.rvs(8, random_state=3)[:4]
-    m = audit_metrics(z, z @ a.T, gauss_slices=0)
+    m = audit_metrics(z, z @ a.T, gauss_slices=0, z_white=True)  # drawn white
     assert m["procrustes_mse"] == pytest.approx(0.0, abs=1e-9)
+    assert audit_metrics(5.0 * z, whiten(z) @ a.T, gauss_slices=0)["procrustes_mse"] == \
+        pytest.approx(0.0, abs=1e-9)  # any units, against the latents whitened
     # anisotropic latents: the iterative minimum is no worse than the true map's error
     zs = z * np.array([3, 2, 1, 1, 0.5, 0.5, 0.2, 0.1])
     h = zs @ a.T + 0.1 * rng.standard_normal((20_000, 4))
-    got = audit_metrics(zs, h, gauss_slices=0)["procrustes_mse"]
+    got = audit_metrics(zs, h, gauss_slices=0, z_white=True)["procrustes_mse"]
     zc, hc = zs - zs.mean(0), h - h.mean(0)
     at_a = float(np.mean(np.sum((hc - zc @ a.T) ** 2, 1)))
     assert got <= at_a + 1e-9 and got == pytest.approx(0.04, rel=0.05)
@@ -297,7 +320,7 @@ def test_one_latent_with_its_own_scale_matches_scikit_learn():
     n = 2000
     z = 3.0 * rng.normal(size=(n, 1))
     h = np.c_[z, rng.normal(size=(n, 2))] @ rng.normal(size=(3, 3)) + 0.5 * rng.normal(size=(n, 3))
-    a = audit_metrics(z, h, gauss_slices=0)
+    a = audit_metrics(z, h, gauss_slices=0, z_white=True)  # Procrustes in z's own units
     assert a["r2_z_to_h"] == pytest.approx(LinearRegression().fit(z, h).score(z, h), abs=1e-12)
     assert a["r2_h_to_z"] == pytest.approx(LinearRegression().fit(h, z).score(h, z), abs=1e-12)
     # Procrustes for m > n: min over RᵀR = 1 of E‖(h − h̄) − R(z − z̄)‖²

@@ -17,8 +17,9 @@ from idaudit.testing import (
 )
 
 #: what does not hold yet, said where it is tracked
-KNOWN = {"group:linear": "orthogonality_error depends on z's units (the scale of Q̂ follows "
-                         "z's): issue 56, units-invariant metrics"}
+#: entries known not to conform yet, with the reason (each an xfail that must fail); none now:
+#: the rotation metrics read z whitened on the rows (issue 56), so none depends on z's units
+KNOWN: dict[str, str] = {}
 
 
 @parametrize_with_checks()

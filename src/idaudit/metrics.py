@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from idaudit.maths import bounds as _bounds
 from idaudit.maths import gaussianity as _gaussianity
 from idaudit.maths import linear as _linear
@@ -28,7 +30,7 @@ from idaudit.maths.linear import ArrayLike
 from idaudit.maths.metrics import audit_metrics
 
 __all__ = ["audit_metrics", "bound", "delta", "epsilon", "gaussianity", "mcc", "orthogonality",
-           "per_dim_r2", "procrustes", "r2"]
+           "per_dim_r2", "procrustes", "r2", "whiten"]
 
 
 def r2(z: ArrayLike, h: ArrayLike) -> float:
@@ -86,43 +88,70 @@ def per_dim_r2(z: ArrayLike, h: ArrayLike) -> list[float]:
     return _linear.per_dim_r2(h, z)
 
 
-def procrustes(z: ArrayLike, h: ArrayLike) -> float:
-    """Procrustes MSE: min over (semi-)orthogonal R of E‖(h − h̄) − R(z − z̄)‖².
+def procrustes(z: ArrayLike, h: ArrayLike, z_white: bool = False) -> float:
+    """Procrustes MSE: min over (semi-)orthogonal R of E‖(h − h̄) − R z_w‖², z_w = :func:`whiten` (z).
 
-    How far h is from a rotation of z, after centring both (``idaudit.maths.linear.
-    procrustes_mse``; population covariances, i.e. the mean over rows). For m ≥ N it is
-    tr Σ_hh + tr Σ_zz − 2 Σ svals(Σ_hz) in closed form; for m < N, where R keeps m directions
-    of z, it is found by majorisation–minimisation. The audit's key: ``procrustes_mse``.
+    How far h is from a rotation of the latents, the latents whitened on these rows first
+    (their units do not matter: Theorem 3's latents are white), means over the rows
+    (``idaudit.maths.linear.procrustes_mse``). For m ≥ N it is tr Σ_hh + N − 2 Σ svals(Σ_hz_w)
+    in closed form; for m < N, where R keeps m directions of z, it is found by
+    majorisation–minimisation. The audit's key: ``procrustes_mse``.
 
     Args:
         z: the latents, shape (n, N).
         h: the embeddings, shape (n, m).
+        z_white: z's law is white (Cov = I; a world that draws it so): use z − z̄ as it is.
 
     Returns:
         The minimum mean squared error over rotations, a float ≥ 0 (0 when h is an exact
-        rotation of z plus a constant).
+        rotation of the whitened latents plus a constant).
 
     Example:
         >>> import numpy as np
         >>> rng = np.random.default_rng(0)
         >>> z = rng.standard_normal((500, 2))
         >>> rot = np.array([[0.6, -0.8], [0.8, 0.6]])
-        >>> round(procrustes(z, z @ rot + 3.0), 6)
+        >>> round(procrustes(z, whiten(z) @ rot + 3.0), 6)
         0.0
-        >>> # a scaled rotation is no rotation: its error is E‖z − z̄‖², the variance of z
-        >>> bool(abs(procrustes(z, 2.0 * z @ rot) - z.var(0).sum()) < 1e-9)
+        >>> round(procrustes(1000.0 * z, whiten(z) @ rot), 6)  # z's units do not matter
+        0.0
+        >>> # a scaled rotation is no rotation: its error is E‖z_w‖² = N
+        >>> round(procrustes(z, 2.0 * whiten(z) @ rot), 6)
+        2.0
+    """
+    return _linear.procrustes_mse(z, h, z_white=z_white)
+
+
+def whiten(z: ArrayLike) -> np.ndarray:
+    """The latents whitened on their rows, as the audit compares h with them: (z − z̄) Ĉ^(−1/2).
+
+    Ĉ is z's covariance as a mean over the rows. Procrustes, the orthogonality of the fitted
+    map and the bound's comparison read these unless z's law is white already; R² and MCC do
+    not depend on it.
+
+    Args:
+        z: the latents, shape (n, N).
+
+    Returns:
+        An (n, N) float64 array with mean 0 and covariance (mean over rows) I.
+
+    Example:
+        >>> import numpy as np
+        >>> z = np.random.default_rng(0).standard_normal((400, 2)) * [3.0, 0.1] + 7.0
+        >>> w = whiten(z)
+        >>> np.allclose(w.T @ w / len(w), np.eye(2))
         True
     """
-    return _linear.procrustes_mse(z, h)
+    return _linear.whiten(z)
 
 
 def orthogonality(q: ArrayLike) -> float:
     """Orthogonality error ‖QᵀQ − I‖_F / √N of a linear map Q of shape (m, N).
 
     0 for a map with orthonormal columns (a rotation). The audit applies it to Q̂, the
-    least-squares map h ≈ Q̂ z + c, which ``idaudit.maths.linear.fit_linear_map(z, h)``
-    returns first (``idaudit.maths.linear.orthogonality_error``). The audit's key:
-    ``orthogonality_error``.
+    least-squares map h ≈ Q̂ z_w + c from the whitened latents (:func:`whiten`), which
+    ``idaudit.maths.linear.fit_linear_map(whiten(z), h)`` returns first
+    (``idaudit.maths.linear.orthogonality_error``). The audit's key: ``orthogonality_error``.
 
     Args:
         q: the map, shape (m, N): a NumPy array or a torch tensor.

@@ -216,6 +216,7 @@ def audit_inputs(inp: AuditInputs, thresholds: list[Threshold] | None = None, *,
                             test_fraction=test_fraction, seed=seed, bootstrap=bootstrap,
                             gauss_sims=gauss_sims, test_rows=inp.test_rows,
                             angle_sigma=inp.angle_sigma if inp.circular else None,
+                            z_white=inp.z_white,
                             floor_draws=FLOOR_DRAWS if floor_draws is None else floor_draws)
     return gated_report(metrics, thresholds, inp.source, inp.world)
 

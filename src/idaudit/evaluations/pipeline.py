@@ -202,6 +202,7 @@ def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int 
                ("test_rows", ev.test_rows))}
     frames, frame_rows = frame_sample(ev.x, arrays["test_rows"])
     return AuditInputs(**arrays, rho=ev.rho, circular=ev.circular, angle_sigma=ev.angle_sigma,
+                       z_white=ev.z_white,
                        source=str(loaded.path), world=spec.to_dict(), seed=seed,
                        frames=frames, frame_rows=frame_rows)
 
@@ -302,6 +303,8 @@ def run_embed(req: EmbedRequest) -> AuditInputs:
         if inp.angle_sigma is not None:  # the angles' law, for the ceiling
             arrays["angle_sigma"] = np.float64(inp.angle_sigma)
         arrays["seed"] = np.int64(inp.seed or 0)  # the audit's split and seed, reproduced
+        if inp.z_white:  # z's law is white: the audit of these arrays uses z as it is
+            arrays["z_white"] = np.int64(1)
         atomic_write(out, lambda tmp: np.savez(tmp, **arrays))
     return inp
 

@@ -13,7 +13,8 @@ from idaudit.core.errors import one_line, printable
 from idaudit.maths.catalogue import BY_KEY, NEEDS, catalogue, table_rows
 
 __all__ = ["METRICS_DOC", "NO_GATE_NOTE", "VERDICTS", "audit_junit", "audit_markdown", "audit_table",
-           "catalogue_table", "ceiling_note", "consistency_table", "fmt", "gated_of", "markdown_text",
+           "catalogue_table", "ceiling_note", "comparability_notes", "consistency_table", "fmt",
+           "gated_of", "markdown_text",
            "metrics_table", "notes", "plan_table", "side_by_side_markdown", "side_by_side_rows",
            "side_by_side_table", "side_cell", "threshold_text", "verdict_lines", "xml_text"]
 
@@ -203,7 +204,8 @@ def verdict_lines(report) -> list[str]:
         first = f"verdict: {report.verdict} — " + "; ".join(
             f"{label(t.metric)} {short(t.actual)}{which} {signs[t.op, bool(t.passed)]} "
             f"{t.value:g}{_ceiling(m, t.metric)}" for t in report.thresholds)
-    return [first, f"what each metric means: {METRICS_DOC} (idaudit metrics)"]
+    return [first, *(f"note: {n}" for n in comparability_notes(m)),
+            f"what each metric means: {METRICS_DOC} (idaudit metrics)"]
 
 
 def audit_table(report, keys: bool = False) -> Table:
@@ -296,10 +298,42 @@ def side_by_side_markdown(report, keys: list[str] | None = None) -> str:
 
 
 def notes(metrics: dict[str, Any], thresholds: Any = ()) -> list[str]:
-    """The sentences a report adds under its table: what the world allows, what an
-    uninformative encoder reaches (and each R² gate it could pass), what the bound says."""
-    return [n for n in (ceiling_note(metrics), floor_note(metrics), *floor_warnings(
-        metrics, thresholds), bound_note(metrics)) if n]
+    """The sentences a report adds under its table: which numbers are comparable (z's
+    units, h's whitening), what the world allows, what an uninformative encoder reaches
+    (and each R² gate it could pass), what the bound says."""
+    return [n for n in (*comparability_notes(metrics), ceiling_note(metrics),
+                        floor_note(metrics), *floor_warnings(metrics, thresholds),
+                        bound_note(metrics)) if n]
+
+
+#: how far a latent's covariance may sit from the identity, in units of its floor (what white
+#: latents of this size show by chance), before the report says so
+LATENT_COV_FLOORS = 3.0
+#: ε, floor-corrected, per √m, above which h is called not whitened
+NOT_WHITE = 0.5
+
+
+def comparability_notes(metrics: dict[str, Any]) -> list[str]:
+    """What the first lines of a report say about which numbers compare with what: latents
+    whose covariance is far from the identity (their units: the rotation metrics then read z
+    whitened on the rows), and an h that is not whitened (the rotation metrics then measure
+    that, not recovery)."""
+    out = []
+    cov, floor = metrics.get("latent_cov_error"), metrics.get("latent_cov_floor")
+    if cov is not None and floor is not None and cov > LATENT_COV_FLOORS * floor:
+        how = ("compare h with z whitened on these rows, so z's units do not matter"
+               if metrics.get("latents_whitened") else
+               "compare h with z as it is (its world draws it white)")
+        out.append(f"Cov(z) is far from the identity (‖Cov(z) − I‖_F = {cov:.3g}; white "
+                   f"latents of this size show {floor:.2g}): Procrustes MSE, the orthogonality "
+                   f"error and 'bound holds' {how}; R² and MCC never depend on z's units")
+    eps, m = metrics.get("whitening_error_corrected"), metrics.get("embed_dim")
+    if eps is not None and m and eps > NOT_WHITE * m**0.5:
+        out.append(f"h is not whitened (ε = {metrics['whitening_error']:.3g}, floor-corrected "
+                   f"{eps:.3g}): the orthogonality error and Procrustes MSE measure how far h "
+                   "is from a rotation of white latents, which a non-white h cannot be however "
+                   "well it recovers z; compare such encoders by R², and read the bound as loose")
+    return out
 
 
 #: the R² keys a gate may name, with the key of the band top an uninformative encoder reaches

@@ -22,7 +22,8 @@ from idaudit.loading.filekinds import sniff
 __all__ = ["ARRAY_KEYS", "Arrays", "arrays_from_mapping", "check_declared", "load_array_file",
            "numeric_array"]
 
-ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed", "angle_sigma")
+ARRAY_KEYS = ("z", "h", "h_prime", "rho", "circular", "x", "test_rows", "seed", "angle_sigma",
+              "z_white")
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Arrays:
     source: str = "arrays"
     test_rows: np.ndarray | None = None  # a fixed held-out split (as `idaudit embed` writes)
     seed: int | None = None  # the split's and the audit's seed, stored with the arrays
+    z_white: bool = False  # z's law is white (a world drew it so; as `idaudit embed` stores)
 
 
 def held_out_rows(rows: Any, n: int, source: str) -> np.ndarray:
@@ -90,9 +92,12 @@ def arrays_from_mapping(d: dict[str, Any], source: str) -> Arrays:
         if sigma_t.size != 1 or not float(sigma_t.reshape(-1)[0]) > 0 or not circular:
             raise IdauditError(f"{source}: angle_sigma must be one number > 0, with circular")
         angle_sigma = float(sigma_t.reshape(-1)[0])
+    white_t = t("z_white")
+    if white_t is not None and (white_t.size != 1 or float(white_t.reshape(-1)[0]) not in (0, 1)):
+        raise IdauditError(f"{source}: z_white must be one number, 0 or 1")
     return Arrays(z=t("z"), h=h, h_prime=t("h_prime"), rho=rho, x=t("x"),
                   circular=circular, angle_sigma=angle_sigma, source=source, test_rows=rows,
-                  seed=seed)
+                  seed=seed, z_white=white_t is not None and bool(white_t.reshape(-1)[0]))
 
 
 def _layout(a: Any) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:

@@ -21,9 +21,11 @@ import numpy as np
 
 from idaudit.maths.linalg import explained_psd, linear_sum_assignment, solve_psd
 
-__all__ = ["ArrayLike", "as_f64", "covariance", "effective_rank_from_eigs", "fit_linear_map", "linear_r2",
-           "mcc", "mcc_from_cov", "orthogonality_error", "per_dim_r2", "principal_angles_deg",
-           "procrustes_from_cov", "procrustes_mse", "r2_from_cov", "to_numpy"]
+__all__ = ["ArrayLike", "as_f64", "covariance", "effective_rank_from_eigs", "fit_linear_map",
+           "inverse_sqrt_psd", "linear_r2", "mcc", "mcc_from_cov", "orthogonality_error",
+           "per_dim_r2", "principal_angles_deg",
+           "procrustes_from_cov", "procrustes_mse", "r2_from_cov", "to_numpy", "whiten",
+           "whitened_z"]
 
 ArrayLike = Any
 
@@ -147,12 +149,43 @@ def procrustes_from_cov(s_zz: np.ndarray, s_zh: np.ndarray, s_hh: np.ndarray,
     return max(best, 0.0)
 
 
-def procrustes_mse(z: ArrayLike, h: ArrayLike) -> float:
-    """min over (semi-)orthogonal R of E‖(h − h̄) − R(z − z̄)‖² (population covariances)."""
+def inverse_sqrt_psd(s: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
+    """W = Σ^(−1/2), symmetric (zero on the directions where Σ has none: eigenvalues below
+    ``rtol`` times the largest), so that W Σ W = I on Σ's range."""
+    if s.size == 0:
+        return np.zeros_like(s)
+    vals, vecs = np.linalg.eigh((s + s.T) / 2)
+    keep = vals > rtol * max(float(vals[-1]), 0.0)
+    inv = np.zeros_like(vals)
+    inv[keep] = 1.0 / np.sqrt(vals[keep])
+    return (vecs * inv) @ vecs.T
+
+
+def whitened_z(s_zz: np.ndarray, s_zh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Cov(z_w), Cov(z_w, h)) for z_w = Cov(z)^(−1/2)(z − z̄), the latents whitened on the
+    same rows: the latents the theorem's E‖h − Qz‖² is about (Cov(z) = I), whatever units z
+    was recorded in. Procrustes, the orthogonality of the fitted map and the bound's
+    comparison read these, so no verdict depends on z's scale."""
+    w = inverse_sqrt_psd(s_zz)
+    return w @ s_zz @ w, w @ s_zh
+
+
+def whiten(z: ArrayLike) -> np.ndarray:
+    """(z − z̄) Ĉ^(−1/2), Ĉ the covariance of z as a mean over its rows: white on these rows."""
+    z = as_f64(z)
+    zc = z - z.mean(0)
+    return zc @ inverse_sqrt_psd(zc.T @ zc / max(len(z), 1))
+
+
+def procrustes_mse(z: ArrayLike, h: ArrayLike, z_white: bool = False) -> float:
+    """min over (semi-)orthogonal R of E‖(h − h̄) − R z_w‖² (means over the rows), z_w the
+    latents whitened on these rows (:func:`whitened_z`) — or z − z̄ itself where ``z_white``
+    (z's law is white, as a world that draws it so states)."""
     z, h = as_f64(z), as_f64(h)
     _, s = covariance(z, h, ddof=0)
     n = z.shape[1]
-    return procrustes_from_cov(s[:n, :n], s[:n, n:], s[n:, n:])
+    s_zz, s_zh = (s[:n, :n], s[:n, n:]) if z_white else whitened_z(s[:n, :n], s[:n, n:])
+    return procrustes_from_cov(s_zz, s_zh, s[n:, n:])
 
 
 def mcc_from_cov(s_zz: np.ndarray, s_zh: np.ndarray, s_hh: np.ndarray) -> float:

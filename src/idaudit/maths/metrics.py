@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.registered import METRICS
-from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
+from idaudit.maths.bounds import (
+    bound_terms,
+    distance_to_identity,
+    pair_rows,
+    whitening_floor,
+    whitening_terms,
+)
 from idaudit.maths.catalogue import Metric
 from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
 from idaudit.maths.floors import band, floor_latents, shuffled_r2
@@ -28,6 +34,7 @@ from idaudit.maths.linalg import psd_solver, solve_psd
 from idaudit.maths.linear import (
     ArrayLike,
     effective_rank_from_eigs,
+    inverse_sqrt_psd,
     mcc_from_cov,
     orthogonality_error,
     principal_angles_deg,
@@ -111,11 +118,33 @@ class Fit:
                                        self.solve_hh_train)
 
     @functools.cached_property
+    def z_whitener(self) -> np.ndarray:
+        """W with W Ĉ_zz W = I for Ĉ the covariance of z as a mean over these rows: z_w =
+        W(z − z̄) is white, the latents Theorem 3 is about, whatever units z came in — or I
+        where z's law is white already (``options["z_white"]``: a world that draws it so)."""
+        n = self.iz.stop
+        if self.options.get("z_white"):
+            return np.eye(n)
+        return inverse_sqrt_psd(self.pop * self.s[self.iz, self.iz])
+
+    @functools.cached_property
+    def z_white_cov(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(Ĉ(z_w), Ĉ(z_w, h), Ĉ(h)): covariances as means over these rows, z whitened."""
+        w, c = self.z_whitener, self.pop * self.s
+        return w @ c[self.iz, self.iz] @ w, w @ c[self.iz, self.ih], c[self.ih, self.ih]
+
+    @functools.cached_property
+    def q_white(self) -> np.ndarray:
+        """The least-squares map (m × n) from the whitened latents z_w to h."""
+        if self.options.get("z_white"):
+            return self.q
+        return self.z_white_cov[1].T  # Ĉ(h, z_w) Ĉ(z_w)⁻¹ with Ĉ(z_w) = I
+
+    @functools.cached_property
     def procrustes_mse(self) -> float:
-        """min over orthogonal R of E‖z − R h‖² (after centring), from the covariance."""
-        s_zz, s_zh, s_hh = self.s[self.iz, self.iz], self.s[self.iz, self.ih], \
-            self.s[self.ih, self.ih]
-        return self.pop * procrustes_from_cov(s_zz, s_zh, s_hh)  # linear in Σ
+        """min over (semi-)orthogonal R of E‖(h − h̄) − R z_w‖², E the mean over these rows
+        (:func:`~idaudit.maths.linear.procrustes_mse` on the same arrays)."""
+        return procrustes_from_cov(*self.z_white_cov) if self.iz.stop else 0.0
 
 
 def fit_dtype(z_dtype: Any, h_dtype: Any) -> np.dtype:
@@ -176,8 +205,12 @@ def _linear(f: Fit) -> dict[str, Any]:
         "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
         "r2_h_to_z_heldout_per_dim": [float(v) for v in r2_hz_ho],
         "per_dim_targets": [f"z{i}" for i in range(n)],  # what each *_per_dim entry is
-        "orthogonality_error": orthogonality_error(f.q),
+        "orthogonality_error": orthogonality_error(f.q_white),
         "procrustes_mse": f.procrustes_mse,
+        "latent_cov_error": distance_to_identity(s_zz),
+        "latent_cov_floor": whitening_floor(f.rows, n),
+        "latent_scale": [float(v) for v in np.sqrt(np.clip(np.diagonal(s_zz), 0, None))],
+        "latents_whitened": not f.options.get("z_white"),
         **f.white,
         "n_samples": f.rows,
         "n_train": int(f.train_rows.size),
@@ -269,7 +302,7 @@ def _bound(f: Fit) -> dict[str, Any]:
     out = bound_terms(f.white, m, pairs, float(f.rho), None if core else f.options["confidence"])
     bound = out["bound"]
     floor = f.white["whitening_floor"]
-    trivial = float(np.trace(f.pop * f.s[f.iz, f.iz]))  # E‖z − z̄‖²: a constant h's
+    trivial = float(np.trace(f.z_white_cov[0]))  # E‖z_w − z̄_w‖²: a constant h's
     out.update(bound_holds=bool(f.procrustes_mse <= bound), bound_trivial=trivial,
                bound_vacuous=bool(bound >= trivial), bound_floor=floor**2,
                bound_floor_dominated=bool(floor**2 >= 0.5 * bound))
@@ -367,15 +400,15 @@ def make_fit(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
              seed: int = 0, test_rows: ArrayLike | None = None, bootstrap: int = 0,
              confidence: float = 0.95, gauss_sims: int = 0, gauss_slices: int = 64,
              core: bool = False, angle_sigma: float | None = None,
-             floor_draws: int = 0) -> Fit:
+             floor_draws: int = 0, z_white: bool = False) -> Fit:
     """The :class:`Fit` every metric group reads, as :func:`audit_metrics` makes it (a
     plugin's metric group, or its conformance check, computes on the same).
 
     Args:
         z, h, h_prime, rho, x: the audit's arrays (rows first).
         circular, test_fraction, seed, test_rows: as :func:`audit_metrics` takes them.
-        bootstrap, confidence, gauss_sims, gauss_slices, core, angle_sigma, floor_draws:
-            the options the groups read (``fit.options``).
+        bootstrap, confidence, gauss_sims, gauss_slices, core, angle_sigma, floor_draws,
+            z_white: the options the groups read (``fit.options``).
 
     Returns:
         The fit.
@@ -391,7 +424,7 @@ def make_fit(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     ht = ht.reshape(ht.shape[0], -1)
     options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
                "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core,
-               "angle_sigma": angle_sigma, "floor_draws": floor_draws}
+               "angle_sigma": angle_sigma, "floor_draws": floor_draws, "z_white": z_white}
     return _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
 
 
@@ -401,7 +434,8 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   seed: int = 0, bootstrap: int = 0, confidence: float = 0.95,
                   gauss_sims: int = 0, gauss_slices: int = 64,
                   test_rows: ArrayLike | None = None, core: bool = False,
-                  angle_sigma: float | None = None, floor_draws: int = 0) -> dict[str, Any]:
+                  angle_sigma: float | None = None, floor_draws: int = 0,
+                  z_white: bool = False) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x]
     (:func:`_fit`), then each :data:`METRIC_GROUPS` entry that applies.
 
@@ -415,11 +449,17 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     show mod 2π: the ceiling group reports what the best encoder could reach. With
     ``floor_draws`` K > 0, the floor group reports what an uninformative encoder of h's width
     reaches on the same rows (K seeded shuffles of z against h), with a ``confidence`` band.
+
+    **Units.** Procrustes, the orthogonality of the fitted map and the bound's comparison
+    are about white latents (Cov(z) = I, Theorem 3). ``z_white``: z's law is white (a world
+    that draws it so: synthetic worlds, Reacher's OU angles), so z is used as it is; else
+    (arrays of unknown law, a recording) z is whitened on these rows first, so that no verdict
+    depends on the units z was recorded in (``latents_whitened`` says which).
     """
     fit = make_fit(z, h, h_prime, rho, x, circular=circular, test_fraction=test_fraction,
                    seed=seed, test_rows=test_rows, bootstrap=bootstrap, confidence=confidence,
                    gauss_sims=gauss_sims, gauss_slices=gauss_slices, core=core,
-                   angle_sigma=angle_sigma, floor_draws=floor_draws)
+                   angle_sigma=angle_sigma, floor_draws=floor_draws, z_white=z_white)
     out: dict[str, Any] = {}
     for group in metric_groups():
         if (group.core or not core) and group.applies(fit):

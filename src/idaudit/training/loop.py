@@ -42,11 +42,11 @@ def eval_metrics(encoder: nn.Module, ev: EvalSet, seed: int, full: bool = True
     hp = embed(encoder, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None
     if not full:
         return identifiability_metrics(ev.z, h, hp, ev.rho, circular=ev.circular,
-                                       test_rows=ev.test_rows, seed=seed)
+                                       test_rows=ev.test_rows, seed=seed, z_white=ev.z_white)
     return audit_metrics(ev.z, h, hp, ev.rho, ev.baseline, circular=ev.circular,
                          test_rows=ev.test_rows, seed=seed, gauss_sims=0,
                          angle_sigma=ev.angle_sigma if ev.circular else None,
-                         floor_draws=FLOOR_DRAWS)
+                         floor_draws=FLOOR_DRAWS, z_white=ev.z_white)
 
 
 def make_optimizer(params, lr: float, weight_decay: float):

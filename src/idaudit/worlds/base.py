@@ -33,6 +33,9 @@ class EvalSet:
     ``baseline`` is x as a flat float tensor for the raw-mixing R²(x → z) (None where x is not
     a small vector). ``angle_sigma``: the evaluation angles (``circular``) are drawn
     N(0, σ²) and observed mod 2π, so the audit can say what R² the world allows.
+    ``z_white``: the world draws z white (Cov = I, synthetic sources and Reacher's OU
+    angles), so the audit compares h with z as it is; else (a recording) with z whitened on
+    the evaluation rows.
     """
 
     z: torch.Tensor
@@ -43,6 +46,7 @@ class EvalSet:
     circular: tuple[int, ...] = ()
     baseline: torch.Tensor | None = None
     angle_sigma: float | None = None  # the circular latents' law N(0, σ²) where it is known
+    z_white: bool = False  # z's law is white (Cov = I): the audit uses it as it is
 
 
 @dataclass

@@ -141,7 +141,7 @@ class PairsFileWorld(World):
         t = self.tensors
         k = len(t["z"]) if n is None else min(n, len(t["z"]))
         return EvalSet(z=t["z"][:k], x=t["x"][:k], x_prime=t["x_prime"][:k], rho=self.rho,
-                       circular=self.circular, baseline=t["x"][:k])
+                       circular=self.circular, baseline=t["x"][:k], z_white=True)
 
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
         return self.inner.plan_set(pairs, gallery, seed)

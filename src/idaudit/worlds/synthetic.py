@@ -104,7 +104,7 @@ class SyntheticWorld(World):
         z, zp = self.sample_pairs(n, gen)
         x = self.observe(z)
         return EvalSet(z=z, x=x, x_prime=self.observe(zp), rho=self.rho, circular=self.circular,
-                       baseline=x)
+                       z_white=True, baseline=x)
 
     def plan_set(self, pairs: int, gallery: int | None, seed: int) -> PlanSet:
         gallery = WORLD_DEFAULTS["gallery"] if gallery is None else gallery

@@ -330,4 +330,4 @@ def reacher_eval_set(rho: float = WORLD_DEFAULTS["rho"], image_size: int = 224,
     images: the linear maps are fitted on part of these)."""
     pairs = eval_pairs(ReacherEvalSpec(rho, image_size, n, seed), cache_dir, workers, progress)
     return EvalSet(z=torch.from_numpy(pairs.z), x=pairs.x, x_prime=pairs.x_prime, rho=rho,
-                   circular=(0, 1), angle_sigma=1.0)  # eval_angles: N(0, I₂)
+                   circular=(0, 1), angle_sigma=1.0, z_white=True)  # eval_angles: N(0, I₂)

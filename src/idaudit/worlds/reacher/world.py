@@ -100,7 +100,8 @@ class ReacherWorld(World):
         # evaluation angles; a trajectory dataset's fit rows follow its controller (no law)
         return EvalSet(z=z, x=x, x_prime=x_prime, rho=self.rho if pairs else None,
                        test_rows=torch.arange(k, k + len(d.z_eval)), circular=self.circular,
-                       angle_sigma=1.0 if self.rho is not None else None)
+                       angle_sigma=1.0 if self.rho is not None else None,
+                       z_white=self.rho is not None)  # OU pairs: N(0, I₂) angles
 
     def eval_set_at(self, image_size: int, n: int, seed: int = EVAL_SEED,
                     cache_dir: str | Path | None = None, workers: int | None = None,
