@@ -82,7 +82,7 @@ def test_embed_writes_an_npz_that_audits_like_the_encoder(tmp_path):
     assert "".join(res.stdout.split()) == "".join(f"wrote {out}: z (100, 4), h (100, 4), "
                                                   "h_prime (ρ = 0.95)".split())
     data = np.load(out)
-    assert sorted(data.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z"]
+    assert sorted(data.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z", "z_white"]
     assert data["z"].shape == data["h"].shape == data["h_prime"].shape == (100, 4)
     assert float(data["rho"]) == 0.95 and int(data["seed"]) == 0 and data["circular"].size == 0
     np.testing.assert_allclose(data["h"], data["x"], rtol=0, atol=1e-6)  # the identity encoder

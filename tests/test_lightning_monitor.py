@@ -498,3 +498,49 @@ def test_under_ddp_the_audit_sees_every_rank_s_rows(tmp_path):
     assert float(row["idaudit/r2_h_to_z"]) == pytest.approx(in_sample, abs=1e-6)
     assert float(row["idaudit/r2_h_to_z_heldout"]) == pytest.approx(heldout, abs=1e-6)
     assert 0.15 < in_sample < 0.35  # ≈ ¼; rank 0's half alone gives 1
+
+
+class SeenZ(L.LightningModule):
+    """Trains PairModule's encoder on WorldPairs' dicts and keeps the first training batch's
+    latents of every epoch (to see whether the pairs changed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net, self.first = encoder(0), {}
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 0:
+            self.first[self.current_epoch] = batch["z"].clone()
+        return pair_step(self.net, batch)["loss"]
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=3e-3)
+
+
+@pytest.mark.parametrize("how", ["monitor", "sampler"])
+def test_world_pairs_are_fresh_each_epoch_without_a_callback_of_ones_own(tmp_path, how):
+    """WorldPairs of a world that generates pairs: each epoch trains on fresh pairs, set
+    either by the monitor (a plain loader) or by Lightning through data.sampler() (no
+    monitor); a dict per row with as_dict."""
+    data = idaudit.WorldPairs("spiral", n=512, seed=0, as_dict=True)
+    assert set(data[0]) == {"x", "x_prime", "z", "z_prime"}
+    module = SeenZ()
+    if how == "monitor":
+        loader = torch.utils.data.DataLoader(data, batch_size=512)
+        callbacks = [IdentifiabilityMonitor(embedding_key="embedding")]
+    else:
+        loader = torch.utils.data.DataLoader(data, batch_size=512, sampler=data.sampler(False))
+        callbacks = []
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", devices=1, logger=False,
+                        callbacks=callbacks, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0)
+    trainer.fit(module, loader)
+    assert data.epoch == 2 and sorted(module.first) == [0, 1, 2]
+    firsts = [module.first[e] for e in range(3)]
+    assert not torch.equal(firsts[0], firsts[1]) and not torch.equal(firsts[1], firsts[2])
+    # epoch e holds exactly world_pairs drawn from epoch e's seed
+    from idaudit.worlds.user_pairs import epoch_seed
+
+    again = idaudit.world_pairs("spiral", n=512, seed=epoch_seed(0, 2))
+    assert torch.equal(firsts[2], again.z)

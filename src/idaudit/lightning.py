@@ -88,6 +88,21 @@ def _rows(value: Any, what: str) -> np.ndarray:
     return arr.reshape(arr.shape[0], -1)
 
 
+def _world_pairs_of(loaders: Any) -> list[Any]:
+    """The :class:`~idaudit.worlds.user_pairs.WorldPairs` datasets of a trainer's training
+    loaders (a loader, or a list, dict or CombinedLoader of them)."""
+    from idaudit.worlds.user_pairs import WorldPairs
+
+    if loaders is None:
+        return []
+    loaders = getattr(loaders, "flattened", loaders)  # Lightning's CombinedLoader
+    if isinstance(loaders, Mapping):
+        loaders = list(loaders.values())
+    if not isinstance(loaders, (list, tuple)):
+        loaders = [loaders]
+    return [dl.dataset for dl in loaders if isinstance(getattr(dl, "dataset", None), WorldPairs)]
+
+
 def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     """The finite real numbers (flags as 0/1) among ``metrics``; lists and NaN/±inf left out."""
     out = {}
@@ -294,6 +309,13 @@ class IdentifiabilityMonitor(Callback):
                                    f"{NEED_TEXT[n]}{give}")
 
     # ---- collecting ------------------------------------------------------------------------
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """Fresh pairs each epoch: set the epoch of every WorldPairs the model trains on
+        (Lightning sets a sampler's epoch, never a dataset's)."""
+        for data in _world_pairs_of(getattr(trainer, "train_dataloader", None)):
+            if data.epoch != trainer.current_epoch:
+                data.set_epoch(trainer.current_epoch)
 
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.queue.clear()
