@@ -78,6 +78,11 @@ LIMITS: dict[str, Limit] = {
     "runs": Limit(True, 2),  # consistency: how many runs are compared
     "sweep_runs": Limit(True, 1, 10_000),  # the runs one sweep takes (its grid, counted)
     "angle_sigma": Limit(False, 0, None, open=True),  # σ of the angles' law N(0, σ²)
+    # sweep: what to keep (--seeds; --steps is "steps"), runs in flight and a Ray task's
+    # resources (--cpus-per-run, --gpus-per-run, --memory-per-run)
+    "seeds": Limit(True, 1),
+    "sweep_workers": Limit(True, 1),
+    "per_run": Limit(False, 0),
     # world and train options (idaudit.core.options names each option's limit)
     "alpha": Limit(False, 0, None, open=True),
     "layers": Limit(True, 1),
