@@ -1,4 +1,5 @@
-"""docs/options.md from the option declarations (idaudit.core.options), or a check that it is.
+"""docs/options.md from the option declarations (idaudit.core.options and
+idaudit.core.command_options), or a check that it is.
 
     python scripts/options_table.py            # write docs/options.md
     python scripts/options_table.py --check    # exit 1 if docs/options.md differs
@@ -74,7 +75,7 @@ def default(option, chained: bool) -> str:
 
 
 def table() -> str:
-    from idaudit.core.options import CHAINED, GROUPS
+    from idaudit.core.command_options import CHAINED, GROUPS
 
     out = [HEAD]
     for title, (commands, options) in GROUPS.items():

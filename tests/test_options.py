@@ -14,8 +14,9 @@ import pytest
 import typer.main
 
 from idaudit.cli import app
+from idaudit.core.command_options import CHAINED, GROUPS
 from idaudit.core.defaults import WORLD as DEFAULT_WORLD
-from idaudit.core.options import BY_NAME, CHAINED, GROUPS, TRAIN, WORLD
+from idaudit.core.options import BY_NAME, TRAIN, WORLD
 from idaudit.core.registered import WORLDS
 from idaudit.core.requests import TrainRequest
 
@@ -136,8 +137,9 @@ def test_declared_choices_are_the_code_s_own():
 
     assert BY_NAME["schedule"].choices == tuple(SCHEDULES)
     assert BY_NAME["form"].choices == tuple(LEJEPA_FORMS)
+    from idaudit.core.command_options import AUDIT
     from idaudit.core.errors import IdauditError
-    from idaudit.core.options import AUDIT, by_name
+    from idaudit.core.options import by_name
     from idaudit.evaluations.audit import combine_reports
 
     with pytest.raises(IdauditError) as refused:  # audit's check names the values it takes

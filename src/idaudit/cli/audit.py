@@ -9,8 +9,8 @@ import typer
 from idaudit.cli.application import app, cli_errors
 from idaudit.cli.options import encoder_flags, option_flags, report_flags
 from idaudit.cli.output import check_reports, finish
+from idaudit.core.command_options import AUDIT
 from idaudit.core.errors import check_seed
-from idaudit.core.options import AUDIT
 from idaudit.core.request_parts import encoder_forms
 from idaudit.core.requests import AuditRequest
 

@@ -9,8 +9,8 @@ import typer
 from idaudit.cli.application import app, cli_errors
 from idaudit.cli.options import encoder_flags, option_flags, report_flags
 from idaudit.cli.output import check_reports, finish
+from idaudit.core.command_options import CONSISTENCY
 from idaudit.core.errors import check_seed
-from idaudit.core.options import CONSISTENCY
 from idaudit.core.requests import ConsistencyRequest
 
 __all__: list[str] = []  # the command registers itself with the app; nothing to import

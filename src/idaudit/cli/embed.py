@@ -6,8 +6,8 @@ from pathlib import Path
 
 from idaudit.cli.application import app, cli_errors, out
 from idaudit.cli.options import EncoderArg, encoder_flags, option_flags
+from idaudit.core.command_options import EMBED
 from idaudit.core.errors import check_seed
-from idaudit.core.options import EMBED
 
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 

@@ -9,8 +9,8 @@ import typer
 from idaudit.cli.application import app, cli_errors, err, out
 from idaudit.cli.options import EncoderArg, encoder_flags, option_flags
 from idaudit.cli.output import emit, report_outputs, to_stdout
+from idaudit.core.command_options import PLAN
 from idaudit.core.jsontext import json_text
-from idaudit.core.options import PLAN
 from idaudit.core.outputs import check_outputs
 from idaudit.core.requests import PlanRequest
 

@@ -9,8 +9,8 @@ import typer
 
 from idaudit.cli.application import app, cli_errors, out
 from idaudit.cli.options import option_flags
+from idaudit.core.command_options import SWEEP
 from idaudit.core.errors import EXIT_RUNS_FAILED
-from idaudit.core.options import SWEEP
 from idaudit.core.requests import SweepRequest
 
 __all__: list[str] = []  # the command registers itself with the app; nothing to import

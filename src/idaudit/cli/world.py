@@ -6,7 +6,8 @@ import typer
 
 from idaudit.cli.application import app, cli_errors, out
 from idaudit.cli.options import option_flags
-from idaudit.core.options import WORLD, WRITE
+from idaudit.core.command_options import WRITE
+from idaudit.core.options import WORLD
 
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 

@@ -20,6 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
+from idaudit.core import command_options as _commands
 from idaudit.core import options as _options
 from idaudit.core.errors import IdauditError
 from idaudit.core.request_parts import (
@@ -33,7 +34,7 @@ from idaudit.core.request_parts import (
 
 #: each command's own options by name: a field's default is its option's (core/options.py)
 _AUDIT, _CONSISTENCY, _PLAN, _WRITE, _SWEEP = (_options.by_name(g) for g in (
-    _options.AUDIT, _options.CONSISTENCY, _options.PLAN, _options.WRITE, _options.SWEEP))
+    _commands.AUDIT, _commands.CONSISTENCY, _commands.PLAN, _commands.WRITE, _commands.SWEEP))
 
 __all__ = ["AuditRequest", "ConsistencyRequest", "EmbedRequest", "LIBRARY_ONLY", "PlanRequest",
            "SweepRequest", "TrainRequest", "WorldRequest", "default", "flat_options", "unknown_options"]
