@@ -39,21 +39,29 @@ The flags that only choose what is printed or where a report goes (`--json`, `--
 
 
 def constraint(option) -> str:
+    """The declared constraints in words: what a value must be (``valid``), its form
+    (``pattern``), an interval or the values it may take, and the option it goes with."""
+    from idaudit.core.options import VALID
+
+    said = [VALID[option.valid][1].removeprefix("must be ")] if option.valid else []
+    said += [option.pattern.says] if option.pattern is not None else []
     if option.limit is not None:
         from idaudit.core.limits import LIMITS
 
         lim = LIMITS[option.limit]
         low = "(" if lim.open else "["
         high = ")" if lim.open or lim.high is None else "]"
-        return f"{low}{lim.low:g}, {'∞' if lim.high is None else f'{lim.high:g}'}{high}" + \
-            (" integer" if lim.integer else "")
+        said.append(f"{low}{lim.low:g}, {'∞' if lim.high is None else f'{lim.high:g}'}{high}"
+                    + (" integer" if lim.integer else ""))
     if isinstance(option.choices, str):
         from idaudit.core import registered
 
-        return "one of " + ", ".join(getattr(registered, option.choices.upper()).builtin())
-    if option.choices:
-        return "one of " + ", ".join(option.choices)
-    return ""
+        said.append("one of " + ", ".join(getattr(registered, option.choices.upper()).builtin()))
+    elif option.choices:
+        said.append("one of " + ", ".join(option.choices))
+    if option.requires is not None:
+        said.append(f"only with --{option.requires[0].replace('_', '-')}")
+    return "; ".join(said)
 
 
 def default(option, chained: bool) -> str:

@@ -16,8 +16,10 @@ import typer.main
 from idaudit.cli import app
 from idaudit.core.command_options import CHAINED, GROUPS
 from idaudit.core.defaults import WORLD as DEFAULT_WORLD
-from idaudit.core.options import BY_NAME, TRAIN, WORLD
+from idaudit.core.errors import IdauditError
+from idaudit.core.options import BY_NAME, ENCODER, TRAIN, WORLD
 from idaudit.core.registered import WORLDS
+from idaudit.core.request_parts import LoadOptions
 from idaudit.core.requests import TrainRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,6 +133,31 @@ def test_a_command_s_own_option_outside_its_constraint_is_one_line_and_exit_2(
     assert "does not apply" not in lines[0] and "goes with" not in lines[0], lines
 
 
+LOAD = [(o, v) for o in ENCODER if o.name in {f.name for f in dataclasses.fields(LoadOptions)}
+        for v in o.invalids()]
+
+
+@pytest.mark.parametrize("option,value", LOAD, ids=[f"{o.name}={v!r}" for o, v in LOAD])
+def test_load_options_refuse_what_their_declarations_refuse(option, value):
+    """LoadOptions checks each encoder option as declared (a non-empty text, a form, an
+    object, a bool, one of the choices, an interval): one line naming the option."""
+    from idaudit.core.errors import library_spelling
+
+    with pytest.raises(IdauditError) as refused:
+        LoadOptions(**{option.name: value})
+    assert refused.value.exit_code == 2
+    assert str(refused.value).startswith(library_spelling(option.flag) + " "), refused.value
+
+
+def test_an_option_given_without_the_one_it_requires_is_refused():
+    needs = [o for o in ENCODER if o.requires is not None]
+    assert [o.name for o in needs] == ["arch_kwargs"]
+    with pytest.raises(IdauditError, match="arch_kwargs goes with arch "):
+        LoadOptions(arch_kwargs={"dim": 4})
+    assert LoadOptions(arch="m:f", arch_kwargs={"dim": 4}).arch_kwargs == {"dim": 4}
+    assert LoadOptions(arch_kwargs={}).arch is None  # an empty object gives nothing to pass
+
+
 def test_declared_choices_are_the_code_s_own():
     from idaudit.maths.losses import LEJEPA_FORMS
     from idaudit.training.schedule import SCHEDULES
@@ -138,7 +165,6 @@ def test_declared_choices_are_the_code_s_own():
     assert BY_NAME["schedule"].choices == tuple(SCHEDULES)
     assert BY_NAME["form"].choices == tuple(LEJEPA_FORMS)
     from idaudit.core.command_options import AUDIT
-    from idaudit.core.errors import IdauditError
     from idaudit.core.options import by_name
     from idaudit.evaluations.audit import combine_reports
 
