@@ -1,17 +1,17 @@
 """The audit's metrics, composed: pure functions of arrays (z, h, h′, x, ρ).
 
 NumPy and SciPy only (torch tensors are accepted and converted), so an arrays-only audit never
-imports torch. :func:`audit_metrics` makes one pass of moments over the rows (``moments``),
-then each entry of :data:`METRIC_GROUPS` reads that one :class:`Fit`: the linear fits
-(``linear``: R², Q̂, orthogonality, Procrustes, MCC), the Theorem 3 bound (``bounds``:
-ε = ‖Cov(h) − I‖_F, δ = max(E‖h(z′) − h(z)‖² − 2(1 − ρ) tr Cov(h), 0), D = δ / (2ρ(1 − ρ)),
-bound = D + (ε + D)²), the Gaussianity test (``gaussianity``), subspaces, circular latents,
-the raw mixing and bootstrap intervals. Every reported number is float64.
+imports torch. :func:`audit_metrics` makes one pass of moments over the rows
+(:func:`~idaudit.maths.fit.make_fit`), then each entry of :data:`METRIC_GROUPS` reads that one
+:class:`Fit`: the linear fits (``linear``: R², Q̂, orthogonality, Procrustes, MCC), the
+Theorem 3 bound (``bounds``: ε = ‖Cov(h) − I‖_F, δ = max(E‖h(z′) − h(z)‖² − 2(1 − ρ) tr
+Cov(h), 0), D = δ / (2ρ(1 − ρ)), bound = D + (ε + D)²), the Gaussianity test
+(``gaussianity``), subspaces, circular latents, the raw mixing and bootstrap intervals.
+Every reported number is float64.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,25 +19,25 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.registered import METRICS
-from idaudit.maths.bounds import bound_terms, pair_rows, whitening_terms
+from idaudit.maths.bounds import bound_terms, pair_rows
 from idaudit.maths.catalogue import Metric
 from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
+from idaudit.maths.fit import Fit, make_fit
 from idaudit.maths.floors import band, floor_latents, shuffled_r2
 from idaudit.maths.gaussianity import sliced_gaussianity
-from idaudit.maths.linalg import psd_solver, solve_psd
 from idaudit.maths.linear import (
     ArrayLike,
     effective_rank_from_eigs,
     mcc_from_cov,
     orthogonality_error,
     principal_angles_deg,
-    procrustes_from_cov,
     r2_from_cov,
-    to_numpy,
 )
-from idaudit.maths.moments import CHUNK_ROWS, Moments, heldout_r2_from_moments, split_rows
+from idaudit.maths.moments import Moments, heldout_r2_from_moments
 
-__all__ = ["Fit", "MetricGroup", "accept_group", "audit_metrics", "fit_dtype", "identifiability_metrics",
+#: Fit and make_fit are :mod:`idaudit.maths.fit`'s, named here too: a plugin's metric group
+#: reads the Fit its compute gets (docs/plugins.md)
+__all__ = ["Fit", "MetricGroup", "accept_group", "audit_metrics", "identifiability_metrics",
            "make_fit"]
 
 
@@ -54,111 +54,6 @@ def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | Non
 
 def _r2_block(s: np.ndarray, a: slice, b: slice) -> np.ndarray:
     return r2_from_cov(s[a, a], s[a, b], s[b, b])
-
-
-@dataclass
-class Fit:
-    """What every metric group reads: the audit's arrays as moment blocks
-    [z | sin/cos z_circ | h | x] (their slices ``iz``, ``ic``, ``ih``, ``ix``), the split's
-    moments, the pooled covariance ``s`` and the linear map Q̂ (``q``) fitted from z to h."""
-
-    blocks: list[np.ndarray]
-    shift: np.ndarray
-    iz: slice
-    ic: slice
-    ih: slice
-    ix: slice
-    circ: list[int]
-    train_rows: np.ndarray
-    test_rows: np.ndarray
-    m_tr: Moments
-    m_te: Moments
-    m_pool: Moments
-    s: np.ndarray
-    q: np.ndarray
-    w_zh: np.ndarray
-    white: dict[str, Any]
-    h: np.ndarray
-    h_prime: np.ndarray | None
-    rho: float | None
-    has_x: bool
-    options: dict[str, Any]  # confidence, seed, bootstrap, gauss_sims, gauss_slices, core, …
-
-    @property
-    def rows(self) -> int:
-        return int(self.blocks[0].shape[0])
-
-    @property
-    def pop(self) -> float:
-        """(n − 1)/n: the covariance's population scale."""
-        return (self.rows - 1) / self.rows
-
-    @functools.cached_property
-    def solve_hh(self) -> Callable[[np.ndarray], np.ndarray]:
-        """b ↦ Cov(h)⁺ b over all rows, Cov(h) factored once (the in-sample fits, the floor)."""
-        return psd_solver(self.s[self.ih, self.ih])
-
-    @functools.cached_property
-    def solve_hh_train(self) -> Callable[[np.ndarray], np.ndarray]:
-        """b ↦ S⁺ b for the scatter S of h over the train rows, factored once (the held-out
-        fits, the ceiling's rows, the floor)."""
-        return psd_solver(self.m_tr.scatter[self.ih, self.ih])
-
-    @functools.cached_property
-    def r2_h_to_z_heldout(self) -> np.ndarray:
-        """Held-out R²(h → z) per latent: fitted on the train rows, scored on the test rows."""
-        return heldout_r2_from_moments(self.m_tr, self.m_te, self.ih, self.iz,
-                                       self.solve_hh_train)
-
-    @functools.cached_property
-    def procrustes_mse(self) -> float:
-        """min over orthogonal R of E‖z − R h‖² (after centring), from the covariance."""
-        s_zz, s_zh, s_hh = self.s[self.iz, self.iz], self.s[self.iz, self.ih], \
-            self.s[self.ih, self.ih]
-        return self.pop * procrustes_from_cov(s_zz, s_zh, s_hh)  # linear in Σ
-
-
-def fit_dtype(z_dtype: Any, h_dtype: Any) -> np.dtype:
-    """The dtype of the audit's one pass of moments, which z, h and x are copied to where they
-    are of another: float32 where z and h both are, else float64."""
-    f32 = np.dtype(np.float32)
-    return f32 if np.dtype(z_dtype) == f32 and np.dtype(h_dtype) == f32 else np.dtype(np.float64)
-
-
-def _fit(zt: np.ndarray, ht: np.ndarray, h_prime: Any, rho: float | None, x: Any,
-         circular: Any, test_fraction: float, seed: int, test_rows: Any,
-         options: dict[str, Any]) -> Fit:
-    """One pass of moments over [z | sin/cos z_circ | h | x] on the split's rows."""
-    dtype = fit_dtype(zt.dtype, ht.dtype)
-    rows, n, m = zt.shape[0], zt.shape[1], ht.shape[1]
-    blocks = [zt.astype(dtype, copy=False)]
-    circ = [int(i) for i in circular]
-    if circ:  # (sin z_i, cos z_i) side by side for each circular latent i
-        ang = zt[:, circ].astype(dtype)
-        blocks.append(np.stack([np.sin(ang), np.cos(ang)], axis=2).reshape(rows, 2 * len(circ)))
-    blocks.append(ht.astype(dtype, copy=False))
-    if x is not None:
-        blocks.append(to_numpy(x).reshape(rows, -1).astype(dtype, copy=False))
-    # any point near the mean keeps the moments' sums small: the mean of the first rows will do
-    shift = np.concatenate([blk[:CHUNK_ROWS].mean(0, dtype=np.float64) for blk in blocks])
-    ic = slice(n, n + 2 * len(circ))
-    ih = slice(ic.stop, ic.stop + m)
-    if test_rows is None:
-        test_rows, train_rows = split_rows(rows, test_fraction, seed)
-    else:
-        mask = np.zeros(rows, dtype=bool)
-        mask[to_numpy(test_rows).astype(np.int64)] = True
-        test_rows, train_rows = np.flatnonzero(mask), np.flatnonzero(~mask)
-    m_tr, m_te = Moments.of_row_sets(blocks, [train_rows, test_rows], shift)
-    m_pool = Moments.pooled(m_tr, m_te)
-    s = m_pool.scatter
-    s /= max(rows - 1, 1)  # the covariance, in place
-    iz = slice(0, n)
-    w_zh = solve_psd(s[iz, iz], s[iz, ih])  # one solve serves Q̂ and R²(z → h)
-    hp = None if h_prime is None else to_numpy(h_prime).reshape(rows, -1)
-    return Fit(blocks, shift, iz, ic, ih, slice(ih.stop, shift.size), circ, train_rows,
-               test_rows, m_tr, m_te, m_pool, s, w_zh.T, w_zh, whitening_terms(s[ih, ih], rows),
-               ht, hp, rho, x is not None, options)
 
 
 def _linear(f: Fit) -> dict[str, Any]:
@@ -361,40 +256,6 @@ def metric_groups() -> list[MetricGroup]:
     return [METRICS.get(name) for name in METRICS.ordered()]
 
 
-def make_fit(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
-             rho: float | None = None, x: ArrayLike | None = None, *,
-             circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
-             seed: int = 0, test_rows: ArrayLike | None = None, bootstrap: int = 0,
-             confidence: float = 0.95, gauss_sims: int = 0, gauss_slices: int = 64,
-             core: bool = False, angle_sigma: float | None = None,
-             floor_draws: int = 0) -> Fit:
-    """The :class:`Fit` every metric group reads, as :func:`audit_metrics` makes it (a
-    plugin's metric group, or its conformance check, computes on the same).
-
-    Args:
-        z, h, h_prime, rho, x: the audit's arrays (rows first).
-        circular, test_fraction, seed, test_rows: as :func:`audit_metrics` takes them.
-        bootstrap, confidence, gauss_sims, gauss_slices, core, angle_sigma, floor_draws:
-            the options the groups read (``fit.options``).
-
-    Returns:
-        The fit.
-
-    Example:
-        >>> import numpy as np
-        >>> z = np.random.default_rng(0).standard_normal((100, 2))
-        >>> make_fit(z, z).rows
-        100
-    """
-    zt, ht = to_numpy(z), to_numpy(h)
-    zt = zt.reshape(zt.shape[0], -1)
-    ht = ht.reshape(ht.shape[0], -1)
-    options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
-               "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core,
-               "angle_sigma": angle_sigma, "floor_draws": floor_draws}
-    return _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
-
-
 def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   rho: float | None = None, x: ArrayLike | None = None, *,
                   circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
@@ -403,7 +264,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   test_rows: ArrayLike | None = None, core: bool = False,
                   angle_sigma: float | None = None, floor_draws: int = 0) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x]
-    (:func:`_fit`), then each :data:`METRIC_GROUPS` entry that applies.
+    (:func:`~idaudit.maths.fit.make_fit`), then each :data:`METRIC_GROUPS` entry that applies.
 
     This is the one metrics function: ``train`` logs its values on the world's evaluation
     set and ``audit`` reports them. ``*_heldout`` keys fit on a random ``1 − test_fraction``
