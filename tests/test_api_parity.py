@@ -337,7 +337,7 @@ def test_embed(tmp_path):
     idaudit.embed(EmbedRequest.from_options(target=enc, **opts, out=tmp_path / "req.npz"))
     a, b = np.load(tmp_path / "cli.npz"), np.load(tmp_path / "lib.npz")
     c = np.load(tmp_path / "req.npz")
-    assert sorted(a.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z"]
+    assert sorted(a.files) == ["circular", "h", "h_prime", "rho", "seed", "x", "z", "z_white"]
     assert all(np.array_equal(a[k], b[k]) and np.array_equal(a[k], c[k]) for k in a.files)
     assert np.array_equal(np.asarray(inp.h), a["h"])
     with pytest.raises(idaudit.IdauditError, match="unknown options: gauss_sims"):

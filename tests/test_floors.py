@@ -14,6 +14,7 @@ from scipy import stats
 
 from idaudit import audit
 from idaudit.core.defaults import FLOOR_DRAWS
+from idaudit.maths.fit import _fit
 from idaudit.maths.floors import (
     band,
     band_rank,
@@ -21,7 +22,7 @@ from idaudit.maths.floors import (
     in_sample_floor_mean,
     shuffled_r2,
 )
-from idaudit.maths.metrics import _fit, audit_metrics
+from idaudit.maths.metrics import audit_metrics
 
 
 def _split_moments(z, h, test_fraction=0.5, seed=0):

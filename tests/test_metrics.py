@@ -5,13 +5,20 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.linalg import orthogonal_procrustes
+from scipy.linalg import orthogonal_procrustes, sqrtm
 from scipy.stats import ortho_group
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
 from idaudit.maths.bounds import alignment_gap, approximate_bound, whitening_error
-from idaudit.maths.linear import fit_linear_map, linear_r2, orthogonality_error, per_dim_r2, procrustes_mse
+from idaudit.maths.linear import (
+    fit_linear_map,
+    linear_r2,
+    orthogonality_error,
+    per_dim_r2,
+    procrustes_mse,
+    whiten,
+)
 from idaudit.maths.metrics import identifiability_metrics
 
 
@@ -25,7 +32,7 @@ def test_orthogonal_encoder_is_perfect(rng):
     q = ortho_group.rvs(5, random_state=1)
     h = z @ q.T
     hp = (0.9 * z + math.sqrt(1 - 0.81) * rng.standard_normal(z.shape)) @ q.T
-    m = identifiability_metrics(z, h, hp, rho=0.9)
+    m = identifiability_metrics(z, h, hp, rho=0.9, z_white=True)  # z drawn white: as it is
     assert m["r2_h_to_z"] == pytest.approx(1.0, abs=1e-12)
     assert m["r2_z_to_h"] == pytest.approx(1.0, abs=1e-12)
     assert m["procrustes_mse"] == pytest.approx(0.0, abs=1e-9)
@@ -33,6 +40,10 @@ def test_orthogonal_encoder_is_perfect(rng):
     assert orthogonality_error(fit_linear_map(z, h)[0]) == pytest.approx(0.0, abs=1e-10)
     assert m["orthogonality_error"] == pytest.approx(0.0, abs=1e-10)
     assert m["bound_holds"] is True
+    # of unknown law, z is whitened on the rows: then h = Q(whitened z) is the exact rotation
+    w = identifiability_metrics(3.0 * z, whiten(z) @ q.T, rho=0.9)
+    assert w["procrustes_mse"] == pytest.approx(0.0, abs=1e-9)
+    assert w["orthogonality_error"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_constant_encoder_scores_zero(rng):
@@ -75,6 +86,12 @@ def test_procrustes_matches_scipy(rng):
     zc, hc = z - z.mean(0), h - h.mean(0)
     r, _ = orthogonal_procrustes(zc, hc)
     expected = np.square(zc @ r - hc).sum(1).mean()
+    assert procrustes_mse(z, h, z_white=True) == pytest.approx(expected, rel=1e-9)
+    assert identifiability_metrics(z, h, z_white=True)["procrustes_mse"] == \
+        pytest.approx(expected, rel=1e-9)
+    zw = zc @ np.linalg.inv(np.real(sqrtm(zc.T @ zc / len(z))))  # whitened by SciPy
+    r, _ = orthogonal_procrustes(zw, hc)
+    expected = np.square(zw @ r - hc).sum(1).mean()
     assert procrustes_mse(z, h) == pytest.approx(expected, rel=1e-9)
     assert identifiability_metrics(z, h)["procrustes_mse"] == pytest.approx(expected, rel=1e-9)
 

@@ -36,9 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {"embed": EmbedRequest, "audit": AuditRequest, "consistency": ConsistencyRequest,
             "plan": PlanRequest, "train": TrainRequest, "world": WorldRequest,
             "sweep": SweepRequest}
-RENAMED = {"world_": "world", "out_path": "out", "out_dir": "out", "json_path": None,
-           "min_": "min", "embed_": "embed", "max_": "max", "max_orth": "max_orthogonality_error",
-           "set_": "set", "name": None, "junit": None, "markdown": None,
+RENAMED = {"out_path": "out", "json_path": None, "name": None, "junit": None, "markdown": None,
            "quiet": None, "show_config": None, "keys": None, "list_only": None,
            "targets": "targets", "target": "target"}
 

@@ -214,7 +214,7 @@ def test_every_world_name_has_a_kind_that_builds_its_world():
 
     kinds = {n: type(KINDS.get(n)).__name__ for n in KINDS.names()}
     assert {n: k for n, k in kinds.items() if n not in SYNTHETIC_WORLDS} == {
-        "pairs": "PairsKind", "reacher": "ReacherKind"}
+        "pairs": "PairsKind", "reacher": "ReacherKind", "recorded": "RecordedKind"}
     assert {kinds[n] for n in SYNTHETIC_WORLDS} == {"SyntheticKind"} and len(SYNTHETIC_WORLDS) >= 5
     assert KINDS.get("spiral") is KINDS.get("coupling")  # one kind serves every synthetic name
     for name in SYNTHETIC_WORLDS:

@@ -7,33 +7,27 @@ from pathlib import Path
 import typer
 
 from idaudit.cli.application import app, cli_errors
-from idaudit.cli.options import encoder_flags, n_eval_option, report_flags
+from idaudit.cli.options import encoder_flags, option_flags, report_flags
 from idaudit.cli.output import check_reports, finish
+from idaudit.core.command_options import CONSISTENCY
 from idaudit.core.errors import check_seed
-from idaudit.core.requests import ConsistencyRequest, default
+from idaudit.core.requests import ConsistencyRequest
 
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
 @app.command()
 @cli_errors
+@option_flags("options", CONSISTENCY)
 @report_flags
 @encoder_flags
 def consistency(
     targets: list[Path] = typer.Argument(..., help="two or more runs: arrays with h (.npy, or h "
                                          "in .npz/.safetensors) embedding the same inputs, or "
                                          "encoders in any form audit takes"),
+    options: dict = None,  # consistency's own options (core/options.CONSISTENCY)
     report: dict = None,  # the REPORT_FLAGS (report_flags)
     encoder: dict = None,  # the encoder flags (core/options.ENCODER)
-    n_eval: int | None = n_eval_option("inputs to embed", "the first checkpoint's"),
-    seed: int | None = typer.Option(None, "--seed", help="inputs and split seed (default: the "
-                                    "first checkpoint's training seed, else 0)"),
-    test_fraction: float = typer.Option(default(ConsistencyRequest, "test_fraction"),
-                                        "--test-fraction", help="held-out share of rows"),
-    min_r2: float | None = typer.Option(None, "--min-r2", help="gate: consistency_r2 (worst "
-                                        "pair, held-out) ≥"),
-    max_orth: float | None = typer.Option(None, "--max-orthogonality-error",
-                                          help="gate: consistency_orthogonality_error ≤"),
 ) -> None:
     """Do two or more runs agree up to a rotation? No true latents needed.
 
@@ -47,13 +41,12 @@ def consistency(
     from idaudit.evaluations.pipeline import files_read
     from idaudit.evaluations.report import consistency_table
 
-    check_seed(seed)
+    check_seed(options["seed"])
     from idaudit.core.limits import check_runs
 
     check_runs(len(targets))
     check_reports(report, files_read(list(targets), encoder, report["gate"], "the run"))
     result = run_consistency(ConsistencyRequest.from_options(
-        targets=list(targets), **encoder, n_eval=n_eval, seed=seed, test_fraction=test_fraction,
-        min_r2=min_r2, max_orthogonality_error=max_orth, min=report["min"], max=report["max"],
+        targets=list(targets), **encoder, **options, min=report["min"], max=report["max"],
         gate=report["gate"]))
     finish(result, consistency_table(result, report["keys"]), report, "consistency")

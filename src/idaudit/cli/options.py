@@ -8,36 +8,22 @@ from typing import Any
 
 import typer
 
-from idaudit.core.defaults import WORLD_DEFAULTS, default_text
 from idaudit.core.options import ENCODER, Option
 from idaudit.core.request_parts import encoder_forms
 
-__all__ = ["EncoderArg", "encoder_flags", "n_eval_option", "option_flags", "report_flags", "world_default"]
+__all__ = ["EncoderArg", "encoder_flags", "option_flags", "report_flags"]
 
 # ---- shared options --------------------------------------------------------------------
-# World options default to None ("not given"): each world fills its own defaults and refuses
-# the options it does not take, naming them. Help texts read the defaults from
-# idaudit.core.defaults (chained options) and the request dataclasses (a command's own options).
-
-
-def world_default(key: str) -> str:
-    """A world option's default as its help text shows it."""
-    return default_text(WORLD_DEFAULTS[key])
-
-
-def n_eval_option(what: str, whose: str = "the training") -> Any:
-    """``--n-eval`` of a command that embeds a world's evaluation set: ``what`` it counts, and
-    whose evaluation set is the default."""
-    return typer.Option(None, "--n-eval", help=f"{what} (default: {whose} eval set, else "
-                        f"{world_default('n_eval')}; reacher without --data: "
-                        f"{world_default('rendered_eval_pairs')} rendered pairs)")
+# Every option a command passes to its request is declared once in idaudit.core.options (its
+# flags, help, default and constraint); world options default to None ("not given"): each
+# world fills its own defaults and refuses the options it does not take, naming them.
 
 
 def typer_option(option: Option) -> Any:
     """The typer parameter of a declared option (:mod:`idaudit.core.options`): its flags,
     its help (read now: a registry's names, plugins' included) and typer's extras."""
-    return typer.Option(option.default, *option.flags, help=option.help_text(),
-                        **option.typer)
+    default = list(option.default) if isinstance(option.default, tuple) else option.default
+    return typer.Option(default, *option.flags, help=option.help_text(), **option.typer)
 
 
 def option_flags(param: str, options: tuple[Option, ...], prepare=None):
@@ -57,8 +43,14 @@ KeysOpt = typer.Option(False, "--keys", help="show each metric's key (what --min
 def flag_group(param: str, flags: tuple, prepare=None):
     """A decorator giving a command the ``flags`` — (name, annotation, typer option) triples,
     declared once for every command that takes them — in place of its parameter ``param``,
-    which receives them as one dict (passed through ``prepare`` when given)."""
+    which receives them as one dict (passed through ``prepare`` when given). An annotation
+    given as text ("Path | None") is read here, so the command's module need not import what
+    it names."""
     import inspect
+    from pathlib import Path
+
+    flags = tuple((name, eval(a, {"Path": Path}) if isinstance(a, str) else a, option)  # noqa: S307
+                  for name, a, option in flags)  # the texts are KINDS' and REPORT_FLAGS'
 
     def decorate(fn):
         sig = inspect.signature(fn)

@@ -7,31 +7,24 @@ from pathlib import Path
 import typer
 
 from idaudit.cli.application import app, cli_errors, err, out
-from idaudit.cli.options import EncoderArg, encoder_flags, world_default
+from idaudit.cli.options import EncoderArg, encoder_flags, option_flags
 from idaudit.cli.output import emit, report_outputs, to_stdout
+from idaudit.core.command_options import PLAN
 from idaudit.core.jsontext import json_text
 from idaudit.core.outputs import check_outputs
-from idaudit.core.requests import PlanRequest, default
+from idaudit.core.requests import PlanRequest
 
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
 @app.command()
 @cli_errors
+@option_flags("options", PLAN)
 @encoder_flags
 def plan(
     target: Path = EncoderArg,
     encoder: dict = None,  # the encoder flags (core/options.ENCODER)
-    pairs: int = typer.Option(default(PlanRequest, "pairs"), "--pairs",  # no -k: --k is k
-                              help="random start/goal pairs"),
-    waypoints: int = typer.Option(default(PlanRequest, "waypoints"), "--waypoints",
-                                  help="segments per plan"),
-    gallery: int | None = typer.Option(None, "--gallery", help="k-NN decoder gallery size "
-                                       f"(synthetic worlds; default {world_default('gallery')})"),
-    k: int = typer.Option(default(PlanRequest, "k"), "--k", help="neighbours the k-NN decoder "
-                          "averages, from the gallery's latents to the world's"),
-    seed: int = typer.Option(default(PlanRequest, "seed"), "--seed",
-                             help="seed of the start/goal pairs (and the gallery)"),
+    options: dict = None,  # plan's own options (core/options.PLAN)
     json_path: Path | None = typer.Option(None, "--json", readable=False, help="write the results here"),
     plot: Path | None = typer.Option(None, "--plot", readable=False, help="PNG of the planned paths next to "
                                      "the oracle's (needs the plot extra)"),
@@ -49,8 +42,7 @@ def plan(
     check_outputs(report_outputs([(json_path, "--json")]) + [(plot, "--plot")],
                   files_read([target], encoder, name="the target"), remove_stale=True)
     report = run_plan(PlanRequest.from_options(
-        target=target, **encoder, seed=seed,
-        pairs=pairs, waypoints=waypoints, gallery=gallery, k=k))
+        target=target, **encoder, **options))
     say = err if to_stdout(json_path) else out  # stdout carries the JSON alone
     say.print(plan_table(report.metrics))
     if plot is not None:

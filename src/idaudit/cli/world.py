@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from idaudit.cli.application import app, cli_errors, out
-from idaudit.cli.options import option_flags, world_default
+from idaudit.cli.options import option_flags
+from idaudit.core.command_options import WRITE
 from idaudit.core.options import WORLD
-from idaudit.core.requests import WorldRequest, default
 
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
@@ -17,17 +15,11 @@ __all__: list[str] = []  # the command registers itself with the app; nothing to
 @app.command()
 @cli_errors
 @option_flags("options", WORLD)
+@option_flags("written", WRITE)
 def world(
     name: str | None = typer.Argument(None, help="world name (same as --world)"),
     options: dict = None,  # type: ignore[assignment] - the WORLD flags, one dict
-    pairs: int = typer.Option(default(WorldRequest, "pairs"), "--pairs",
-                              help="number of (z, z′) pairs"),
-    seed: int = typer.Option(default(WorldRequest, "seed"), "--seed", help="the dataset's seed"),
-    out_path: Path = typer.Option(..., "--out", "-o", readable=False,
-                                  help="output file (.safetensors), or "
-                                  "a directory for reacher"),
-    n_eval: int | None = typer.Option(None, "--n-eval", help="reacher: shared evaluation "
-                                      f"images (default {world_default('n_eval')})"),
+    written: dict = None,  # type: ignore[assignment] - world's own options (WRITE)
 ) -> None:
     """Write n positive pairs (z, z′, x, x′) of a world, its spec in the file's metadata.
 
@@ -36,5 +28,4 @@ def world(
     """
     from idaudit.worlds.write import write_world
 
-    out.print(write_world(name, progress=True, **options, n_eval=n_eval, out=out_path,
-                          pairs=pairs, seed=seed))
+    out.print(write_world(name, progress=True, **options, **written))

@@ -4,7 +4,8 @@ Train and world options are resolved in one order (:func:`idaudit.training.runs.
 given, then the recipe's, then the world's own (``train_defaults`` of its kind, the fields its
 spec fills), then the global default below. Help texts read these values instead of restating
 them. A command's own options (``--pairs`` of ``plan``, ``--bootstrap`` of ``audit`` …) default
-in the fields of that command's request dataclass, which the CLI reads the same way.
+in their declarations (:mod:`idaudit.core.command_options`), which the command's flags and
+its request dataclass's fields both read.
 """
 
 from __future__ import annotations

@@ -49,12 +49,12 @@ class Limit:
         return self.high is None or (value < self.high if self.open else value <= self.high)
 
     def text(self) -> str:
-        """The limit in words: "an integer ≥ 10", "lie in [2, 64]", "lie strictly between 0
-        and 1"."""
+        """The limit in words: "an integer ≥ 10", "a number of seconds > 0", "lie in [2, 64]",
+        "lie strictly between 0 and 1"."""
         unit = f" {self.unit}" if self.unit else ""
-        if self.high is None:
-            return (f"{'an integer' if self.integer else 'a number'} {'>' if self.open else '≥'} "
-                    f"{self.low:g}{unit}")
+        if self.high is None:  # "a number of seconds > 0"
+            noun = ("an integer" if self.integer else "a number") + (f" of{unit}" if unit else "")
+            return f"{noun} {'>' if self.open else '≥'} {self.low:g}"
         if self.open:
             return f"lie strictly between {self.low:g} and {self.high:g}{unit}"
         return f"lie in [{self.low:g}, {self.high:g}]{unit}"
@@ -78,6 +78,12 @@ LIMITS: dict[str, Limit] = {
     "runs": Limit(True, 2),  # consistency: how many runs are compared
     "sweep_runs": Limit(True, 1, 10_000),  # the runs one sweep takes (its grid, counted)
     "angle_sigma": Limit(False, 0, None, open=True),  # σ of the angles' law N(0, σ²)
+    "time_limit": Limit(False, 0, None, open=True, unit="seconds"),  # a caged program's life
+    # sweep: what to keep (--seeds; --steps is "steps"), runs in flight and a Ray task's
+    # resources (--cpus-per-run, --gpus-per-run, --memory-per-run)
+    "seeds": Limit(True, 1),
+    "sweep_workers": Limit(True, 1),
+    "per_run": Limit(False, 0),
     # world and train options (idaudit.core.options names each option's limit)
     "alpha": Limit(False, 0, None, open=True),
     "layers": Limit(True, 1),

@@ -1,19 +1,28 @@
-"""Options declared once: name, type, flags, help and constraint of each world and train option.
+"""Options declared once: name, type, flags, help, default and constraint of every option a
+command passes to its request.
 
 Each :class:`Option` here is the one place its option is described. What reads them:
 
-* the typer parameters of ``idaudit train`` and ``idaudit world`` (``cli/options.py``:
-  :func:`~idaudit.cli.options.option_flags`), with their ``--help``;
+* the typer parameters of every command (``cli/options.py``:
+  :func:`~idaudit.cli.options.option_flags`), with their ``--help``: the world options
+  (:data:`WORLD`), the train options (:data:`TRAIN`), the encoder options of the commands
+  that embed an encoder (:data:`ENCODER`), and each command's own
+  (:mod:`idaudit.core.command_options`, declared with the same :class:`Option`);
 * the fields of :class:`~idaudit.core.requests.TrainRequest` (made from :data:`WORLD` and
   :data:`TRAIN`: :func:`request_fields`) and the types
-  :meth:`~idaudit.training.config.TrainConfig.validate` checks (:func:`kinds`);
-* docs/options.md (``scripts/options_table.py`` writes it; a test compares);
+  :meth:`~idaudit.training.config.TrainConfig.validate` checks (:func:`kinds`); the defaults
+  of the other requests' own fields (:func:`by_name`);
+* docs/options.md (``scripts/options_table.py`` writes it from
+  :data:`~idaudit.core.command_options.GROUPS`; a test compares);
 * the invalid values tests/test_options.py tries on the command line (each constraint's
-  :meth:`Option.invalid`).
+  :meth:`Option.invalids`).
 
 A constraint is a declaration: ``limit`` names an interval of :data:`idaudit.core.limits.LIMITS`
 (one check, one wording), ``choices`` the values a string may take (a tuple, or the name of a
-registry of :mod:`idaudit.core.registered`, whose names may grow with plugins).
+registry of :mod:`idaudit.core.registered`, whose names may grow with plugins), ``valid`` what
+a value must be (a key of :data:`VALID`: a non-empty text, an object, a bool), ``pattern`` a
+text's form (a :class:`Pattern`) and ``requires`` the option it goes with; :func:`check_values`
+checks them all (the encoder options' :class:`~idaudit.core.request_parts.LoadOptions`).
 
 Example:
     >>> BY_NAME["lamb"].flags, BY_NAME["lamb"].annotation
@@ -24,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,12 +47,38 @@ from idaudit.core.defaults import (
     WORLD_DEFAULTS,
 )
 from idaudit.core.defaults import default_text as _text
+from idaudit.core.errors import IdauditError
 
 #: an option's type → (its annotation as typer reads it, the check_type kind)
 KINDS = {"integer": ("int | None", "integer"), "number": ("float | None", "number"),
          "string": ("str | None", "string"), "flag": ("bool | None", None),
          "path": ("Path | None", "path"), "json": ("str | None", "object"),
-         "number-or-rule": ("str | None", None)}
+         "number-or-rule": ("str | None", None), "list": ("list[str]", None)}
+
+
+#: what a value declared ``valid`` must be (the CLI gives text; Python any object): its test,
+#: the refusal's words after the flag, and a value it refuses (tried by the tests)
+VALID: dict[str, tuple[Callable[[Any], bool], str, Any]] = {
+    "text": (lambda v: isinstance(v, str) and bool(v.strip()), "must be a non-empty text", " "),
+    "mapping": (lambda v: isinstance(v, dict), "must be an object", [1]),
+    "bool": (lambda v: isinstance(v, bool), "must be True or False", "yes"),
+}
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """The form of a text option: a regular expression the whole text matches (an integer
+    is read as its digits), what a refusal ``says`` after the flag, and a value it refuses
+    (``bad``, tried by the tests)."""
+
+    regex: str
+    says: str
+    bad: str
+
+    def holds(self, value: Any) -> bool:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        return isinstance(value, str) and re.fullmatch(self.regex, value, re.DOTALL) is not None
 
 
 @dataclass(frozen=True)
@@ -51,11 +87,13 @@ class Option:
     :data:`KINDS`), ``help`` (text, or a function of nothing returning it, for help read
     from a registry), the typer spellings (``flags``; by default the name, dashes for underscores), and
     its constraint: ``limit`` (a key of LIMITS) or ``choices`` (values, or a registry's
-    name: ``"worlds"``, ``"objectives"``). ``typer``: further typer.Option arguments;
-    ``default``: the command line's default where it is not None (a switch's False).
+    name: ``"worlds"``, ``"objectives"``), ``valid`` (a key of :data:`VALID`: a non-empty
+    text, an object, a bool) and ``pattern`` (a text's :class:`Pattern`), ``requires`` (the
+    option it goes with, and why: given alone it is refused). ``typer``: further typer.Option
+    arguments; ``default``: the command line's default where it is not None (a switch's False).
 
     Args:
-        name, kind, help, flags, limit, choices, typer: as above.
+        name, kind, help, flags, limit, choices, valid, pattern, requires, typer: as above.
         default: typer's default (None: "not given"; a request or a world fills it).
 
     Example:
@@ -71,10 +109,15 @@ class Option:
     choices: tuple[str, ...] | str | None = None
     typer: dict[str, Any] = field(default_factory=dict)
     default: Any = None
+    valid: str | None = None
+    pattern: Pattern | None = None
+    requires: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"option {self.name}: unknown kind {self.kind!r}")
+        if self.valid is not None and self.valid not in VALID:
+            raise ValueError(f"option {self.name}: unknown valid {self.valid!r}")
         if not self.flags:
             object.__setattr__(self, "flags", ("--" + self.name.replace("_", "-"),))
 
@@ -92,22 +135,61 @@ class Option:
     def help_text(self) -> str:
         return self.help() if callable(self.help) else self.help
 
-    def invalids(self) -> tuple[Any, ...]:
-        """Values the constraint refuses: an unknown name, or one past each end of the
-        interval (the end itself where it is excluded)."""
-        if self.choices is not None:
-            return (f"no-such-{self.name}",)
-        if self.limit is None:
-            return ()
-        from idaudit.core.limits import LIMITS
+    def check(self, value: Any) -> None:
+        """Refuse ``value`` (not None) outside the declared constraint, in one line naming
+        the flag: its ``valid`` kind, then its ``pattern``, its ``choices`` (a tuple; a
+        registry's names are checked where the name is looked up) and its ``limit``."""
+        if self.valid is not None and not VALID[self.valid][0](value):
+            raise IdauditError(f"{self.flag} {VALID[self.valid][1]}, got {value!r}")
+        if self.pattern is not None and not self.pattern.holds(value):
+            raise IdauditError(f"{self.flag} {self.pattern.says}, got {value!r}")
+        if isinstance(self.choices, tuple) and value not in self.choices:
+            raise IdauditError(f"{self.flag} must be one of {', '.join(self.choices)}, got "
+                               f"{value!r}")
+        if self.limit is not None:
+            from idaudit.core.limits import check
 
-        lim = LIMITS[self.limit]
-        ends = []
-        if lim.low is not None:
-            ends.append(lim.low if lim.open else lim.low - 1)
-        if lim.high is not None:
-            ends.append(lim.high if lim.open else lim.high + 1)
-        return tuple(int(v) if lim.integer else v for v in ends)
+            check(self.limit, value, self.flag)
+
+    def invalids(self) -> tuple[Any, ...]:
+        """Values the constraint refuses: one its ``valid`` kind refuses, one its ``pattern``
+        does, an unknown name, one past each end of the interval (the end itself where it is
+        excluded)."""
+        tried = [VALID[self.valid][2]] if self.valid is not None else []
+        tried += [self.pattern.bad] if self.pattern is not None else []
+        tried += [f"no-such-{self.name}"] if self.choices is not None else []
+        if self.limit is not None:
+            from idaudit.core.limits import LIMITS
+
+            lim = LIMITS[self.limit]
+            ends = [lim.low if lim.open else lim.low - 1] if lim.low is not None else []
+            ends += [lim.high if lim.open else lim.high + 1] if lim.high is not None else []
+            tried += [int(v) if lim.integer else v for v in ends]
+        return tuple(tried)
+
+
+def check_values(options: tuple[Option, ...], values: dict[str, Any]) -> None:
+    """Refuse (one line naming the flag) each of ``values`` (by option name; None: not given)
+    outside its option's declared constraint (:meth:`Option.check`), then an option given
+    without the one it ``requires``.
+
+    Example:
+        >>> check_values(ENCODER, {"arch_kwargs": {"dim": 4}})
+        Traceback (most recent call last):
+        ...
+        idaudit.core.errors.UsageError: arch_kwargs goes with arch (the factory it is passed to)
+
+    (The command line's message names the flags: "--arch-kwargs goes with --arch …".)
+    """
+    named = by_name(options)
+    for option in options:
+        if values.get(option.name) is not None:
+            option.check(values[option.name])
+    for option in options:
+        if option.requires is not None and values.get(option.name) and \
+                values.get(option.requires[0]) is None:
+            other, why = option.requires
+            raise IdauditError(f"{option.flag} goes with {named[other].flag} ({why})")
 
 
 def _registry_help(name: str, tail: str = "") -> Callable[[], str]:
@@ -224,29 +306,38 @@ _W = {o.name: o for o in WORLD}
 ENCODER: tuple[Option, ...] = (
     Option("arch", "string", "the network plain weights belong to: module.path:factory "
            "(searched in installed packages, then the working directory) or timm:NAME "
-           "(timm.create_model, no download)"),
-    Option("arch_kwargs", "json", "JSON kwargs for the factory"),
+           "(timm.create_model, no download)", valid="text",
+           pattern=Pattern(r"[^:].*:.*[^:]", "must look like module.path:factory or timm:NAME",
+                           "nocolon")),
+    Option("arch_kwargs", "json", "JSON kwargs for the factory", valid="mapping",
+           requires=("arch", "the factory it is passed to")),
     Option("trust_pickle", "flag", "run code from the file: unpickle a whole module or an "
            "object of your own class, load a .pt2 archive or TorchScript idaudit cannot vet as "
            "code-free (still in the cage where it can be built); where no cage can be built, "
            "run programs from files in this process with your permissions",
-           ("--trust-code", "--trust-pickle"), default=False),
+           ("--trust-code", "--trust-pickle"), default=False, valid="bool"),
     Option("key", "string", "the entry of a torch.save dict holding the weights, dots nesting "
-           "(state_dict, target_encoder); asked for when it holds several"),
+           "(state_dict, target_encoder); asked for when it holds several", valid="text",
+           pattern=Pattern(r"[^.]+(\.[^.]+)*", "must be names joined by dots (state_dict, "
+                           "model.encoder)", "a..b")),
     Option("prefix", "string", "keep the weights under this prefix and strip it "
-           "(model.backbone.); module. and _orig_mod. are stripped always"),
+           "(model.backbone.); module. and _orig_mod. are stripped always", valid="text"),
     Option("pool", "string", "token outputs (batch, tokens, dim): cls (the first token) | mean "
            "| none (all, flattened)", choices=POOLS),
     Option("output", "string", "the field of a model output or dict (last_hidden_state, "
            "pooler_output, emb), or an index of a tuple; an idaudit checkpoint trained with "
-           "--projector: backbone (default) | projector"),
+           "--projector: backbone (default) | projector",
+           pattern=Pattern(r"-?[0-9]+|[A-Za-z_][A-Za-z0-9_]*", "must be a field name "
+                           "(last_hidden_state, emb) or an index of a tuple (0)", "last hidden")),
     Option("embed", "string", "module:function called as function(model, images) → (batch, "
            "m), for encoders with no plain forward"),
     Option("weights", "string", "a LeWM directory holding several weights files "
-           "(weights_epoch_1.pt, weights_epoch_2.pt …): the one to load, by name"),
+           "(weights_epoch_1.pt, weights_epoch_2.pt …): the one to load, by name", valid="text",
+           pattern=Pattern(r"(?!\.\.?\Z)[^/\\]+", "names a file of the LeWM directory "
+                           "(weights_epoch_2.pt), not a path", "a/b.pt")),
     Option("time_limit", "number", "seconds a program from a file (TorchScript, .pt2, Hugging "
            "Face, timm, LeWM, --trust-code) may run in its cage, load and forwards together "
-           f"(default {_text(CAGE_SECONDS)})"),
+           f"(default {_text(CAGE_SECONDS)})", limit="time_limit"),
     Option("world", "string", "evaluate on this world (default: the checkpoint's)",
            ("--world", "-w"), choices="worlds"),
     _W["dim"], _W["source"], _W["alpha"], _W["rho"], _W["layers"], _W["stride"],
@@ -264,7 +355,18 @@ ENCODER: tuple[Option, ...] = (
            "$IDAUDIT_CACHE, else ~/.cache/idaudit)"),
 )
 
+
 BY_NAME: dict[str, Option] = {o.name: o for o in (*WORLD, *TRAIN)}
+
+
+def by_name(options: tuple[Option, ...]) -> dict[str, Option]:
+    """A group's options by name (a request reads its fields' defaults from it).
+
+    Example:
+        >>> by_name(ENCODER)["pool"].choices
+        ('cls', 'mean', 'none')
+    """
+    return {o.name: o for o in options}
 
 
 def kinds(options: tuple[Option, ...]) -> dict[str, str]:
@@ -277,4 +379,5 @@ def kinds(options: tuple[Option, ...]) -> dict[str, str]:
     return {o.name: KINDS[o.kind][1] for o in options if KINDS[o.kind][1] is not None}
 
 
-__all__ = ["BY_NAME", "ENCODER", "KINDS", "POOLS", "TRAIN", "WORLD", "Option", "kinds"]
+__all__ = ["BY_NAME", "ENCODER", "KINDS", "POOLS", "TRAIN", "VALID", "WORLD", "Option", "Pattern",
+           "by_name", "check_values", "kinds"]

@@ -99,7 +99,7 @@ for _name, _help in (("lejepa", "λ·SIGReg + (1−λ)·alignment"),
 #: the audit's metric groups: idaudit's own register when idaudit.maths.metrics is imported
 #: (their order is the report's); plugins' come after them
 METRICS: Registry[Any] = Registry("metric group", "idaudit.metrics",
-                                  _lazily("idaudit.maths.metrics:accept_group"))
+                                  _lazily("idaudit.maths.catalogue:accept_group"))
 
 
 # ---- file formats ----------------------------------------------------------------------

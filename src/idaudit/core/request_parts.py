@@ -1,7 +1,7 @@
 """The parts a request is composed of, and a request built from flat options.
 
 :class:`LoadOptions` (how an encoder file is opened and which of its outputs is the embedding;
-with :data:`POOLS` and :func:`encoder_forms`, what a target may be), :class:`WorldChoice` (a
+with :func:`encoder_forms`, what a target may be), :class:`WorldChoice` (a
 world and its options), :class:`EncoderOptions` (where and how encoders are embedded: a
 ``LoadOptions``, a ``WorldChoice`` or stored data) and :class:`GateOptions` (a gate). Each
 option of a part is also an option of the request holding it, under its own name
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError
+from idaudit.core.options import ENCODER, check_values
 
 __all__ = ["Composed", "EncoderOptions", "GateOptions", "LoadOptions", "WorldChoice", "encoder_forms",
            "option_paths"]
@@ -41,8 +42,6 @@ def encoder_forms() -> str:
     return ENCODER_FORMS + "".join(f"; a {name} file ({FORMATS.help(name)})"
                                    for name in sorted(FORMATS.plugins()))
 
-
-from idaudit.core.options import POOLS  # noqa: E402 - declared with the --pool option
 
 
 @dataclass
@@ -78,55 +77,14 @@ class LoadOptions:
         self.check()
 
     def check(self) -> None:
-        """Refuse (one line naming the flag) a value of the wrong type or form; an integer
-        ``output`` given as text ("0") becomes an int."""
-        for name, flag in (("arch", "--arch"), ("key", "--key"), ("prefix", "--prefix"),
-                           ("weights", "--weights")):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise IdauditError(f"{flag} must be a non-empty text, got {value!r}")
-        if self.arch is not None and (":" not in self.arch or self.arch.endswith(":")
-                                      or self.arch.startswith(":")):
-            raise IdauditError("--arch must look like module.path:factory or timm:NAME, got "
-                               f"{self.arch!r}")
-        if self.arch_kwargs is not None and not isinstance(self.arch_kwargs, dict):
-            raise IdauditError(f"--arch-kwargs must be an object, got {self.arch_kwargs!r}")
-        if self.arch_kwargs and self.arch is None:
-            raise IdauditError("--arch-kwargs goes with --arch (the factory it is passed to)")
-        if not isinstance(self.trust_pickle, bool):
-            raise IdauditError(f"--trust-code must be True or False, got {self.trust_pickle!r}")
-        if self.key is not None and "" in self.key.split("."):
-            raise IdauditError(f"--key must be names joined by dots (state_dict, "
-                               f"model.encoder), got {self.key!r}")
-        if self.pool is not None and self.pool not in POOLS:
-            raise IdauditError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        """Refuse (one line naming the flag) a value outside its option's declaration in
+        :data:`~idaudit.core.options.ENCODER` (a non-empty text, a form, an object, a bool,
+        one of its POOLS, a limit, the option it goes with), or an ``embed`` that is no
+        function; an integer ``output`` given as text ("0") becomes an int."""
         if isinstance(self.output, str) and re.fullmatch(r"-?[0-9]+", self.output.strip()):
             self.output = int(self.output)
-        if isinstance(self.output, bool) or not (
-                self.output is None or isinstance(self.output, int)
-                or (isinstance(self.output, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
-                                                                  self.output))):
-            raise IdauditError("--output must be a field name (last_hidden_state, emb) or an "
-                               f"index of a tuple (0), got {self.output!r}")
-        if self.weights is not None and (Path(self.weights).name != self.weights or "\\" in
-                                         self.weights or self.weights in (".", "..")):
-            raise IdauditError("--weights names a file of the LeWM directory (weights_epoch_2.pt), "
-                               f"not a path, got {self.weights!r}")
-        if self.time_limit is not None and (
-                isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float))
-                or not 0 < self.time_limit < float("inf")):
-            raise IdauditError(f"--time-limit must be a number of seconds > 0, got "
-                               f"{self.time_limit!r}")
-        if isinstance(self.embed, dict):
-            if not self.embed:
-                raise IdauditError("--embed as a dict names one function or more (name → "
-                                   "function, one target each), got none")
-            for name, fn in self.embed.items():
-                if not isinstance(name, str) or not name.strip():
-                    raise IdauditError(f"--embed's names must be non-empty texts, got {name!r}")
-                _check_embed(fn, f"--embed[{name!r}]")
-        elif self.embed is not None:
-            _check_embed(self.embed, "--embed")
+        check_values(ENCODER, {f.name: getattr(self, f.name) for f in fields(self)})
+        _check_embeds(self.embed)
 
     def chooses_embedding(self) -> bool:
         return self.pool is not None or self.output is not None or self.embed is not None
@@ -151,6 +109,21 @@ class LoadOptions:
         self.refuse(("arch_kwargs", "prefix", "pool", "output", "embed", "time_limit"),
                     f"arrays ({path} holds arrays: they are audited as they are)")
 
+
+
+def _check_embeds(embed: Any) -> None:
+    """``embed``: a function or its name (:func:`_check_embed`), or several by name (an
+    audit's targets side by side)."""
+    if isinstance(embed, dict):
+        if not embed:
+            raise IdauditError("--embed as a dict names one function or more (name → "
+                               "function, one target each), got none")
+        for name, fn in embed.items():
+            if not isinstance(name, str) or not name.strip():
+                raise IdauditError(f"--embed's names must be non-empty texts, got {name!r}")
+            _check_embed(fn, f"--embed[{name!r}]")
+    elif embed is not None:
+        _check_embed(embed, "--embed")
 
 
 def _check_embed(fn: Any, flag: str) -> None:

@@ -20,8 +20,8 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
+from idaudit.core import command_options as _commands
 from idaudit.core import options as _options
-from idaudit.core.defaults import TEST_FRACTION
 from idaudit.core.errors import IdauditError
 from idaudit.core.request_parts import (
     Composed,
@@ -31,6 +31,10 @@ from idaudit.core.request_parts import (
     _part,
     option_paths,
 )
+
+#: each command's own options by name: a field's default is its option's (core/options.py)
+_AUDIT, _CONSISTENCY, _PLAN, _WRITE, _SWEEP = (_options.by_name(g) for g in (
+    _commands.AUDIT, _commands.CONSISTENCY, _commands.PLAN, _commands.WRITE, _commands.SWEEP))
 
 __all__ = ["AuditRequest", "ConsistencyRequest", "EmbedRequest", "LIBRARY_ONLY", "PlanRequest",
            "SweepRequest", "TrainRequest", "WorldRequest", "default", "flat_options", "unknown_options"]
@@ -68,14 +72,14 @@ class AuditRequest(Composed):
     gate: GateOptions = field(default_factory=GateOptions)
     n_eval: int | None = None
     seed: int | None = None
-    reduce: str = "worst"
-    bootstrap: int = 0
+    reduce: str = _AUDIT["reduce"].default
+    bootstrap: int = _AUDIT["bootstrap"].default
     test_fraction: float | None = None
     circular: str | tuple[int, ...] | list[int] = ()
     angle_sigma: float | None = None
-    gauss_sims: int = 0
+    gauss_sims: int = _AUDIT["gauss_sims"].default
     floor_draws: int | None = None
-    label_free: bool = False
+    label_free: bool = _AUDIT["label_free"].default
     plot: str | Path | None = None
     html: str | Path | None = None
 
@@ -114,7 +118,7 @@ class ConsistencyRequest(Composed):
     gate: GateOptions = field(default_factory=GateOptions)
     n_eval: int | None = None
     seed: int | None = None
-    test_fraction: float = TEST_FRACTION
+    test_fraction: float = _CONSISTENCY["test_fraction"].default
 
 
 @dataclass
@@ -133,11 +137,11 @@ class PlanRequest(Composed):
     z: Any = None
     h: Any = None
     encoder: EncoderOptions = field(default_factory=EncoderOptions)
-    seed: int | None = 0
-    pairs: int = 100
-    waypoints: int = 20
+    seed: int | None = _PLAN["seed"].default
+    pairs: int = _PLAN["pairs"].default
+    waypoints: int = _PLAN["waypoints"].default
     gallery: int | None = None
-    k: int = 5
+    k: int = _PLAN["k"].default
 
 
 @dataclass
@@ -208,8 +212,8 @@ class WorldRequest(WorldChoice):
     trajectory: bool | None = None
     n_eval: int | None = None
     out: str | Path | None = None
-    pairs: int = 10_000
-    seed: int = 0
+    pairs: int = _WRITE["pairs"].default
+    seed: int = _WRITE["seed"].default
     workers: int | None = None
 
     _WORLD_OPTIONS = (*WorldChoice._WORLD_OPTIONS, "trajectory", "stride", "n_eval")
@@ -228,7 +232,7 @@ class SweepRequest:
     to keep each trained encoder."""
 
     suite: str | Path = ""
-    out: str | Path = "sweeps"
+    out: str | Path = _SWEEP["out"].default
     seeds: int | None = None
     steps: int | None = None
     dims: str | list[int] | None = None
@@ -236,12 +240,12 @@ class SweepRequest:
     only: dict[str, list[Any]] | list[str] = field(default_factory=list)
     set: dict[str, Any] | list[str] = field(default_factory=list)
     workers: int | None = None
-    executor: str = "local"
+    executor: str = _SWEEP["executor"].default
     address: str | None = None
     cpus_per_run: float | None = None
     gpus_per_run: float | None = None
     memory_per_run: float | None = None
-    checkpoints: bool = False
+    checkpoints: bool = _SWEEP["checkpoints"].default
 
 
 #: the options of a request that no command has a flag for, each with the reason (every other

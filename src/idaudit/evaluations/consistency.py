@@ -52,8 +52,9 @@ def consistency_metrics(embeddings: list[np.ndarray], names: list[str],
     """Pairwise metrics for both directions of every pair, and the worst values."""
     pairs = []
     for i, j in permutations(range(len(embeddings)), 2):
+        # one run's embedding in its own units: the question is a rotation of it as it is
         m = audit_metrics(embeddings[i], embeddings[j], core=True, test_fraction=test_fraction,
-                          seed=seed)
+                          seed=seed, z_white=True)
         pairs.append({"from": names[i], "to": names[j], "r2": m["r2_z_to_h_heldout"],
                       "r2_in_sample": m["r2_z_to_h"],
                       "orthogonality_error": m["orthogonality_error"],

@@ -76,11 +76,12 @@ class TaskShape:
 
 def check_shape(shape: TaskShape) -> None:
     """Refuse resources Ray cannot mean (the flag named)."""
+    from idaudit.core.limits import check
+
     for value, flag in ((shape.cpus, "--cpus-per-run"), (shape.gpus, "--gpus-per-run"),
                         (shape.memory_gib, "--memory-per-run")):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or value < 0):
-            raise IdauditError(f"{flag} must be a number ≥ 0, got {value!r}")
+        if value is not None:
+            check("per_run", value, flag)
     if not shape.cpus and not shape.gpus:
         raise IdauditError("--cpus-per-run 0 needs --gpus-per-run > 0 (a run must ask for "
                            "something)")

@@ -158,8 +158,8 @@ def audit_bytes(declared: Declared) -> int:
     """The bytes an audit of these arrays allocates beyond reading them, from their declared
     shapes and dtypes: :func:`numeric_array`'s copies (integers to float64, half precision to
     float32) and the copies of z, h and x its pass of moments makes in its own dtype
-    (:func:`~idaudit.maths.metrics.fit_dtype`)."""
-    from idaudit.maths.metrics import fit_dtype
+    (:func:`~idaudit.maths.fit.fit_dtype`)."""
+    from idaudit.maths.fit import fit_dtype
 
     read = {k: (math.prod(shape), dtype, _as_read(dtype)) for k, (shape, dtype) in
             declared.items() if k in ARRAY_KEYS}

@@ -1,193 +1,138 @@
-"""The audit's metrics, composed: pure functions of arrays (z, h, h′, x, ρ).
+"""The audit's metrics, composed: pure functions of arrays (z, h, h′, x, ρ), each group of
+them declared with the catalogue entries of the keys it returns.
 
 NumPy and SciPy only (torch tensors are accepted and converted), so an arrays-only audit never
-imports torch. :func:`audit_metrics` makes one pass of moments over the rows (``moments``),
-then each entry of :data:`METRIC_GROUPS` reads that one :class:`Fit`: the linear fits
-(``linear``: R², Q̂, orthogonality, Procrustes, MCC), the Theorem 3 bound (``bounds``:
-ε = ‖Cov(h) − I‖_F, δ = max(E‖h(z′) − h(z)‖² − 2(1 − ρ) tr Cov(h), 0), D = δ / (2ρ(1 − ρ)),
-bound = D + (ε + D)²), the Gaussianity test (``gaussianity``), subspaces, circular latents,
-the raw mixing and bootstrap intervals. Every reported number is float64.
+imports torch. :func:`audit_metrics` makes one pass of moments over the rows
+(:func:`~idaudit.maths.fit.make_fit`), then each entry of :data:`METRIC_GROUPS` reads that one
+:class:`Fit`: the linear fits (``linear``: R², Q̂, orthogonality, Procrustes, MCC), the
+Theorem 3 bound (``bounds``: ε = ‖Cov(h) − I‖_F, δ = max(E‖h(z′) − h(z)‖² − 2(1 − ρ) tr
+Cov(h), 0), D = δ / (2ρ(1 − ρ)), bound = D + (ε + D)²), the Gaussianity test
+(``gaussianity``), subspaces, circular latents, the raw mixing and bootstrap intervals.
+Every reported number is float64. Each :class:`MetricGroup` declares, beside its function,
+the :class:`Metric` of every key it reports (its label, which way is better, what it needs,
+which reports hold it); :mod:`idaudit.maths.catalogue` makes the catalogue of them.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from idaudit.core.registered import METRICS
-from idaudit.maths.bounds import (
-    bound_terms,
-    distance_to_identity,
-    pair_rows,
-    whitening_floor,
-    whitening_terms,
-)
-from idaudit.maths.catalogue import Metric
+from idaudit.maths.bounds import bound_terms, distance_to_identity, pair_rows, whitening_floor
 from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
+from idaudit.maths.fit import Fit, make_fit
 from idaudit.maths.floors import band, floor_latents, shuffled_r2
 from idaudit.maths.gaussianity import sliced_gaussianity
-from idaudit.maths.linalg import psd_solver, solve_psd
 from idaudit.maths.linear import (
     ArrayLike,
     effective_rank_from_eigs,
-    inverse_sqrt_psd,
     mcc_from_cov,
     orthogonality_error,
     principal_angles_deg,
-    procrustes_from_cov,
     r2_from_cov,
-    to_numpy,
 )
-from idaudit.maths.moments import CHUNK_ROWS, Moments, heldout_r2_from_moments, split_rows
+from idaudit.maths.moments import Moments, heldout_r2_from_moments
 
-__all__ = ["Fit", "MetricGroup", "accept_group", "audit_metrics", "fit_dtype", "identifiability_metrics",
-           "make_fit"]
-
-
-def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
-                            rho: float | None = None, x: ArrayLike | None = None,
-                            **kwargs: Any) -> dict[str, Any]:
-    """The in-sample core of :func:`audit_metrics` (R², orthogonality, Procrustes, ε, δ, D,
-    bound, held-out R²), from the same code: what the training curve logs."""
-    return audit_metrics(z, h, h_prime, rho, x, core=True, **kwargs)
+#: Fit and make_fit are :mod:`idaudit.maths.fit`'s, named here too: a plugin's metric group
+#: reads the Fit its compute gets (docs/plugins.md)
+__all__ = ["DIRECTIONS", "Fit", "METRIC_GROUPS", "NEEDS", "REPORTS", "Metric", "MetricGroup",
+           "audit_metrics", "identifiability_metrics", "make_fit", "metric_groups"]
 
 
-# ---- the full audit: held-out fits, MCC, floors, subspaces, circular latents, Gaussianity ----
+#: what an audit must be given for a metric (``Metric.needs``): ``z`` the true latents,
+#: ``h_prime`` and ``rho`` the positive pairs and their OU correlation, ``bootstrap``
+#: ``--bootstrap B`` resamples, ``angle_law`` angles seen mod 2π with their law, ``floor`` the
+#: shuffles of the uninformative floor (``--floor-draws``, on by default)
+NEEDS = ("z", "h_prime", "rho", "bootstrap", "angle_law", "floor")
+#: which reports hold a metric (``Metric.reports``): ``audit`` an audit with z (``audit_metrics``,
+#: or several runs gated together), ``label_free`` a label-free audit (h, h′, ρ alone),
+#: ``consistency`` the consistency check, ``train`` a row of the training table, ``sweep`` a
+#: column of the sweep tables
+REPORTS = ("audit", "label_free", "consistency", "train", "sweep")
+DIRECTIONS = ("higher", "lower", None)
+
+Direction = Literal["higher", "lower"] | None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: its key, console/Markdown ``label``, which way is better (None: a size,
+    flag or reference value), what the audit needs to report it (:data:`NEEDS`), where it is
+    reported (:data:`REPORTS`), what it means.
+
+    ``row``: a row of the audit / consistency tables when reported there (False: in the JSON
+    and gates only); ``gate``: a gate may name it (False: not a single number); ``short``:
+    the training table's label where it differs from ``label``."""
+
+    key: str
+    label: str
+    direction: Direction
+    needs: frozenset[str]
+    reports: frozenset[str]
+    meaning: str
+    row: bool = True
+    gate: bool = True
+    short: str | None = None
+
+    @classmethod
+    def of(cls, key: str, label: str, direction: Direction, needs: str, reports: str,
+           meaning: str, **kw: Any) -> Metric:
+        """An entry, with ``needs`` and ``reports`` as space-separated words.
+
+        Example:
+            >>> Metric.of("width", "embedding width", None, "", "audit", "columns of h").reports
+            frozenset({'audit'})
+        """
+        return cls(key, label, direction, frozenset(needs.split()), frozenset(reports.split()),
+                   meaning, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as JSON: needs and reports as lists in their canonical order."""
+        return {"key": self.key, "label": self.label, "direction": self.direction,
+                "needs": [n for n in NEEDS if n in self.needs],
+                "reports": [r for r in REPORTS if r in self.reports], "meaning": self.meaning,
+                "row": self.row, "gate": self.gate, "short": self.short}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Metric:
+        return cls(**{**d, "needs": frozenset(d["needs"]), "reports": frozenset(d["reports"])})
+
+
+@dataclass(frozen=True)
+class MetricGroup:
+    """Metrics computed together: their ``name``, when they apply (``applies``, given the fit)
+    and the function that computes them. ``core``: kept by a training curve's audit.
+    ``metrics``: the catalogue entries (:class:`Metric`) of the keys ``compute`` returns,
+    declared beside it (idaudit's own groups below, and a plugin's).
+
+    A plugin registers one under the ``idaudit.metrics`` entry-point group; its ``compute``
+    reads the :class:`Fit` (``fit.z``-side and ``fit.h``-side blocks of the covariance
+    ``fit.cov``, the train/test split …) and returns ``{key: value}`` for its entries.
+
+    Example:
+        >>> g = MetricGroup("width", lambda f: True, lambda f: {"width": 3}, metrics=(
+        ...     Metric.of("width", "embedding width", None, "", "audit",
+        ...               "how many dimensions h has"),))
+        >>> [m.key for m in g.metrics]
+        ['width']
+    """
+
+    name: str
+    applies: Callable[[Fit], bool]
+    compute: Callable[[Fit], dict[str, Any]]
+    core: bool = False
+    metrics: tuple[Metric, ...] = ()
+
+
+# ---- idaudit's own groups, each with the catalogue entries of its keys ---------------
 
 
 def _r2_block(s: np.ndarray, a: slice, b: slice) -> np.ndarray:
     return r2_from_cov(s[a, a], s[a, b], s[b, b])
-
-
-@dataclass
-class Fit:
-    """What every metric group reads: the audit's arrays as moment blocks
-    [z | sin/cos z_circ | h | x] (their slices ``iz``, ``ic``, ``ih``, ``ix``), the split's
-    moments, the pooled covariance ``s`` and the linear map Q̂ (``q``) fitted from z to h."""
-
-    blocks: list[np.ndarray]
-    shift: np.ndarray
-    iz: slice
-    ic: slice
-    ih: slice
-    ix: slice
-    circ: list[int]
-    train_rows: np.ndarray
-    test_rows: np.ndarray
-    m_tr: Moments
-    m_te: Moments
-    m_pool: Moments
-    s: np.ndarray
-    q: np.ndarray
-    w_zh: np.ndarray
-    white: dict[str, Any]
-    h: np.ndarray
-    h_prime: np.ndarray | None
-    rho: float | None
-    has_x: bool
-    options: dict[str, Any]  # confidence, seed, bootstrap, gauss_sims, gauss_slices, core, …
-
-    @property
-    def rows(self) -> int:
-        return int(self.blocks[0].shape[0])
-
-    @property
-    def pop(self) -> float:
-        """(n − 1)/n: the covariance's population scale."""
-        return (self.rows - 1) / self.rows
-
-    @functools.cached_property
-    def solve_hh(self) -> Callable[[np.ndarray], np.ndarray]:
-        """b ↦ Cov(h)⁺ b over all rows, Cov(h) factored once (the in-sample fits, the floor)."""
-        return psd_solver(self.s[self.ih, self.ih])
-
-    @functools.cached_property
-    def solve_hh_train(self) -> Callable[[np.ndarray], np.ndarray]:
-        """b ↦ S⁺ b for the scatter S of h over the train rows, factored once (the held-out
-        fits, the ceiling's rows, the floor)."""
-        return psd_solver(self.m_tr.scatter[self.ih, self.ih])
-
-    @functools.cached_property
-    def r2_h_to_z_heldout(self) -> np.ndarray:
-        """Held-out R²(h → z) per latent: fitted on the train rows, scored on the test rows."""
-        return heldout_r2_from_moments(self.m_tr, self.m_te, self.ih, self.iz,
-                                       self.solve_hh_train)
-
-    @functools.cached_property
-    def z_whitener(self) -> np.ndarray:
-        """W with W Ĉ_zz W = I for Ĉ the covariance of z as a mean over these rows: z_w =
-        W(z − z̄) is white, the latents Theorem 3 is about, whatever units z came in — or I
-        where z's law is white already (``options["z_white"]``: a world that draws it so)."""
-        n = self.iz.stop
-        if self.options.get("z_white"):
-            return np.eye(n)
-        return inverse_sqrt_psd(self.pop * self.s[self.iz, self.iz])
-
-    @functools.cached_property
-    def z_white_cov(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(Ĉ(z_w), Ĉ(z_w, h), Ĉ(h)): covariances as means over these rows, z whitened."""
-        w, c = self.z_whitener, self.pop * self.s
-        return w @ c[self.iz, self.iz] @ w, w @ c[self.iz, self.ih], c[self.ih, self.ih]
-
-    @functools.cached_property
-    def q_white(self) -> np.ndarray:
-        """The least-squares map (m × n) from the whitened latents z_w to h."""
-        if self.options.get("z_white"):
-            return self.q
-        return self.z_white_cov[1].T  # Ĉ(h, z_w) Ĉ(z_w)⁻¹ with Ĉ(z_w) = I
-
-    @functools.cached_property
-    def procrustes_mse(self) -> float:
-        """min over (semi-)orthogonal R of E‖(h − h̄) − R z_w‖², E the mean over these rows
-        (:func:`~idaudit.maths.linear.procrustes_mse` on the same arrays)."""
-        return procrustes_from_cov(*self.z_white_cov) if self.iz.stop else 0.0
-
-
-def fit_dtype(z_dtype: Any, h_dtype: Any) -> np.dtype:
-    """The dtype of the audit's one pass of moments, which z, h and x are copied to where they
-    are of another: float32 where z and h both are, else float64."""
-    f32 = np.dtype(np.float32)
-    return f32 if np.dtype(z_dtype) == f32 and np.dtype(h_dtype) == f32 else np.dtype(np.float64)
-
-
-def _fit(zt: np.ndarray, ht: np.ndarray, h_prime: Any, rho: float | None, x: Any,
-         circular: Any, test_fraction: float, seed: int, test_rows: Any,
-         options: dict[str, Any]) -> Fit:
-    """One pass of moments over [z | sin/cos z_circ | h | x] on the split's rows."""
-    dtype = fit_dtype(zt.dtype, ht.dtype)
-    rows, n, m = zt.shape[0], zt.shape[1], ht.shape[1]
-    blocks = [zt.astype(dtype, copy=False)]
-    circ = [int(i) for i in circular]
-    if circ:  # (sin z_i, cos z_i) side by side for each circular latent i
-        ang = zt[:, circ].astype(dtype)
-        blocks.append(np.stack([np.sin(ang), np.cos(ang)], axis=2).reshape(rows, 2 * len(circ)))
-    blocks.append(ht.astype(dtype, copy=False))
-    if x is not None:
-        blocks.append(to_numpy(x).reshape(rows, -1).astype(dtype, copy=False))
-    # any point near the mean keeps the moments' sums small: the mean of the first rows will do
-    shift = np.concatenate([blk[:CHUNK_ROWS].mean(0, dtype=np.float64) for blk in blocks])
-    ic = slice(n, n + 2 * len(circ))
-    ih = slice(ic.stop, ic.stop + m)
-    if test_rows is None:
-        test_rows, train_rows = split_rows(rows, test_fraction, seed)
-    else:
-        mask = np.zeros(rows, dtype=bool)
-        mask[to_numpy(test_rows).astype(np.int64)] = True
-        test_rows, train_rows = np.flatnonzero(mask), np.flatnonzero(~mask)
-    m_tr, m_te = Moments.of_row_sets(blocks, [train_rows, test_rows], shift)
-    m_pool = Moments.pooled(m_tr, m_te)
-    s = m_pool.scatter
-    s /= max(rows - 1, 1)  # the covariance, in place
-    iz = slice(0, n)
-    w_zh = solve_psd(s[iz, iz], s[iz, ih])  # one solve serves Q̂ and R²(z → h)
-    hp = None if h_prime is None else to_numpy(h_prime).reshape(rows, -1)
-    return Fit(blocks, shift, iz, ic, ih, slice(ih.stop, shift.size), circ, train_rows,
-               test_rows, m_tr, m_te, m_pool, s, w_zh.T, w_zh, whitening_terms(s[ih, ih], rows),
-               ht, hp, rho, x is not None, options)
 
 
 def _linear(f: Fit) -> dict[str, Any]:
@@ -220,10 +165,59 @@ def _linear(f: Fit) -> dict[str, Any]:
     }
 
 
+_LINEAR = MetricGroup("linear", lambda f: True, _linear, core=True, metrics=(
+    Metric.of("r2_h_to_z_heldout", "R²(h → z), held-out", "higher", "z", "audit sweep",
+              "R² of z ≈ Wh + c fitted on the train rows, scored on the held-out rows"),
+    Metric.of("r2_z_to_h_heldout", "R²(z → h), held-out", "higher", "z", "audit",
+              "R² of h ≈ Wz + c fitted on the train rows, scored on the held-out rows"),
+    Metric.of("r2_h_to_z", "R²(h → z), in-sample", "higher", "z", "audit train sweep",
+              "linear recovery of the latents from the embedding", short="R²(h → z)"),
+    Metric.of("r2_z_to_h", "R²(z → h), in-sample", "higher", "z", "audit train sweep",
+              "how linear the embedding is in the latents", row=False, short="R²(z → h)"),
+    Metric.of("orthogonality_error", "orthogonality error", "lower", "z", "audit train sweep",
+              "‖Q̂ᵀQ̂ − I‖_F/√n of the fitted map z → h, z whitened on these rows"),
+    Metric.of("procrustes_mse", "Procrustes MSE", "lower", "z", "audit train sweep",
+              "min over rotations of E‖h − Qz‖², z whitened on these rows"),
+    Metric.of("latent_cov_error", "‖Cov(z) − I‖_F", None, "z", "audit",
+              "how far the latents' covariance is from the identity (their units); "
+              "Procrustes, orthogonality and the bound's comparison use z whitened on these "
+              "rows", row=False),
+    Metric.of("latent_cov_floor", "‖Cov(z) − I‖_F floor", None, "z", "audit",
+              "the ‖Cov(z) − I‖_F white latents of this size show by chance", row=False),
+    Metric.of("latents_whitened", "z whitened on these rows", None, "z", "audit",
+              "whether z was whitened on these rows (its law unknown) or used as it is (a "
+              "world that draws it white)", row=False),
+    Metric.of("whitening_error", "ε = ‖Cov(h) − I‖_F", "lower", "",
+              "audit label_free train sweep", "‖Cov(h) − I‖_F", short="ε"),
+    Metric.of("whitening_floor", "ε floor √(m(m+1)/n)", None, "", "audit label_free",
+              "the ε a white h of this size shows by chance"),
+    Metric.of("whitening_error_corrected", "ε, floor-corrected", "lower", "", "audit label_free",
+              "√max(ε² − floor², 0)"),
+    Metric.of("total_variance_h", "tr Cov(h)", None, "", "audit label_free",
+              "total variance of the embedding", row=False),
+    Metric.of("n_samples", "samples", None, "", "audit label_free consistency",
+              "rows (inputs) audited"),
+    Metric.of("n_train", "train rows", None, "z", "audit", "rows the held-out fits fit on",
+              row=False),
+    Metric.of("n_test", "test rows", None, "z", "audit", "rows the held-out fits score on",
+              row=False),
+    Metric.of("latent_dim", "latent dimension n", None, "z", "audit", "columns of z"),
+    Metric.of("embed_dim", "embedding dimension m", None, "", "audit label_free", "columns of h"),
+))
+
+
 def _identification(f: Fit) -> dict[str, Any]:
     s_zz, s_zh, s_hh = f.s[f.iz, f.iz], f.s[f.iz, f.ih], f.s[f.ih, f.ih]
     return {"mcc": mcc_from_cov(s_zz, s_zh, s_hh),
             "effective_rank": effective_rank_from_eigs(np.linalg.eigvalsh(s_hh))}
+
+
+_IDENTIFICATION = MetricGroup("identification", lambda f: True, _identification, metrics=(
+    Metric.of("mcc", "MCC", "higher", "z", "audit", "mean |correlation| of z's and h's axes "
+              "after Hungarian matching (not rotation invariant)"),
+    Metric.of("effective_rank", "effective rank of h", "higher", "", "audit label_free",
+              "exp(entropy of Cov(h)'s normalised eigenvalues)"),
+))
 
 
 def _subspace(f: Fit) -> dict[str, Any]:
@@ -233,11 +227,24 @@ def _subspace(f: Fit) -> dict[str, Any]:
     return {"principal_angles_deg": angles, "principal_angle_max_deg": max(angles)}
 
 
+_SUBSPACE = MetricGroup("subspace", lambda f: f.ih.stop - f.ih.start != f.iz.stop, _subspace,
+                        metrics=(
+    Metric.of("principal_angle_max_deg", "largest principal angle (°)", "lower", "z", "audit",
+              "largest angle between the fitted map's range and h's top subspace (m ≠ n only)"),
+))
+
+
 def _circular(f: Fit) -> dict[str, Any]:
     r2c = _r2_block(f.s, f.ih, f.ic)
     return {"circular_latents": f.circ, "r2_h_to_sincos": float(r2c.mean()),
             "r2_h_to_sincos_per_target": [float(v) for v in r2c],
             "sincos_targets": [f"{c} z{i}" for i in f.circ for c in ("sin", "cos")]}
+
+
+_CIRCULAR = MetricGroup("circular", lambda f: bool(f.circ), _circular, core=True, metrics=(
+    Metric.of("r2_h_to_sincos", "R²(h → sin/cos of angles)", "higher", "z", "audit",
+              "R²(h → (sin z_i, cos z_i)) of the circular latents (--circular only)"),
+))
 
 
 def _ceiling(f: Fit) -> dict[str, Any]:
@@ -268,6 +275,25 @@ def _ceiling(f: Fit) -> dict[str, Any]:
     return out
 
 
+_CEILING = MetricGroup("ceiling", lambda f: bool(f.circ) and f.options["angle_sigma"] is not None,
+                       _ceiling, metrics=(
+    Metric.of("r2_h_to_z_ceiling", "ceiling of R²(h → z), held-out", None, "z angle_law",
+              "audit sweep", "held-out R² of the best guess of z from angles seen mod 2π (their "
+              "posterior mean), fitted and scored as the audit scores: what the world allows on "
+              "this evaluation set"),
+    Metric.of("r2_h_to_z_of_ceiling", "R²(h → z) / its ceiling", "higher", "z angle_law", "audit",
+              "held-out R²(h → z) over its ceiling: 1 for an encoder as good as the images allow "
+              "(a little above 1 by chance on a finite set)", short="of ceiling"),
+    Metric.of("r2_h_to_z_heldout_unwrapped", "R²(h → z), held-out, unwrapped rows", "higher",
+              "z angle_law", "audit", "held-out R²(h → z) on the test rows whose angles lie in "
+              "[−π, π) (need no wrapping)"),
+    Metric.of("unwrapped_test_rows", "test rows needing no wrapping", None, "z angle_law",
+              "audit", "how many test rows r2_h_to_z_heldout_unwrapped is scored on", row=False),
+    Metric.of("angle_sigma", "σ of the angles' law N(0, σ²)", None, "z angle_law", "audit",
+              "the law the ceiling assumes for the unwrapped angles", row=False),
+))
+
+
 def _floor(f: Fit) -> dict[str, Any]:
     """What an uninformative encoder of h's width scores on these rows and this split: R²(h → z)
     in-sample and held-out for ``floor_draws`` shuffles of z's rows against h's (within the
@@ -291,8 +317,42 @@ def _floor(f: Fit) -> dict[str, Any]:
             "floor_draws": int(draws), "floor_latents": int(cols.size)}
 
 
+_FLOOR = MetricGroup("floor", lambda f: f.options["floor_draws"] > 0, _floor, metrics=(
+    Metric.of("r2_h_to_z_heldout_floor_high", "R²(h → z), held-out, uninformative (band top)",
+              None, "z floor", "audit", "upper end of the band of held-out R²(h → z) that h "
+              "scores with its rows shuffled against z: what an encoder of this width that knows "
+              "nothing of z reaches on these rows", short="floor"),
+    Metric.of("r2_h_to_z_heldout_above_floor", "R²(h → z), held-out, above that band", "higher",
+              "z floor", "audit", "held-out R²(h → z) minus r2_h_to_z_heldout_floor_high: > 0 "
+              "where the encoder beats the uninformative ones of its width"),
+    Metric.of("r2_h_to_z_heldout_floor_mean", "R²(h → z), held-out, uninformative (mean)", None,
+              "z floor", "audit", "mean held-out R²(h → z) over the shuffles", row=False),
+    Metric.of("r2_h_to_z_heldout_floor_band", "R²(h → z), held-out, uninformative band", None,
+              "z floor", "audit", "band of the shuffles' held-out R² (holds one more with "
+              "probability ≥ the confidence)", row=False, gate=False),
+    Metric.of("r2_h_to_z_floor_high", "R²(h → z), in-sample, uninformative (band top)", None,
+              "z floor", "audit", "upper end of the band of in-sample R²(h → z) that h scores "
+              "with its rows shuffled against z (about m/(n − 1) in the mean)"),
+    Metric.of("r2_h_to_z_floor_mean", "R²(h → z), in-sample, uninformative (mean)", None,
+              "z floor", "audit", "mean in-sample R²(h → z) over the shuffles", row=False),
+    Metric.of("r2_h_to_z_floor_band", "R²(h → z), in-sample, uninformative band", None, "z floor",
+              "audit", "band of the shuffles' in-sample R²", row=False, gate=False),
+    Metric.of("floor_draws", "shuffles for the uninformative band", None, "z floor", "audit",
+              "K, the seeded shuffles of z's rows against h's", row=False),
+    Metric.of("floor_latents", "latents the uninformative band averages", None, "z floor",
+              "audit", "all latents up to max(2, 2048 / m), else a seeded subset that size (a "
+              "wider band, centred alike)", row=False),
+))
+
+
 def _mixing(f: Fit) -> dict[str, Any]:
     return {"mixing_r2_x_to_z": float(_r2_block(f.s, f.ix, f.iz).mean())}
+
+
+_MIXING = MetricGroup("mixing", lambda f: f.has_x, _mixing, core=True, metrics=(
+    Metric.of("mixing_r2_x_to_z", "R²(x → z) raw mixing", None, "z", "audit train sweep",
+              "raw-mixing baseline", short="R²(x → z)"),
+))
 
 
 def _bound(f: Fit) -> dict[str, Any]:
@@ -311,9 +371,57 @@ def _bound(f: Fit) -> dict[str, Any]:
     return out
 
 
+_BOUND = MetricGroup("bound", lambda f: f.h_prime is not None and f.rho is not None, _bound,
+                     core=True, metrics=(
+    Metric.of("whitening_error_upper", "ε, upper", "lower", "h_prime rho", "audit label_free",
+              "ε bounded from above with probability ≥ 1 − (1 − c)/2", row=False),
+    Metric.of("alignment_gap", "δ", "lower", "h_prime rho", "audit label_free train",
+              "E‖h(z′) − h(z)‖² − 2(1−ρ) tr Cov(h), floored at 0"),
+    Metric.of("alignment_gap_upper", "δ, upper", "lower", "h_prime rho", "audit label_free",
+              "δ bounded from above with probability ≥ 1 − (1 − c)/2", row=False),
+    Metric.of("D", "D = δ/(2ρ(1−ρ))", "lower", "h_prime rho", "audit label_free train",
+              "δ / (2ρ(1−ρ))", short="D"),
+    Metric.of("D_upper", "D, upper", "lower", "h_prime rho", "audit label_free",
+              "δ_upper / (2ρ(1−ρ))", row=False),
+    Metric.of("bound", "bound D + (ε+D)²", "lower", "h_prime rho", "audit label_free train sweep",
+              "D + (ε + D)² (Theorem 3)", short="bound"),
+    Metric.of("bound_holds", "bound holds", None, "z h_prime rho", "audit train",
+              "Procrustes MSE ≤ bound"),
+    Metric.of("bound_upper", "bound, upper (holds w.p. ≥ 95 %)", "lower", "h_prime rho",
+              "audit label_free",
+              "D_upper + (ε_upper + D_upper)²: bounds E‖h − Qz‖² with probability ≥ c"),
+    Metric.of("bound_upper_confidence", "confidence c of bound, upper", None, "h_prime rho",
+              "audit label_free", "the probability c with which bound_upper holds", row=False),
+    Metric.of("bound_upper_vacuous", "bound, upper, vacuous", None, "z h_prime rho", "audit",
+              "bound_upper ≥ bound_trivial: it says nothing", row=False),
+    Metric.of("bound_trivial", "trivial bound E‖z − z̄‖²", None, "z h_prime rho", "audit",
+              "the error of a constant embedding", row=False),
+    Metric.of("bound_vacuous", "bound vacuous", None, "z h_prime rho", "audit",
+              "bound ≥ bound_trivial: it says nothing", row=False),
+    Metric.of("bound_floor", "bound floor", None, "z h_prime rho", "audit",
+              "floor², the share of the bound a perfect encoder of this size would get",
+              row=False),
+    Metric.of("bound_floor_dominated", "bound floor-dominated", None, "z h_prime rho", "audit",
+              "bound_floor ≥ bound / 2: the finite-sample floor dominates the bound", row=False),
+    Metric.of("rho", "ρ", None, "h_prime rho", "audit label_free",
+              "the OU correlation of the pairs (h, h′), as given", row=False),
+))
+
+
 def _gaussianity(f: Fit) -> dict[str, Any]:
     return sliced_gaussianity(f.h, n_slices=f.options["gauss_slices"],
                               sims=f.options["gauss_sims"], seed=f.options["seed"])
+
+
+_GAUSSIANITY = MetricGroup("gaussianity", lambda f: f.options["gauss_slices"] > 0, _gaussianity,
+                           metrics=(
+    Metric.of("gaussianity_statistic", "sliced Epps–Pulley statistic", "lower", "",
+              "audit label_free", "distance of h's projections from a Gaussian law"),
+    Metric.of("gaussianity_p_value", "Gaussianity p-value", "higher", "", "audit label_free",
+              "p-value of the sliced Epps–Pulley test that h is Gaussian"),
+    Metric.of("gaussianity_null_mean", "Epps–Pulley null mean", None, "", "audit label_free",
+              "mean of the statistic under the Gaussian null", row=False),
+))
 
 
 def _bootstrap(f: Fit) -> dict[str, Any]:
@@ -324,49 +432,25 @@ def _bootstrap(f: Fit) -> dict[str, Any]:
                          f.options["bootstrap"], f.options["confidence"], rng)
 
 
-@dataclass(frozen=True)
-class MetricGroup:
-    """Metrics computed together: their ``name``, when they apply (``applies``, given the fit)
-    and the function that computes them. ``core``: kept by a training curve's audit.
-    ``metrics``: the catalogue entries of the keys ``compute`` returns — a plugin's group
-    declares them here (idaudit's own are in :data:`~idaudit.maths.catalogue.CATALOGUE`).
-
-    A plugin registers one under the ``idaudit.metrics`` entry-point group; its ``compute``
-    reads the :class:`Fit` (``fit.z``-side and ``fit.h``-side blocks of the covariance
-    ``fit.cov``, the train/test split …) and returns ``{key: value}`` for its entries.
-
-    Example:
-        >>> from idaudit.maths.catalogue import Metric
-        >>> g = MetricGroup("width", lambda f: True, lambda f: {"width": 3}, metrics=(
-        ...     Metric("width", "embedding width", None, frozenset(), frozenset({"audit"}),
-        ...            "how many dimensions h has"),))
-        >>> [m.key for m in g.metrics]
-        ['width']
-    """
-
-    name: str
-    applies: Callable[[Fit], bool]
-    compute: Callable[[Fit], dict[str, Any]]
-    core: bool = False
-    metrics: tuple[Metric, ...] = ()
+_BOOTSTRAP = MetricGroup("bootstrap", lambda f: f.options["bootstrap"] > 0, _bootstrap, metrics=(
+    Metric.of("r2_h_to_z_heldout_ci", "  bootstrap interval", None, "z bootstrap", "audit",
+              "percentile interval of the held-out R²(h → z) over B resamples of the test rows",
+              gate=False),
+    Metric.of("r2_h_to_z_heldout_ci_low", "R²(h → z), held-out, interval low", "higher",
+              "z bootstrap", "audit",
+              "lower end of the bootstrap interval of the held-out R²(h → z)", row=False),
+    Metric.of("bootstrap", "bootstrap resamples", None, "z bootstrap", "audit",
+              "B, the bootstrap resamples of the test rows", row=False),
+))
 
 
 #: idaudit's own groups of :func:`audit_metrics`, in the order of its keys (registered in
 #: :data:`~idaudit.core.registered.METRICS`, after which plugins' groups run); adding a metric
-#: is an entry here (or a key in one group's function), its catalogue entry and its docs line
+#: is a key in one group's function and its entry beside it (or a new group here), its place
+#: in :data:`~idaudit.maths.catalogue.ORDER` and its docs line
 METRIC_GROUPS: tuple[MetricGroup, ...] = (
-    MetricGroup("linear", lambda f: True, _linear, core=True),
-    MetricGroup("identification", lambda f: True, _identification),
-    MetricGroup("subspace", lambda f: f.ih.stop - f.ih.start != f.iz.stop, _subspace),
-    MetricGroup("circular", lambda f: bool(f.circ), _circular, core=True),
-    MetricGroup("ceiling", lambda f: bool(f.circ) and f.options["angle_sigma"] is not None,
-                _ceiling),
-    MetricGroup("floor", lambda f: f.options["floor_draws"] > 0, _floor),
-    MetricGroup("mixing", lambda f: f.has_x, _mixing, core=True),
-    MetricGroup("bound", lambda f: f.h_prime is not None and f.rho is not None, _bound,
-                core=True),
-    MetricGroup("gaussianity", lambda f: f.options["gauss_slices"] > 0, _gaussianity),
-    MetricGroup("bootstrap", lambda f: f.options["bootstrap"] > 0, _bootstrap),
+    _LINEAR, _IDENTIFICATION, _SUBSPACE, _CIRCULAR, _CEILING, _FLOOR, _MIXING, _BOUND,
+    _GAUSSIANITY, _BOOTSTRAP,
 )
 
 
@@ -374,58 +458,17 @@ for _group in METRIC_GROUPS:
     METRICS.add(_group.name, _group)
 
 
-def accept_group(name: str, obj: Any) -> MetricGroup:
-    """What a plugin's ``idaudit.metrics`` entry point names, checked: a :class:`MetricGroup`
-    that declares the catalogue entries of its keys, none of them a key idaudit has."""
-    from idaudit.maths.catalogue import BUILTIN_KEYS
-
-    if not isinstance(obj, MetricGroup):
-        raise TypeError(f"got {type(obj).__name__}, not an idaudit.maths.metrics.MetricGroup")
-    if not obj.metrics or not all(isinstance(m, Metric) for m in obj.metrics):
-        raise TypeError("its `metrics` must declare a catalogue entry (Metric) for each key")
-    taken = sorted(m.key for m in obj.metrics if m.key in BUILTIN_KEYS)
-    if taken:
-        raise TypeError(f"it declares {', '.join(taken)}, which idaudit reports already")
-    return obj
-
-
 def metric_groups() -> list[MetricGroup]:
     """Every group the audit computes: idaudit's own in order, then plugins' by name."""
     return [METRICS.get(name) for name in METRICS.ordered()]
 
 
-def make_fit(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
-             rho: float | None = None, x: ArrayLike | None = None, *,
-             circular: tuple[int, ...] | list[int] = (), test_fraction: float = 0.5,
-             seed: int = 0, test_rows: ArrayLike | None = None, bootstrap: int = 0,
-             confidence: float = 0.95, gauss_sims: int = 0, gauss_slices: int = 64,
-             core: bool = False, angle_sigma: float | None = None,
-             floor_draws: int = 0, z_white: bool = False) -> Fit:
-    """The :class:`Fit` every metric group reads, as :func:`audit_metrics` makes it (a
-    plugin's metric group, or its conformance check, computes on the same).
-
-    Args:
-        z, h, h_prime, rho, x: the audit's arrays (rows first).
-        circular, test_fraction, seed, test_rows: as :func:`audit_metrics` takes them.
-        bootstrap, confidence, gauss_sims, gauss_slices, core, angle_sigma, floor_draws,
-            z_white: the options the groups read (``fit.options``).
-
-    Returns:
-        The fit.
-
-    Example:
-        >>> import numpy as np
-        >>> z = np.random.default_rng(0).standard_normal((100, 2))
-        >>> make_fit(z, z).rows
-        100
-    """
-    zt, ht = to_numpy(z), to_numpy(h)
-    zt = zt.reshape(zt.shape[0], -1)
-    ht = ht.reshape(ht.shape[0], -1)
-    options = {"confidence": confidence, "seed": seed, "bootstrap": bootstrap,
-               "gauss_sims": gauss_sims, "gauss_slices": gauss_slices, "core": core,
-               "angle_sigma": angle_sigma, "floor_draws": floor_draws, "z_white": z_white}
-    return _fit(zt, ht, h_prime, rho, x, circular, test_fraction, seed, test_rows, options)
+def identifiability_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
+                            rho: float | None = None, x: ArrayLike | None = None,
+                            **kwargs: Any) -> dict[str, Any]:
+    """The in-sample core of :func:`audit_metrics` (R², orthogonality, Procrustes, ε, δ, D,
+    bound, held-out R²), from the same code: what the training curve logs."""
+    return audit_metrics(z, h, h_prime, rho, x, core=True, **kwargs)
 
 
 def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
@@ -437,7 +480,7 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
                   angle_sigma: float | None = None, floor_draws: int = 0,
                   z_white: bool = False) -> dict[str, Any]:
     """Every audit metric, from one pass of moments over [z | sin/cos z_circ | h | x]
-    (:func:`_fit`), then each :data:`METRIC_GROUPS` entry that applies.
+    (:func:`~idaudit.maths.fit.make_fit`), then each :data:`METRIC_GROUPS` entry that applies.
 
     This is the one metrics function: ``train`` logs its values on the world's evaluation
     set and ``audit`` reports them. ``*_heldout`` keys fit on a random ``1 − test_fraction``

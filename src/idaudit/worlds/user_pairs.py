@@ -22,7 +22,7 @@ from idaudit.worlds.base import Pairs, World
 from idaudit.worlds.spec import WorldSpec
 from idaudit.worlds.synthetic import SyntheticWorld
 
-__all__ = ["PAIR_KEYS", "PairsSampler", "WorldPairs", "world_pairs"]
+__all__ = ["PAIR_KEYS", "PairsSampler", "WorldPairs", "epoch_seed", "world_pairs"]
 
 
 def _world(world: World | WorldSpec | str | None, options: dict[str, Any]) -> World:

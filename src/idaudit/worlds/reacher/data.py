@@ -73,8 +73,8 @@ class ReacherSpec:
         if self.mode == "ou":
             check("rho", self.rho)
         check("stride", self.stride)
-        if self.pairs < 1 or self.n_eval < 10:
-            raise IdauditError("--pairs must be ≥ 1 and the evaluation set ≥ 10 images")
+        check("pairs", self.pairs)
+        check("n_eval", self.n_eval)
         return self
 
     @classmethod
