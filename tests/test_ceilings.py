@@ -122,8 +122,9 @@ def test_reacher_evaluation_sets_carry_their_angles_law():
 
     from idaudit.worlds.reacher import eval_pairs, world
 
-    assert "angle_sigma=1.0)  # eval_angles: N(0, I₂)" in inspect.getsource(eval_pairs)
-    assert "angle_sigma=1.0 if self.rho is not None else None)" in inspect.getsource(world)
+    assert "angle_sigma=1.0, z_white=True)  # eval_angles: N(0, I₂)" in \
+        inspect.getsource(eval_pairs)
+    assert "angle_sigma=1.0 if self.rho is not None else None," in inspect.getsource(world)
     from idaudit.worlds.reacher.data import eval_angles
 
     z = eval_angles(200000)

@@ -36,6 +36,7 @@ from standins import (
 pytest.importorskip("dm_control")
 pytest.importorskip("transformers")
 
+from idaudit.maths.linear import whiten  # noqa: E402
 from idaudit.worlds.reacher import eval_pairs as reacher_eval  # noqa: E402
 
 SIZE, N_EVAL, RHO = 32, 100, 0.95
@@ -255,7 +256,9 @@ def test_paper_run_pt_is_audited_as_arrays(project):
     z = rng.standard_normal((N_EVAL, 2))
     q, _ = np.linalg.qr(rng.standard_normal((2, 2)))
     torch.manual_seed(6)
-    torch.save({"z": z, "x": np.tanh(z) + z, "h": z @ q,
+    # the paper's z is drawn white, but a run.pt does not say so: the audit whitens z on its
+    # rows, and h is an exact rotation of that
+    torch.save({"z": z, "x": np.tanh(z) + z, "h": whiten(z) @ q,
                 "model_state_dict": torch.nn.Linear(2, 2).state_dict()},
                str(project / "run.pt"))
     metrics = audit_json("run.pt")
@@ -305,7 +308,8 @@ def test_embed_npz_audits_as_the_direct_audit(project):
     assert "wrote e.npz: z (100, 2), h (100, 32), h_prime (ρ = 0.95)" in res.output
     with np.load(project / "e.npz") as f:
         arrays = {k: f[k] for k in f.files}
-    assert set(arrays) == {"z", "h", "h_prime", "rho", "circular", "angle_sigma", "seed"}
+    assert set(arrays) == {"z", "h", "h_prime", "rho", "circular", "angle_sigma", "seed",
+                           "z_white"}
     assert float(arrays["angle_sigma"]) == 1.0  # the evaluation angles' law, for the ceiling
     assert arrays["z"].shape == (N_EVAL, 2) and arrays["h"].shape == (N_EVAL, 32)
     assert arrays["h_prime"].shape == (N_EVAL, 32) and float(arrays["rho"]) == RHO

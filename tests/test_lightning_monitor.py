@@ -417,7 +417,7 @@ def test_the_guide_s_example_runs_as_it_says(tmp_path, monkeypatch, capsys):
     rounding.check_printed("lightning", printed + "\n")
     with open(tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv") as f:
         header = next(csv.reader(f))
-    assert sum(k.startswith("idaudit/") for k in header) == 49
+    assert sum(k.startswith("idaudit/") for k in header) == 52
 
 
 DDP_SCRIPT = """

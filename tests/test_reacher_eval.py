@@ -336,7 +336,7 @@ def test_an_audit_on_a_tampered_cache_says_so_and_renders_again(tmp_path):
     args = ("audit", tmp_path / "enc.pt", "--world", "reacher", "--image-size", 16, "--n-eval",
             40, "--normalize", "none", "--cache-dir", tmp_path / "cache")
     clean = run(*args, "--json", tmp_path / "clean.json")
-    assert clean.exit_code == 0 and "note:" not in clean.output, clean.output
+    assert clean.exit_code == 0 and "cached evaluation set" not in clean.output, clean.output
     (entry,) = (tmp_path / "cache" / "reacher-eval").iterdir()
     _rewrite_chunk(entry, "pairs-00000.npz", _blacken)
     tampered = run(*args, "--json", tmp_path / "tampered.json")
