@@ -20,7 +20,7 @@ import torch
 import idaudit
 from idaudit.core.errors import IdauditError
 from idaudit.worlds import ArrayWorld, as_world, make_spec
-from idaudit.worlds.recorded import estimate_rho
+from idaudit.worlds.recordings import estimate_rho
 
 SIZE = 16
 
