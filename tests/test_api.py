@@ -6,7 +6,7 @@ import torch
 from scipy.stats import ortho_group
 
 import idaudit
-from idaudit.maths.linear import whiten
+from idaudit.maths.linear import standardize
 from idaudit.testing import assert_identifiable
 
 
@@ -17,9 +17,9 @@ def _latents(n=4000, d=3, seed=0):
 def test_assert_identifiable_passes_on_a_rotation():
     z = _latents()
     q = torch.tensor(ortho_group.rvs(3, random_state=0))
-    # the latents' law is not declared: the audit whitens them on their rows, and h is an
+    # the latents' law is not declared: the audit standardises them on their rows, and h is an
     # exact rotation of that
-    report = assert_identifiable(z, torch.from_numpy(whiten(z)) @ q.T, min_r2=0.99,
+    report = assert_identifiable(z, torch.from_numpy(standardize(z)) @ q.T, min_r2=0.99,
                                  max_orthogonality_error=0.05)
     assert report.passed and report.verdict == "pass"
     assert report.metrics["r2_h_to_z_heldout"] > 0.999

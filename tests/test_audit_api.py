@@ -20,7 +20,7 @@ from scipy.stats import ortho_group
 import idaudit
 from idaudit.core.errors import IdauditError, library_spelling
 from idaudit.core.requests import AuditRequest
-from idaudit.maths.linear import whiten
+from idaudit.maths.linear import standardize
 
 GATE = {"min_r2": 0.999, "max_orthogonality_error": 0.01}
 WORLD = {"world": "coupling", "dim": 4, "n_eval": 2000, "gauss_sims": 0}
@@ -54,9 +54,9 @@ def latents():
 def npz_files(latents, tmp_path_factory):
     z, q, rng = latents
     d = tmp_path_factory.mktemp("arrays")
-    # a rotation of the latents as the audit compares h with them (whitened on their rows:
-    # their law is not declared) plus a little noise
-    good = whiten(z) @ q.T + 1e-3 * rng.standard_normal(z.shape)
+    # a rotation of the latents as the audit compares h with them (standardised on their
+    # rows: their law is not declared) plus a little noise
+    good = standardize(z) @ q.T + 1e-3 * rng.standard_normal(z.shape)
     np.savez(d / "good.npz", z=z, h=good)
     np.savez(d / "tanh.npz", z=z, h=np.tanh(2.0 * z @ q.T))
     np.savez(d / "const.npz", z=z, h=np.full_like(z, 0.7))

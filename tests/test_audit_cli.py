@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from scipy.stats import ortho_group
 
 from idaudit.maths.catalogue import BY_KEY
-from idaudit.maths.linear import whiten
+from idaudit.maths.linear import standardize
 
 GATE = ("--min-r2", "0.999", "--max-orthogonality-error", "0.01")
 FAST = ("--gauss-sims", "5")
@@ -42,13 +42,13 @@ def read_json(path):
 
 @pytest.fixture(scope="module")
 def npz_files(tmp_path_factory):
-    """A rotation of the latents (whitened on their rows, as the audit compares h with latents
-    of undeclared law) plus a little noise (passes), and its tanh (fails)."""
+    """A rotation of the latents (standardised on their rows, as the audit compares h with
+    latents of undeclared law) plus a little noise (passes), and its tanh (fails)."""
     rng = np.random.default_rng(20240)
     z = rng.standard_normal((4000, 8))
     q = ortho_group.rvs(8, random_state=11)
     d = tmp_path_factory.mktemp("arrays")
-    np.savez(d / "good.npz", z=z, h=whiten(z) @ q.T + 1e-3 * rng.standard_normal(z.shape))
+    np.savez(d / "good.npz", z=z, h=standardize(z) @ q.T + 1e-3 * rng.standard_normal(z.shape))
     np.savez(d / "tanh.npz", z=z, h=np.tanh(2.0 * z @ q.T))
     return {"good": d / "good.npz", "tanh": d / "tanh.npz"}
 

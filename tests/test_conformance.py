@@ -18,7 +18,7 @@ from idaudit.testing import (
 
 #: what does not hold yet, said where it is tracked
 #: entries known not to conform yet, with the reason (each an xfail that must fail); none now:
-#: the rotation metrics read z whitened on the rows (issue 56), so none depends on z's units
+#: the rotation metrics read z standardised on the rows (issue 56): none depends on its units
 KNOWN: dict[str, str] = {}
 
 

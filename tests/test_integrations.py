@@ -36,7 +36,7 @@ from standins import (
 pytest.importorskip("dm_control")
 pytest.importorskip("transformers")
 
-from idaudit.maths.linear import whiten  # noqa: E402
+from idaudit.maths.linear import standardize  # noqa: E402
 from idaudit.worlds.reacher import eval_pairs as reacher_eval  # noqa: E402
 
 SIZE, N_EVAL, RHO = 32, 100, 0.95
@@ -256,9 +256,9 @@ def test_paper_run_pt_is_audited_as_arrays(project):
     z = rng.standard_normal((N_EVAL, 2))
     q, _ = np.linalg.qr(rng.standard_normal((2, 2)))
     torch.manual_seed(6)
-    # the paper's z is drawn white, but a run.pt does not say so: the audit whitens z on its
-    # rows, and h is an exact rotation of that
-    torch.save({"z": z, "x": np.tanh(z) + z, "h": whiten(z) @ q,
+    # the paper's z is drawn white, but a run.pt does not say so: the audit standardises z on
+    # its rows, and h is an exact rotation of that
+    torch.save({"z": z, "x": np.tanh(z) + z, "h": standardize(z) @ q,
                 "model_state_dict": torch.nn.Linear(2, 2).state_dict()},
                str(project / "run.pt"))
     metrics = audit_json("run.pt")

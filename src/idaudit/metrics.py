@@ -30,7 +30,7 @@ from idaudit.maths.linear import ArrayLike
 from idaudit.maths.metrics import audit_metrics
 
 __all__ = ["audit_metrics", "bound", "delta", "epsilon", "gaussianity", "mcc", "orthogonality",
-           "per_dim_r2", "procrustes", "r2", "whiten"]
+           "per_dim_r2", "procrustes", "r2", "standardize"]
 
 
 def r2(z: ArrayLike, h: ArrayLike) -> float:
@@ -89,11 +89,11 @@ def per_dim_r2(z: ArrayLike, h: ArrayLike) -> list[float]:
 
 
 def procrustes(z: ArrayLike, h: ArrayLike, z_white: bool = False) -> float:
-    """Procrustes MSE: min over (semi-)orthogonal R of E‖(h − h̄) − R z_w‖², z_w = :func:`whiten` (z).
+    """Procrustes MSE: min over (semi-)orthogonal R of E‖(h − h̄) − R z_s‖², z_s = :func:`standardize` (z).
 
-    How far h is from a rotation of the latents, the latents whitened on these rows first
-    (their units do not matter: Theorem 3's latents are white), means over the rows
-    (``idaudit.maths.linear.procrustes_mse``). For m ≥ N it is tr Σ_hh + N − 2 Σ svals(Σ_hz_w)
+    How far h is from a rotation of the latents, each latent first scaled to unit variance on
+    these rows (their units do not matter), means over the rows
+    (``idaudit.maths.linear.procrustes_mse``). For m ≥ N it is tr Σ_hh + N − 2 Σ svals(Σ_hz_s)
     in closed form; for m < N, where R keeps m directions of z, it is found by
     majorisation–minimisation. The audit's key: ``procrustes_mse``.
 
@@ -104,53 +104,53 @@ def procrustes(z: ArrayLike, h: ArrayLike, z_white: bool = False) -> float:
 
     Returns:
         The minimum mean squared error over rotations, a float ≥ 0 (0 when h is an exact
-        rotation of the whitened latents plus a constant).
+        rotation of the standardised latents plus a constant).
 
     Example:
         >>> import numpy as np
         >>> rng = np.random.default_rng(0)
         >>> z = rng.standard_normal((500, 2))
         >>> rot = np.array([[0.6, -0.8], [0.8, 0.6]])
-        >>> round(procrustes(z, whiten(z) @ rot + 3.0), 6)
+        >>> round(procrustes(z, standardize(z) @ rot + 3.0), 6)
         0.0
-        >>> round(procrustes(1000.0 * z, whiten(z) @ rot), 6)  # z's units do not matter
+        >>> round(procrustes(z * [1000.0, 0.01], standardize(z) @ rot), 6)  # units do not matter
         0.0
-        >>> # a scaled rotation is no rotation: its error is E‖z_w‖² = N
-        >>> round(procrustes(z, 2.0 * whiten(z) @ rot), 6)
+        >>> # a scaled rotation is no rotation: its error is E‖z_s‖² = N
+        >>> round(procrustes(z, 2.0 * standardize(z) @ rot), 6)
         2.0
     """
     return _linear.procrustes_mse(z, h, z_white=z_white)
 
 
-def whiten(z: ArrayLike) -> np.ndarray:
-    """The latents whitened on their rows, as the audit compares h with them: (z − z̄) Ĉ^(−1/2).
+def standardize(z: ArrayLike) -> np.ndarray:
+    """The latents as the audit compares h with them: (z − z̄)/σ, each scaled to unit variance.
 
-    Ĉ is z's covariance as a mean over the rows. Procrustes, the orthogonality of the fitted
-    map and the bound's comparison read these unless z's law is white already; R² and MCC do
-    not depend on it.
+    σ is each latent's standard deviation as a mean over the rows. Procrustes, the
+    orthogonality of the fitted map and the bound's comparison read these unless z's law is
+    white already; R² and MCC do not depend on it.
 
     Args:
         z: the latents, shape (n, N).
 
     Returns:
-        An (n, N) float64 array with mean 0 and covariance (mean over rows) I.
+        An (n, N) float64 array whose columns have mean 0 and mean square 1.
 
     Example:
         >>> import numpy as np
         >>> z = np.random.default_rng(0).standard_normal((400, 2)) * [3.0, 0.1] + 7.0
-        >>> w = whiten(z)
-        >>> np.allclose(w.T @ w / len(w), np.eye(2))
+        >>> s = standardize(z)
+        >>> np.allclose((s * s).mean(0), 1.0) and np.allclose(s.mean(0), 0.0)
         True
     """
-    return _linear.whiten(z)
+    return _linear.standardize(z)
 
 
 def orthogonality(q: ArrayLike) -> float:
     """Orthogonality error ‖QᵀQ − I‖_F / √N of a linear map Q of shape (m, N).
 
     0 for a map with orthonormal columns (a rotation). The audit applies it to Q̂, the
-    least-squares map h ≈ Q̂ z_w + c from the whitened latents (:func:`whiten`), which
-    ``idaudit.maths.linear.fit_linear_map(whiten(z), h)`` returns first
+    least-squares map h ≈ Q̂ z_s + c from the standardised latents (:func:`standardize`), which
+    ``idaudit.maths.linear.fit_linear_map(standardize(z), h)`` returns first
     (``idaudit.maths.linear.orthogonality_error``). The audit's key: ``orthogonality_error``.
 
     Args:

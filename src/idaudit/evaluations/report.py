@@ -316,13 +316,14 @@ NOT_WHITE = 0.5
 def comparability_notes(metrics: dict[str, Any]) -> list[str]:
     """What the first lines of a report say about which numbers compare with what: latents
     whose covariance is far from the identity (their units: the rotation metrics then read z
-    whitened on the rows), and an h that is not whitened (the rotation metrics then measure
+    standardised on the rows), and an h that is not whitened (the rotation metrics then measure
     that, not recovery)."""
     out = []
     cov, floor = metrics.get("latent_cov_error"), metrics.get("latent_cov_floor")
     if cov is not None and floor is not None and cov > LATENT_COV_FLOORS * floor:
-        how = ("compare h with z whitened on these rows, so z's units do not matter"
-               if metrics.get("latents_whitened") else
+        how = ("compare h with z standardised on these rows (each latent scaled to unit "
+               "variance), so z's units do not matter"
+               if metrics.get("latents_standardized") else
                "compare h with z as it is (its world draws it white)")
         out.append(f"Cov(z) is far from the identity (‖Cov(z) − I‖_F = {cov:.3g}; white "
                    f"latents of this size show {floor:.2g}): Procrustes MSE, the orthogonality "

@@ -89,7 +89,7 @@ ORDER: tuple[str, ...] = (
     # the linear fits: held-out R² first, its bootstrap interval beside it
     "r2_h_to_z_heldout", "r2_h_to_z_heldout_ci", "r2_h_to_z_heldout_ci_low", "r2_z_to_h_heldout",
     "r2_h_to_z", "r2_z_to_h", "mcc", "orthogonality_error", "procrustes_mse",
-    "latent_cov_error", "latent_cov_floor", "latents_whitened",
+    "latent_cov_error", "latent_cov_floor", "latents_standardized",
     # ε, δ, D and the Theorem 3 bound
     "whitening_error", "whitening_floor", "whitening_error_corrected", "whitening_error_upper",
     "total_variance_h", "alignment_gap", "alignment_gap_upper", "D", "D_upper", "bound",

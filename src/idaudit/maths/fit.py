@@ -15,7 +15,7 @@ import numpy as np
 
 from idaudit.maths.bounds import whitening_terms
 from idaudit.maths.linalg import psd_solver, solve_psd
-from idaudit.maths.linear import ArrayLike, inverse_sqrt_psd, procrustes_from_cov, to_numpy
+from idaudit.maths.linear import ArrayLike, procrustes_from_cov, to_numpy, unit_scales
 from idaudit.maths.moments import CHUNK_ROWS, Moments, heldout_r2_from_moments, split_rows
 
 __all__ = ["Fit", "fit_dtype", "make_fit"]
@@ -76,33 +76,32 @@ class Fit:
                                        self.solve_hh_train)
 
     @functools.cached_property
-    def z_whitener(self) -> np.ndarray:
-        """W with W Ĉ_zz W = I for Ĉ the covariance of z as a mean over these rows: z_w =
-        W(z − z̄) is white, the latents Theorem 3 is about, whatever units z came in — or I
-        where z's law is white already (``options["z_white"]``: a world that draws it so)."""
-        n = self.iz.stop
+    def z_scales(self) -> np.ndarray:
+        """1/σ per latent, σ its standard deviation as a mean over these rows: z_s = (z − z̄)/σ
+        has unit variances whatever units z came in — or ones where z's law is white already
+        (``options["z_white"]``: a world that draws it so, used as it is)."""
         if self.options.get("z_white"):
-            return np.eye(n)
-        return inverse_sqrt_psd(self.pop * self.s[self.iz, self.iz])
+            return np.ones(self.iz.stop)
+        return unit_scales(self.pop * self.s[self.iz, self.iz])
 
     @functools.cached_property
-    def z_white_cov(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(Ĉ(z_w), Ĉ(z_w, h), Ĉ(h)): covariances as means over these rows, z whitened."""
-        w, c = self.z_whitener, self.pop * self.s
-        return w @ c[self.iz, self.iz] @ w, w @ c[self.iz, self.ih], c[self.ih, self.ih]
+    def z_unit_cov(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(Ĉ(z_s), Ĉ(z_s, h), Ĉ(h)): covariances as means over these rows, z standardised."""
+        w, c = self.z_scales, self.pop * self.s
+        return c[self.iz, self.iz] * np.outer(w, w), c[self.iz, self.ih] * w[:, None], \
+            c[self.ih, self.ih]
 
     @functools.cached_property
-    def q_white(self) -> np.ndarray:
-        """The least-squares map (m × n) from the whitened latents z_w to h."""
-        if self.options.get("z_white"):
-            return self.q
-        return self.z_white_cov[1].T  # Ĉ(h, z_w) Ĉ(z_w)⁻¹ with Ĉ(z_w) = I
+    def q_unit(self) -> np.ndarray:
+        """The least-squares map (m × n) from the standardised latents z_s to h: Q̂ σ."""
+        w = self.z_scales
+        return self.q * np.divide(1.0, w, out=np.zeros_like(w), where=w > 0)
 
     @functools.cached_property
     def procrustes_mse(self) -> float:
-        """min over (semi-)orthogonal R of E‖(h − h̄) − R z_w‖², E the mean over these rows
+        """min over (semi-)orthogonal R of E‖(h − h̄) − R z_s‖², E the mean over these rows
         (:func:`~idaudit.maths.linear.procrustes_mse` on the same arrays)."""
-        return procrustes_from_cov(*self.z_white_cov) if self.iz.stop else 0.0
+        return procrustes_from_cov(*self.z_unit_cov) if self.iz.stop else 0.0
 
 
 def fit_dtype(z_dtype: Any, h_dtype: Any) -> np.dtype:
@@ -162,7 +161,7 @@ def make_fit(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
         z, h, h_prime, rho, x: the audit's arrays (rows first).
         circular, test_fraction, seed, test_rows: as :func:`audit_metrics` takes them.
         bootstrap, confidence, gauss_sims, gauss_slices, core, angle_sigma, floor_draws,
-            z_white (z's law is white: used as it is, else whitened on the rows):
+            z_white (z's law is white: used as it is, else standardised on the rows):
             the options the groups read (``fit.options``).
 
     Returns:

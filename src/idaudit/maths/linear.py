@@ -22,10 +22,10 @@ import numpy as np
 from idaudit.maths.linalg import explained_psd, linear_sum_assignment, solve_psd
 
 __all__ = ["ArrayLike", "as_f64", "covariance", "effective_rank_from_eigs", "fit_linear_map",
-           "inverse_sqrt_psd", "linear_r2", "mcc", "mcc_from_cov", "orthogonality_error",
+           "linear_r2", "mcc", "mcc_from_cov", "orthogonality_error",
            "per_dim_r2", "principal_angles_deg",
-           "procrustes_from_cov", "procrustes_mse", "r2_from_cov", "to_numpy", "whiten",
-           "whitened_z"]
+           "procrustes_from_cov", "procrustes_mse", "r2_from_cov", "standardize",
+           "standardized_z", "to_numpy", "unit_scales"]
 
 ArrayLike = Any
 
@@ -149,42 +149,36 @@ def procrustes_from_cov(s_zz: np.ndarray, s_zh: np.ndarray, s_hh: np.ndarray,
     return max(best, 0.0)
 
 
-def inverse_sqrt_psd(s: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """W = Σ^(−1/2), symmetric (zero on the directions where Σ has none: eigenvalues below
-    ``rtol`` times the largest), so that W Σ W = I on Σ's range."""
-    if s.size == 0:
-        return np.zeros_like(s)
-    vals, vecs = np.linalg.eigh((s + s.T) / 2)
-    keep = vals > rtol * max(float(vals[-1]), 0.0)
-    inv = np.zeros_like(vals)
-    inv[keep] = 1.0 / np.sqrt(vals[keep])
-    return (vecs * inv) @ vecs.T
+def unit_scales(s_zz: np.ndarray) -> np.ndarray:
+    """1/σ per latent from its covariance block (0 for a latent that does not vary): the
+    diagonal scaling that gives each latent unit variance."""
+    sd = np.sqrt(np.clip(np.diagonal(s_zz), 0.0, None))
+    return np.divide(1.0, sd, out=np.zeros_like(sd), where=sd > 0)
 
 
-def whitened_z(s_zz: np.ndarray, s_zh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Cov(z_w), Cov(z_w, h)) for z_w = Cov(z)^(−1/2)(z − z̄), the latents whitened on the
-    same rows: the latents the theorem's E‖h − Qz‖² is about (Cov(z) = I), whatever units z
-    was recorded in. Procrustes, the orthogonality of the fitted map and the bound's
-    comparison read these, so no verdict depends on z's scale."""
-    w = inverse_sqrt_psd(s_zz)
-    return w @ s_zz @ w, w @ s_zh
+def standardized_z(s_zz: np.ndarray, s_zh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Cov(z_s), Cov(z_s, h)) for z_s = (z − z̄)/σ, each latent scaled to unit variance on
+    the same rows: what Procrustes, the orthogonality of the fitted map and the bound's
+    comparison read, so that no verdict depends on the units z was recorded in."""
+    w = unit_scales(s_zz)
+    return s_zz * np.outer(w, w), s_zh * w[:, None]
 
 
-def whiten(z: ArrayLike) -> np.ndarray:
-    """(z − z̄) Ĉ^(−1/2), Ĉ the covariance of z as a mean over its rows: white on these rows."""
+def standardize(z: ArrayLike) -> np.ndarray:
+    """(z − z̄)/σ, σ each latent's standard deviation as a mean over the rows."""
     z = as_f64(z)
     zc = z - z.mean(0)
-    return zc @ inverse_sqrt_psd(zc.T @ zc / max(len(z), 1))
+    return zc * unit_scales(np.diag((zc * zc).mean(0)))
 
 
 def procrustes_mse(z: ArrayLike, h: ArrayLike, z_white: bool = False) -> float:
-    """min over (semi-)orthogonal R of E‖(h − h̄) − R z_w‖² (means over the rows), z_w the
-    latents whitened on these rows (:func:`whitened_z`) — or z − z̄ itself where ``z_white``
-    (z's law is white, as a world that draws it so states)."""
+    """min over (semi-)orthogonal R of E‖(h − h̄) − R z_s‖² (means over the rows), z_s the
+    latents standardised on these rows (:func:`standardized_z`) — or z − z̄ itself where
+    ``z_white`` (z's law is white, as a world that draws it so states)."""
     z, h = as_f64(z), as_f64(h)
     _, s = covariance(z, h, ddof=0)
     n = z.shape[1]
-    s_zz, s_zh = (s[:n, :n], s[:n, n:]) if z_white else whitened_z(s[:n, :n], s[:n, n:])
+    s_zz, s_zh = (s[:n, :n], s[:n, n:]) if z_white else standardized_z(s[:n, :n], s[:n, n:])
     return procrustes_from_cov(s_zz, s_zh, s[n:, n:])
 
 

@@ -65,12 +65,12 @@ def _linear(f: Fit) -> dict[str, Any]:
         "r2_z_to_h_heldout": float(r2_zh_ho.mean()),
         "r2_h_to_z_heldout_per_dim": [float(v) for v in r2_hz_ho],
         "per_dim_targets": [f"z{i}" for i in range(n)],  # what each *_per_dim entry is
-        "orthogonality_error": orthogonality_error(f.q_white),
+        "orthogonality_error": orthogonality_error(f.q_unit),
         "procrustes_mse": f.procrustes_mse,
         "latent_cov_error": distance_to_identity(s_zz),
         "latent_cov_floor": whitening_floor(f.rows, n),
         "latent_scale": [float(v) for v in np.sqrt(np.clip(np.diagonal(s_zz), 0, None))],
-        "latents_whitened": not f.options.get("z_white"),
+        "latents_standardized": not f.options.get("z_white"),
         **f.white,
         "n_samples": f.rows,
         "n_train": int(f.train_rows.size),
@@ -90,18 +90,18 @@ _LINEAR = MetricGroup("linear", lambda f: True, _linear, core=True, metrics=(
     Metric.of("r2_z_to_h", "R²(z → h), in-sample", "higher", "z", "audit train sweep",
               "how linear the embedding is in the latents", row=False, short="R²(z → h)"),
     Metric.of("orthogonality_error", "orthogonality error", "lower", "z", "audit train sweep",
-              "‖Q̂ᵀQ̂ − I‖_F/√n of the fitted map z → h, z whitened on these rows"),
+              "‖Q̂ᵀQ̂ − I‖_F/√n of the fitted map z → h, z standardised on these rows"),
     Metric.of("procrustes_mse", "Procrustes MSE", "lower", "z", "audit train sweep",
-              "min over rotations of E‖h − Qz‖², z whitened on these rows"),
+              "min over rotations of E‖h − Qz‖², z standardised on these rows"),
     Metric.of("latent_cov_error", "‖Cov(z) − I‖_F", None, "z", "audit",
               "how far the latents' covariance is from the identity (their units); "
-              "Procrustes, orthogonality and the bound's comparison use z whitened on these "
-              "rows", row=False),
+              "Procrustes, orthogonality and the bound's comparison use z standardised on "
+              "these rows", row=False),
     Metric.of("latent_cov_floor", "‖Cov(z) − I‖_F floor", None, "z", "audit",
               "the ‖Cov(z) − I‖_F white latents of this size show by chance", row=False),
-    Metric.of("latents_whitened", "z whitened on these rows", None, "z", "audit",
-              "whether z was whitened on these rows (its law unknown) or used as it is (a "
-              "world that draws it white)", row=False),
+    Metric.of("latents_standardized", "z standardised on these rows", None, "z", "audit",
+              "whether each latent was scaled to unit variance on these rows (its law unknown) "
+              "or z used as it is (a world that draws it white)", row=False),
     Metric.of("whitening_error", "ε = ‖Cov(h) − I‖_F", "lower", "",
               "audit label_free train sweep", "‖Cov(h) − I‖_F", short="ε"),
     Metric.of("whitening_floor", "ε floor √(m(m+1)/n)", None, "", "audit label_free",
@@ -277,7 +277,7 @@ def _bound(f: Fit) -> dict[str, Any]:
     out = bound_terms(f.white, m, pairs, float(f.rho), None if core else f.options["confidence"])
     bound = out["bound"]
     floor = f.white["whitening_floor"]
-    trivial = float(np.trace(f.z_white_cov[0]))  # E‖z_w − z̄_w‖²: a constant h's
+    trivial = float(np.trace(f.z_unit_cov[0]))  # E‖z_s − z̄_s‖²: a constant h's
     out.update(bound_holds=bool(f.procrustes_mse <= bound), bound_trivial=trivial,
                bound_vacuous=bool(bound >= trivial), bound_floor=floor**2,
                bound_floor_dominated=bool(floor**2 >= 0.5 * bound))
@@ -411,8 +411,9 @@ def audit_metrics(z: ArrayLike, h: ArrayLike, h_prime: ArrayLike | None = None,
     **Units.** Procrustes, the orthogonality of the fitted map and the bound's comparison
     are about white latents (Cov(z) = I, Theorem 3). ``z_white``: z's law is white (a world
     that draws it so: synthetic worlds, Reacher's OU angles), so z is used as it is; else
-    (arrays of unknown law, a recording) z is whitened on these rows first, so that no verdict
-    depends on the units z was recorded in (``latents_whitened`` says which).
+    (arrays of unknown law, a recording) each latent is scaled to unit variance on these rows
+    first, so that no verdict depends on the units z was recorded in
+    (``latents_standardized`` says which).
     """
     fit = make_fit(z, h, h_prime, rho, x, circular=circular, test_fraction=test_fraction,
                    seed=seed, test_rows=test_rows, bootstrap=bootstrap, confidence=confidence,
