@@ -29,8 +29,8 @@ import numpy as np
 from idaudit.core.errors import IdauditError, first_line
 from idaudit.core.limits import check_elements
 
-__all__ = ["ARRAY_FILE_FORMS", "Declared", "array_file_kind", "check_arrays_fit", "npz_declared",
-           "read_arrays", "read_npz", "safetensors_declared"]
+__all__ = ["ARRAY_FILE_FORMS", "Declared", "array_file_kind", "array_names", "check_arrays_fit",
+           "npz_declared", "read_arrays", "read_npz", "safetensors_declared"]
 
 #: the forms :func:`read_arrays` reads, as messages name them
 ARRAY_FILE_FORMS = ".npz, a folder of .npy files, .safetensors or HDF5 (.h5, needs h5py)"
@@ -292,6 +292,35 @@ def _hdf5(path: Path, check: Check, names: Iterable[str] | None) -> dict[str, An
     declared = {k: (tuple(d.shape), d.dtype) for k, d in wanted.items()}
     check(declared, 0)
     return dict(wanted)
+
+
+class _Listed(Exception):
+    """Raised by :func:`array_names`' check: the names, with nothing read."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__()
+        self.names = names
+
+
+def array_names(path: str | Path) -> list[str]:
+    """The names of the arrays ``path`` holds, sorted, from its headers alone (no array read).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from pathlib import Path
+        >>> d = Path(tempfile.mkdtemp())
+        >>> np.savez(d / "a.npz", z=np.zeros(3), x=np.ones(2))
+        >>> array_names(d / "a.npz")
+        ['x', 'z']
+    """
+    def listed(declared: Declared, read: int) -> None:
+        raise _Listed(sorted(declared))
+
+    try:
+        read_arrays(path, check=listed)
+    except _Listed as found:
+        return found.names
+    return []
 
 
 def read_arrays(path: str | Path, names: Iterable[str] | None = None,

@@ -16,8 +16,8 @@ from typing import Any
 __all__ = ["EXIT_GATE_FAILED", "EXIT_INCONCLUSIVE", "EXIT_INTERNAL", "EXIT_OK", "EXIT_RUNS_FAILED",
            "EXIT_USAGE", "GateFailed", "IdauditError", "Inconclusive", "MAX_SEED", "NOT_PARAMETERS",
            "RunsFailed", "UsageError", "check_seed", "command_line", "error_line", "first_line",
-           "internal_error_line", "latent_indices", "library_spelling", "one_line", "parameter_of",
-           "printable", "require", "root_cause", "show_tracebacks"]
+           "index_list", "internal_error_line", "latent_indices", "library_spelling", "one_line",
+           "parameter_of", "printable", "require", "root_cause", "show_tracebacks"]
 
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
@@ -268,6 +268,23 @@ def internal_error_line(exc: BaseException, what: str | None = None) -> str:
 
 def show_tracebacks() -> bool:
     return bool(os.environ.get("IDAUDIT_TRACEBACK"))
+
+
+def index_list(value: Any, flag: str) -> tuple[int, ...]:
+    """Indices as a flag gives them, "0,2" (comma-separated text), or as Python does (a list
+    or tuple): a tuple of ints, or a line naming ``flag`` (checked further by
+    :func:`latent_indices`).
+
+    Example:
+        >>> index_list("0, 2", "--circular")
+        (0, 2)
+    """
+    if not isinstance(value, str):
+        return tuple(value)
+    try:
+        return tuple(int(c) for c in value.split(",") if c.strip())
+    except ValueError:
+        raise IdauditError(f"{flag} expects comma-separated integers, got {value!r}") from None
 
 
 def latent_indices(values: Any, what: str) -> tuple[int, ...]:

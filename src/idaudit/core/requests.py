@@ -22,7 +22,7 @@ from typing import Any
 
 from idaudit.core import command_options as _commands
 from idaudit.core import options as _options
-from idaudit.core.errors import IdauditError
+from idaudit.core.errors import IdauditError, index_list
 from idaudit.core.request_parts import (
     Composed,
     EncoderOptions,
@@ -95,13 +95,7 @@ class AuditRequest(Composed):
         return super().from_options(**options)
 
     def circular_indices(self) -> tuple[int, ...]:
-        if isinstance(self.circular, str):
-            try:
-                return tuple(int(c) for c in self.circular.split(",") if c.strip())
-            except ValueError:
-                raise IdauditError("--circular expects comma-separated integers, got "
-                                   f"{self.circular!r}") from None
-        return tuple(self.circular)
+        return index_list(self.circular, "--circular")
 
 
 @dataclass

@@ -87,9 +87,9 @@ class Fit:
     @functools.cached_property
     def z_unit_cov(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(Ĉ(z_s), Ĉ(z_s, h), Ĉ(h)): covariances as means over these rows, z standardised."""
-        w, c = self.z_scales, self.pop * self.s
-        return c[self.iz, self.iz] * np.outer(w, w), c[self.iz, self.ih] * w[:, None], \
-            c[self.ih, self.ih]
+        w, p, s = self.z_scales, self.pop, self.s  # the blocks scaled, never all of Σ copied
+        return p * s[self.iz, self.iz] * np.outer(w, w), p * s[self.iz, self.ih] * w[:, None], \
+            p * s[self.ih, self.ih]
 
     @functools.cached_property
     def q_unit(self) -> np.ndarray:

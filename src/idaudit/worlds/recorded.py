@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from idaudit.core.defaults import WORLD_DEFAULTS
-from idaudit.core.errors import IdauditError, latent_indices, require
+from idaudit.core.errors import IdauditError, index_list, latent_indices, require
 from idaudit.core.limits import check
 from idaudit.core.memory import check_memory
 from idaudit.worlds.base import EpochPairs, EvalSet, Pairs, PlanSet, World, stored_pairs, two_views
@@ -241,12 +241,7 @@ class RecordedKind(WorldKind):
         path = Path(options["data"])
         rec = read_recording(path, keys, stride)
         angles = options.get("angles", ())
-        if isinstance(angles, str):
-            try:
-                angles = tuple(int(a) for a in angles.split(",") if a.strip())
-            except ValueError:
-                raise IdauditError(f"--angles expects comma-separated integers, got "
-                                   f"{angles!r}") from None
+        angles = index_list(angles, "--angles")
         extra = {"data": str(path), "label": path.stem, "keys": keys, "stride": stride}
         return _spec(rec, {**options, "angles": angles}, extra)
 

@@ -231,7 +231,7 @@ def read_recording(path: str | Path, keys: dict[str, str], stride: int) -> Recor
     ``LAT`` and ``LAT_prime`` (the names ``keys`` gives), else episodes (``OBS``, ``LAT`` and
     ``EPISODES`` — or, as stable-worldmodel writes them, ``ep_offset`` and ``ep_len`` —, pairs
     ``stride`` frames apart)."""
-    from idaudit.core.arrayfiles import read_arrays
+    from idaudit.core.arrayfiles import array_names, read_arrays
 
     obs, lat, eps = (keys[k] for k in KEY_OPTIONS)
     pair_names = (obs, obs + "_prime", lat, lat + "_prime")
@@ -247,7 +247,7 @@ def read_recording(path: str | Path, keys: dict[str, str], stride: int) -> Recor
     if obs in arrays and lat in arrays and eps in arrays:
         return episodes_recording(arrays[obs], arrays[lat], arrays[eps], stride,
                                    (f"{src} {obs!r}", f"{src} {lat!r}", f"{src} {eps!r}"))
-    found = ", ".join(sorted(read_arrays(path, check=lambda d, r: None))) or "none"
+    found = ", ".join(array_names(path)) or "none"
     raise IdauditError(f"{path} holds neither pairs ({', '.join(pair_names)}) nor episodes "
                        f"({obs}, {lat}, {eps}); it holds: {found} (name yours with "
                        "--observations, --latents, --episodes)")
