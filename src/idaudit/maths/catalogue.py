@@ -28,8 +28,7 @@ __all__ = ["BUILTIN_KEYS", "BY_KEY", "CATALOGUE", "ELSEWHERE", "Metric", "NEEDS"
 
 # how an error message names each need
 NEED_TEXT = {"z": "the true latents z", "h_prime": "h′", "rho": "ρ", "bootstrap": "--bootstrap B",
-             "angle_law": "angles seen mod 2π with their law (a world that knows it, or "
-                          "--circular with --angle-sigma)",
+             "angle_law": "angles seen mod 2π (a world that declares them, or --circular)",
              "floor": "--floor-draws K > 0"}
 
 #: the metrics no metric group computes, each declared here with where it is computed
@@ -100,7 +99,7 @@ ORDER: tuple[str, ...] = (
     "canonical_shortfall", "alignment_gap_rho_estimated", "D_rho_estimated",
     # subspaces, circular latents, the ceiling, the floor
     "principal_angle_max_deg", "r2_h_to_sincos", "r2_h_to_z_ceiling", "r2_h_to_z_of_ceiling",
-    "r2_h_to_z_heldout_unwrapped", "unwrapped_test_rows", "angle_sigma",
+    "r2_h_to_z_heldout_unwrapped", "unwrapped_test_rows", "ceiling_law", "angle_sigma",
     "r2_h_to_z_heldout_floor_high", "r2_h_to_z_heldout_above_floor",
     "r2_h_to_z_heldout_floor_mean", "r2_h_to_z_heldout_floor_band", "r2_h_to_z_floor_high",
     "r2_h_to_z_floor_mean", "r2_h_to_z_floor_band", "floor_draws", "floor_latents",

@@ -165,11 +165,12 @@ _CIRCULAR = MetricGroup("circular", lambda f: bool(f.circ), _circular, core=True
 def _ceiling(f: Fit) -> dict[str, Any]:
     """Where the observations show an angle only mod 2π: the held-out R²(→ z) of the best guess
     from them (:func:`~idaudit.maths.ceilings.ceiling_predictor`, under the angles' law
-    N(0, σ²)) on the audit's own split, the share of it the encoder reaches, and the encoder's
+    N(0, σ²) where it is known, else the law its fit rows show) on the audit's own split, the share of it the encoder reaches, and the encoder's
     held-out R²(h → z) on the test rows whose angles need no wrapping."""
     z = np.asarray(f.blocks[0], dtype=np.float64)
     n = z.shape[1]
-    best = ceiling_predictor(z, f.circ, f.options["angle_sigma"])
+    sigma = f.options["angle_sigma"]
+    best = ceiling_predictor(z, f.circ, sigma, f.train_rows)
     pair = [best, z]
     shift = np.concatenate([f.shift[f.iz], f.shift[f.iz]])
     m_tr, m_te = Moments.of_row_sets(pair, [f.train_rows, f.test_rows], shift)
@@ -181,7 +182,8 @@ def _ceiling(f: Fit) -> dict[str, Any]:
         "r2_h_to_z_ceiling_per_dim": [float(v) for v in ceiling],
         "r2_h_to_z_of_ceiling": ours / float(ceiling.mean()) if ceiling.mean() > 0 else 0.0,
         "unwrapped_test_rows": int(keep.size),
-        "angle_sigma": float(f.options["angle_sigma"]),
+        "ceiling_law": "empirical" if sigma is None else "normal",
+        **({} if sigma is None else {"angle_sigma": float(sigma)}),
     }
     if keep.size > n + 1:  # enough rows to score an R² on
         nowrap = heldout_r2_from_moments(f.m_tr, Moments(f.blocks, keep, f.shift), f.ih, f.iz,
@@ -190,8 +192,7 @@ def _ceiling(f: Fit) -> dict[str, Any]:
     return out
 
 
-_CEILING = MetricGroup("ceiling", lambda f: bool(f.circ) and f.options["angle_sigma"] is not None,
-                       _ceiling, metrics=(
+_CEILING = MetricGroup("ceiling", lambda f: bool(f.circ), _ceiling, metrics=(
     Metric.of("r2_h_to_z_ceiling", "ceiling of R²(h → z), held-out", None, "z angle_law",
               "audit sweep", "held-out R² of the best guess of z from angles seen mod 2π (their "
               "posterior mean), fitted and scored as the audit scores: what the world allows on "
@@ -204,8 +205,12 @@ _CEILING = MetricGroup("ceiling", lambda f: bool(f.circ) and f.options["angle_si
               "[−π, π) (need no wrapping)"),
     Metric.of("unwrapped_test_rows", "test rows needing no wrapping", None, "z angle_law",
               "audit", "how many test rows r2_h_to_z_heldout_unwrapped is scored on", row=False),
+    Metric.of("ceiling_law", "the angles' law the ceiling uses", None, "z angle_law", "audit",
+              "normal: N(0, σ²) with σ = angle_sigma, known; empirical: estimated from the fit "
+              "rows' turns (no law given)", row=False, gate=False),
     Metric.of("angle_sigma", "σ of the angles' law N(0, σ²)", None, "z angle_law", "audit",
-              "the law the ceiling assumes for the unwrapped angles", row=False),
+              "the law the ceiling assumes for the unwrapped angles, where it is known",
+              row=False),
 ))
 
 
