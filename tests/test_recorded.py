@@ -244,6 +244,51 @@ def test_train_audit_and_plan_on_the_command_line(tmp_path, dots):
     assert len(wrong.stderr.strip().splitlines()) == 1
 
 
+def test_a_sweep_embed_and_consistency_on_the_recording(tmp_path, dots):
+    """A sweep (a TOML suite on the recording, its checkpoints kept): each run's record holds
+    the numbers `idaudit audit` gives its checkpoint later, found through the path the
+    checkpoint stores relative to itself; embed → audit of the .npz gives them again;
+    consistency compares the two seeds' runs."""
+    img, z, ep = dots
+    np.savez(tmp_path / "dot.npz", x=img, z=z, episode=ep)
+    (tmp_path / "suite.toml").write_text('[fixed]\ndata = "dot.npz"\nepochs = 1\n'
+                                         'batch = 128\n[grid]\nseed = [0, 1]\n')
+    cli = [sys.executable, "-m", "idaudit"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=600)
+
+    done = run("sweep", "suite.toml", "--out", "out", "--checkpoints", "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    records = sorted((tmp_path / "out" / "runs").glob("*.json"))
+    assert len(records) == 2
+    keys = ("r2_h_to_z_heldout", "orthogonality_error", "procrustes_mse", "bound")
+    checkpoints = []
+    for record in records:
+        swept = json.loads(record.read_text())
+        assert swept["status"] == "ok" and swept["world"]["name"] == "recorded"
+        ckpt = tmp_path / "out" / "checkpoints" / f"{swept['id']}.safetensors"
+        checkpoints.append(str(ckpt))
+        audited = run("audit", str(ckpt), "--json", f"{swept['id']}.json")
+        assert audited.returncode == 0, audited.stderr
+        later = json.loads((tmp_path / f"{swept['id']}.json").read_text())["metrics"]
+        for key in keys:
+            assert later[key] == pytest.approx(swept["metrics"][key], rel=1e-9), key
+    embedded = run("embed", checkpoints[0], "--out", "h.npz")
+    assert embedded.returncode == 0, embedded.stderr
+    again = run("audit", "h.npz", "--json", "again.json")
+    assert again.returncode == 0, again.stderr
+    first = json.loads((tmp_path / f"{Path(checkpoints[0]).stem}.json").read_text())["metrics"]
+    arrays = json.loads((tmp_path / "again.json").read_text())["metrics"]
+    for key in keys:
+        assert arrays[key] == pytest.approx(first[key], rel=1e-9), key
+    agree = run("consistency", *checkpoints, "--json", "c.json")
+    assert agree.returncode == 0, agree.stderr
+    pairs = json.loads((tmp_path / "c.json").read_text())
+    assert 0.0 < pairs["metrics"]["consistency_r2"] <= 1.0
+
+
 def test_the_guide_runs_as_written(tmp_path):
     """docs/own-world.md: its Python block (a simulator, ArrayWorld, a loop over WorldPairs,
     an audit), then its shell block (train --data, audit, plan) on the file the block wrote."""

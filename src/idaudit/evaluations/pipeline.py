@@ -125,10 +125,11 @@ def probe_input(loaded: LoadedEncoder, opts: EncoderOptions) -> Any | None:
     images, nothing rendered), or None where the set itself is cheap to make first."""
     from idaudit.worlds import KINDS, WorldSpec
 
-    where, _ = where_to_embed(loaded, opts.world.world, opts.data, opts.world.world_options())
+    where, base_dir = where_to_embed(loaded, opts.world.world, opts.data,
+                                     opts.world.world_options())
     if not isinstance(where, WorldSpec):
         return None
-    return KINDS.get(where.name).probe_input(where, PROBE_ROWS)
+    return KINDS.get(where.name).probe_input(where, PROBE_ROWS, base_dir)
 
 
 def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = None) -> None:

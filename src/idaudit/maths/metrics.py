@@ -165,8 +165,9 @@ _CIRCULAR = MetricGroup("circular", lambda f: bool(f.circ), _circular, core=True
 def _ceiling(f: Fit) -> dict[str, Any]:
     """Where the observations show an angle only mod 2π: the held-out R²(→ z) of the best guess
     from them (:func:`~idaudit.maths.ceilings.ceiling_predictor`, under the angles' law
-    N(0, σ²) where it is known, else the law its fit rows show) on the audit's own split, the share of it the encoder reaches, and the encoder's
-    held-out R²(h → z) on the test rows whose angles need no wrapping."""
+    N(0, σ²) where it is known, else the law its fit rows show) on the audit's own split, the
+    share of it the encoder reaches, and the encoder's held-out R²(h → z) on the test rows whose
+    angles need no wrapping."""
     z = np.asarray(f.blocks[0], dtype=np.float64)
     n = z.shape[1]
     sigma = f.options["angle_sigma"]

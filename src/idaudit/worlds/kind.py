@@ -112,7 +112,8 @@ class WorldKind(ABC):
         world (its training data), where this kind can; None: build the world and ask it."""
         return None
 
-    def probe_input(self, spec: WorldSpec, rows: int) -> Any | None:
+    def probe_input(self, spec: WorldSpec, rows: int, base_dir: Path | None = None
+                    ) -> Any | None:
         """``rows`` inputs shaped as this kind's evaluation set for ``spec``, made without
         rendering or reading that set, on which an encoder is tried before the set is made (a
         refusal that depends only on the options or the output's shape then costs a forward

@@ -287,10 +287,12 @@ class RecordedKind(WorldKind):
         data = spec.extra.get("data")
         return [] if data is None else [stored_at(data, base_dir)]
 
-    def probe_input(self, spec: WorldSpec, rows: int) -> Any | None:
+    def probe_input(self, spec: WorldSpec, rows: int, base_dir: Path | None = None
+                    ) -> Any | None:
         """The recording's first ``rows`` frames where they are images (reading the whole
-        evaluation set may take long); None for vectors."""
-        world = self.built(spec)
+        evaluation set may take long); None for vectors. ``base_dir``: where its relative
+        path is found from (the checkpoint's folder)."""
+        world = self.from_spec(spec, base_dir)
         if not world.recording.first.images:
             return None
         return world.recording.first.take(np.arange(rows))

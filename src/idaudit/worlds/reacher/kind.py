@@ -177,7 +177,8 @@ class ReacherKind(WorldKind):
         return reacher_eval_set(rspec.rho, rspec.image_size, n, cache_dir=cache_dir,
                                 progress=progress)
 
-    def probe_input(self, spec: WorldSpec, rows: int) -> np.ndarray:
+    def probe_input(self, spec: WorldSpec, rows: int, base_dir: Path | None = None
+                    ) -> np.ndarray:
         """``rows`` images of the evaluation set's size (uint8, rows × S × S × 3), seeded
         noise: nothing rendered, no dataset read."""
         size = dataset_of(spec).image_size
