@@ -399,6 +399,31 @@ def test_a_closed_pipe_ends_with_141_never_1(name, ckpt, tmp_path):
     assert (res.returncode, res.stderr) == (141, ""), res.stderr
 
 
+@pytest.mark.parametrize("args", [["audit", "e.npz"], ["consistency", "e.npz", "f.npz"]])
+def test_a_closed_pipe_still_writes_the_report_files(args, tmp_path):
+    """`idaudit audit … --json F | head`: the reader leaving stdout does not cost the files
+    asked for (they are written before the console report): exit 141 and the JSON and
+    Markdown complete."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _arrays_for_pipes(tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run([sys.executable, "-m", "idaudit", *args, "--min-r2", "0.5",
+                              "--json", "r.json", "--markdown", "r.md"], stdout=write_end,
+                             stderr=subprocess.PIPE, cwd=tmp_path, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert res.returncode == 141, res.stderr
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written["verdict"] == "pass" and written["metrics"]
+    assert "pass" in (tmp_path / "r.md").read_text().lower()
+
+
 def test_head_after_the_verdict_line_is_not_a_failed_gate(tmp_path):
     """`set -o pipefail; idaudit audit … | head -1` on a passing audit: the verdict line, then
     141 where the reader left before the rest (0 where the output was complete), never 1."""

@@ -54,14 +54,20 @@ def check_reports(flags: dict, inputs: list, files: list | None = None) -> None:
 
 def finish(report, table, flags: dict, kind: str = "audit", lead: list[str] = (),
            more: list = ()) -> None:
-    """Print a gated report — the ``lead`` lines (what its verdict rests on), its table, then
-    the ``more`` tables —, write the --json/--junit/--markdown files its ``flags`` name, exit
-    with its code."""
+    """Write the --json/--junit/--markdown files its ``flags`` name, print a gated report — the
+    ``lead`` lines (what its verdict rests on), its table, then the ``more`` tables —, then the
+    reports asked for on stdout (``-``), and exit with its code."""
     from idaudit.core.errors import one_line
     from idaudit.evaluations.report import audit_junit, audit_markdown
 
     json_path, junit, markdown = flags["json_path"], flags["junit"], flags["markdown"]
-    piped = any(to_stdout(p) for p in (json_path, junit, markdown))
+    reports = [(path, make) for path, make in (
+        (json_path, lambda: json_text(report.to_dict())), (junit, lambda: audit_junit(report)),
+        (markdown, lambda: audit_markdown(report, kind))) if path is not None]
+    for path, make in reports:  # files first: a reader of stdout that leaves early (`| head`)
+        if not to_stdout(path):  # must not cost them
+            emit(path, make())
+    piped = any(to_stdout(p) for p, _ in reports)
     console = err if piped else out  # stdout carries the report alone
     for line in lead:
         console.print(escape(line), highlight=False, soft_wrap=True)
@@ -70,12 +76,9 @@ def finish(report, table, flags: dict, kind: str = "audit", lead: list[str] = ()
     if report.reason:
         err.print(f"[yellow]inconclusive:[/yellow] {escape(one_line(report.reason))}",
                   highlight=False, soft_wrap=True)  # a reason may quote a file's name
-    if json_path is not None:
-        emit(json_path, json_text(report.to_dict()))
-    if junit is not None:
-        emit(junit, audit_junit(report))
-    if markdown is not None:
-        emit(markdown, audit_markdown(report, kind))
+    for path, make in reports:
+        if to_stdout(path):
+            emit(path, make())
     failed = [t.metric for t in report.failed]
     if failed:
         err.print(f"[red]gate failed:[/red] {', '.join(failed)}", highlight=False, soft_wrap=True)
