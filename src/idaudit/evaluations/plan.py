@@ -7,7 +7,10 @@ C(path) = Σ_t ‖z_t − z_goal‖² + Σ_t ‖z_{t+1} − z_t‖² with the or
 
 LQR: push z_{t+1} = A z_t + B u_t through the fitted linear map M (h ≈ M z): Â = M A M⁻¹,
 B̂ = M B; with the rotation-invariant cost ‖·‖² + ‖u‖² in both spaces, scipy's discrete ARE
-gives P and P̂, and V(z₀) = z₀ᵀ P z₀ should equal V̂(M z₀) exactly when M is orthogonal.
+gives P and P̂, and V(z₀) = z₀ᵀ P z₀ should equal V̂(M z₀) exactly when M is orthogonal. As in
+the audit, M is fitted on z standardised per latent over the gallery unless the world draws z
+white (``lqr_latents_standardized`` says which), so no LQR error depends on the units the
+latents were recorded in.
 """
 
 from __future__ import annotations
@@ -172,9 +175,13 @@ class PlanReport:
 
 
 def _report(res: dict[str, Any], gallery_z: Any, gallery_h: Any, seed: int, source: str,
-            world: dict[str, Any] | None, labels: tuple[str, ...]) -> PlanReport:
-    q_hat, _ = fit_linear_map(gallery_z, gallery_h)
+            world: dict[str, Any] | None, labels: tuple[str, ...], z_white: bool) -> PlanReport:
+    from idaudit.maths.linear import standardize
+
+    z = np.asarray(gallery_z, dtype=np.float64)
+    q_hat, _ = fit_linear_map(z if z_white else standardize(z), gallery_h)
     res.update(lqr_value_equivalence(q_hat, seed=seed))
+    res["lqr_latents_standardized"] = not z_white
     paths, oracle, ratios = res.pop("paths"), res.pop("oracle_paths"), res.pop("cost_ratios")
     return PlanReport(metrics=res, paths=paths, oracle_paths=oracle, source=source,
                       world=world, labels=labels, cost_ratios=ratios)
@@ -216,7 +223,7 @@ def run_plan(req: PlanRequest) -> PlanReport:
             raise IdauditError(f"{loaded.source} has no z: planning against the oracle needs "
                                "the true latents of the gallery")
         return plan_gallery(loaded.z, loaded.h, req.pairs, req.waypoints, seed, req.k,
-                            loaded.source)
+                            loaded.source, z_white=loaded.z_white)
     from idaudit.evaluations.pipeline import input_adapter, probe_input, try_first
 
     probe = probe_input(loaded, place)  # tried on a few inputs before the world's data are read
@@ -233,7 +240,7 @@ def run_plan(req: PlanRequest) -> PlanReport:
                                embed(module, ps.goal_x).numpy(), ps.start_z.numpy(),
                                ps.goal_z.numpy(), req.waypoints, req.k)
     return _report(res, ps.gallery_z, hg, seed, str(loaded.path), w.spec.to_dict(),
-                   w.latent_labels)
+                   w.latent_labels, ps.z_white)
 
 
 def plan(encoder: Any = None, *, z: Any = None, h: Any = None, **options: Any) -> PlanReport:
@@ -269,9 +276,11 @@ def check_plan_memory(pairs: int, waypoints: int, latent_dim: int, embed_dim: in
 
 
 def plan_gallery(z: Any, h: Any, pairs: int = 100, waypoints: int = 20, seed: int = 0,
-                 k: int = 5, source: str = "arrays") -> PlanReport:
+                 k: int = 5, source: str = "arrays", z_white: bool = False) -> PlanReport:
     """Plans between rows of a gallery of latents z and their embeddings h (each samples ×
-    dims; values whose squared distances overflow float64 are refused, as NaN and Inf are)."""
+    dims; values whose squared distances overflow float64 are refused, as NaN and Inf are);
+    ``z_white``: z's law is white (the LQR's map is then fitted on z as it is, else on z
+    standardised per latent)."""
     from idaudit.evaluations.inputs import as_matrix, value_problem
     from idaudit.loading.arrays import numeric_array
 
@@ -291,4 +300,4 @@ def plan_gallery(z: Any, h: Any, pairs: int = 100, waypoints: int = 20, seed: in
     res = plan_from_embeddings(h, z, h[idx[:, 0]], h[idx[:, 1]], z[idx[:, 0]], z[idx[:, 1]],
                                waypoints, k)
     labels = tuple(f"z{i + 1}" for i in range(z.shape[1]))
-    return _report(res, z, h, seed, source, None, labels)
+    return _report(res, z, h, seed, source, None, labels, z_white)

@@ -59,6 +59,7 @@ class PlanSet:
     start_x: Any
     goal_z: torch.Tensor
     goal_x: Any
+    z_white: bool = False  # z's law is white (the world draws it so): the LQR reads z as it is
 
 
 class Pairs(NamedTuple):

@@ -113,7 +113,8 @@ class SyntheticWorld(World):
         gen = torch.Generator().manual_seed(seed)
         gz = self.sample_latents(gallery, gen)
         sz, ez = self.sample_latents(pairs, gen), self.sample_latents(pairs, gen)
-        return PlanSet(gz, self.observe(gz), sz, self.observe(sz), ez, self.observe(ez))
+        return PlanSet(gz, self.observe(gz), sz, self.observe(sz), ez, self.observe(ez),
+                       z_white=True)
 
     def pairs(self, n: int | None = None, seed: int | None = None) -> Pairs:
         """``n`` fresh pairs (default: as many as ``idaudit world`` writes) from ``seed``

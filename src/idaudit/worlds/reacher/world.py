@@ -129,7 +129,7 @@ class ReacherWorld(World):
         idx = rng.choice(ok, size=(pairs, 2), replace=len(ok) < 2 * pairs)
         zt = torch.from_numpy(z)
         return PlanSet(zt, d.x_eval, zt[idx[:, 0]], d.x_eval[idx[:, 0]], zt[idx[:, 1]],
-                       d.x_eval[idx[:, 1]])
+                       d.x_eval[idx[:, 1]], z_white=self.rho is not None)  # as eval_set's
 
     def pairs(self, n: int | None = None, seed: int | None = None) -> Pairs:
         """The rendered training pairs (the first ``n``; None: all): images x, x′ as uint8
