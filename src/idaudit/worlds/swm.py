@@ -235,6 +235,8 @@ class SwmKind(RecordedKind):
 
     options: ClassVar[frozenset[str]] = frozenset({"pairs", "episode_steps", "data_seed",
                                                    "image_size", "stride", "rho"})
+    #: a name of this family, for tests that need one world taking its options
+    example_name: ClassVar[str] = PREFIX + next(iter(ENVS))
 
     def _read(self, spec_name: str, c: Collection, stride: int, progress: bool = True
               ) -> tuple[Path, Any, dict[str, str]]:
