@@ -65,9 +65,11 @@ def world_taking(name: str) -> str | None:
     default = WORLDS.get(DEFAULT_WORLD)
     if name in default.options or name in (o.name for o in TRAIN) and \
             name not in default.refuses and not any(name in WORLDS.get(n).options
-                                                    for n in WORLDS.builtin()):
+                                                    for n in WORLDS.builtin()) and \
+            not any(name in k.options for k in WORLDS.family_objects()):
         return None
-    for world in WORLDS.builtin():
+    families = [WORLDS.get(p + "x").example_name for p in WORLDS.families()]  # swm:ENV_ID
+    for world in (*WORLDS.builtin(), *families):
         kind = WORLDS.get(world)
         if name in kind.options and name not in kind.refuses:
             return world

@@ -33,7 +33,8 @@ __all__ = ["ARRAY_FILE_FORMS", "Declared", "array_file_kind", "array_names", "ch
            "npz_declared", "read_arrays", "read_npz", "safetensors_declared"]
 
 #: the forms :func:`read_arrays` reads, as messages name them
-ARRAY_FILE_FORMS = ".npz, a folder of .npy files, .safetensors or HDF5 (.h5, needs h5py)"
+ARRAY_FILE_FORMS = (".npz, a folder of .npy files, .safetensors, HDF5 (.h5, needs h5py) or a "
+                    "stable-worldmodel folder dataset")
 
 _Entry = tuple[tuple[int, ...], np.dtype | None]  # a shape and a dtype (None: none numpy has)
 #: a file's arrays as their headers declare them: name → (shape, dtype)
@@ -46,10 +47,15 @@ _HDF5 = b"\x89HDF\r\n\x1a\n"
 
 
 def array_file_kind(path: str | Path) -> str | None:
-    """``npz``, ``npy`` (a folder holding ``.npy`` files), ``safetensors`` or ``hdf5`` from the
-    bytes of ``path`` (never its name), or None for anything else."""
+    """``npz``, ``npy`` (a folder holding ``.npy`` files), ``swm-folder`` (stable-worldmodel's
+    folder format: :mod:`idaudit.core.swm_folder`), ``safetensors`` or ``hdf5`` from the bytes
+    of ``path`` (a folder: the files it holds; never its name), or None for anything else."""
+    from idaudit.core.swm_folder import is_swm_folder
+
     path = Path(path)
     if path.is_dir():
+        if is_swm_folder(path):
+            return "swm-folder"
         return "npy" if any(path.glob("*.npy")) else None
     try:
         with open(path, "rb") as f:
@@ -329,14 +335,14 @@ def read_arrays(path: str | Path, names: Iterable[str] | None = None,
 
     Args:
         path: an ``.npz``, a folder of ``.npy`` files, a safetensors or an HDF5 file (told
-            apart by their bytes).
+            apart by their bytes), or a stable-worldmodel folder dataset (by its files).
         names: the arrays wanted; the others are neither checked nor read.
         check: called with the declared shapes and dtypes and the bytes reading takes before
             anything is read (default :func:`check_arrays_fit`).
 
     Returns:
-        name → array: numpy arrays (memory maps where the format allows) or HDF5 datasets
-        (lazy; index them with sorted rows).
+        name → array: numpy arrays (memory maps where the format allows), HDF5 datasets
+        (lazy; index them with sorted rows) or JPEG frames (lazy, decoded as indexed).
 
     Example:
         >>> import tempfile, numpy as np
@@ -358,6 +364,10 @@ def read_arrays(path: str | Path, names: Iterable[str] | None = None,
             return _mapped_safetensors(path, check, names)
         if kind == "hdf5":
             return _hdf5(path, check, names)
+        if kind == "swm-folder":
+            from idaudit.core.swm_folder import read_swm_folder
+
+            return read_swm_folder(path, check, names)
     except IdauditError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:

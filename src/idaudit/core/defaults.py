@@ -26,10 +26,12 @@ DATA_ROOT = "data"
 #: of its mixing network, its latent dimension on 2D worlds, Reacher's stride, dataset seed,
 #: image side and evaluation images; the evaluation set and plan gallery sizes of synthetic
 #: worlds; the pairs rendered to evaluate an encoder brought from elsewhere on Reacher without
-#: a dataset (4000 frames)
+#: a dataset (4000 frames); a stable-worldmodel world's frames collected (``swm_frames``, in
+#: episodes of ``episode_steps``)
 WORLD_DEFAULTS: dict[str, Any] = {
     "rho": 0.95, "source": "gaussian", "dim": 2, "layers": 4, "mixing_seed": 0, "stride": 8,
     "data_seed": 0, "image_size": 64, "n_eval": 10_000, "gallery": 10_000, "rendered_eval_pairs": 2000,
+    "swm_frames": 2000, "episode_steps": 100,
 }
 
 #: the share of rows an audit holds out where the world does not fix its held-out rows

@@ -222,7 +222,7 @@ WORLD: tuple[Option, ...] = (
     Option("trajectory", "flag", "reacher: pairs from episodes of a goal-reaching controller "
            "instead of OU pairs", ("--trajectory/--ou",), typer={"show_default": False}),
     Option("stride", "integer", "steps between a pair's views: reacher --trajectory (default "
-           f"{_world('stride')}), recorded episodes (default 1)", limit="stride"),
+           f"{_world('stride')}), recorded and swm: episodes (default 1)", limit="stride"),
     Option("observations", "string", "recorded: the array of observations in --data (default "
            "x; pairs: with NAME_prime)"),
     Option("latents", "string", "recorded: the array of true states in --data (default z; "
@@ -232,7 +232,10 @@ WORLD: tuple[Option, ...] = (
     Option("angles", "string", "recorded: latents that are angles in radians, e.g. 0,1 (ρ "
            "estimated and R² scored as angles)"),
     Option("image_size", "integer", "reacher: image side in pixels, rendered at that size "
-           f"(default {_world('image_size')}, the paper's)", limit="image_size"),
+           f"(default {_world('image_size')}, the paper's); swm: the collected frames' side",
+           limit="image_size"),
+    Option("episode_steps", "integer", "swm: steps per collected episode (default "
+           f"{_world('episode_steps')})", limit="episode_steps"),
     Option("workers", "integer", "reacher: render processes (default: one per core)"),
 )
 
@@ -284,8 +287,9 @@ TRAIN: tuple[Option, ...] = (
     Option("encoder_kwargs", "json", "JSON object"),
     Option("device", "string", "auto (CUDA when present) | cpu | cuda; it chooses the reacher "
            "recipe"),
-    Option("pairs", "integer", "reacher: rendered training pairs", limit="pairs"),
-    Option("data_seed", "integer", "reacher: the dataset's seed (default "
+    Option("pairs", "integer", "reacher: rendered training pairs; swm: frames collected (default "
+           f"{_world('swm_frames')}, in episodes of --episode-steps)", limit="pairs"),
+    Option("data_seed", "integer", "reacher and swm: the dataset's seed (default "
            f"{_world('data_seed')}; separate from the training --seed)"),
     Option("recipe", "string", "reacher: cpu (chosen on a CPU: small images, a lighter CNN, a "
            "run of minutes) | paper (chosen on CUDA); options given explicitly win"),

@@ -51,6 +51,9 @@ WORLDS.add_lazy("pairs", "idaudit.worlds.dataset:PAIRS_KIND",
 WORLDS.add_lazy("reacher", "idaudit.worlds.reacher.kind:REACHER_KIND", "MuJoCo pixels")
 WORLDS.add_lazy("recorded", "idaudit.worlds.recorded:RECORDED_KIND",
                 "your own world: --data FILE of recorded pairs or episodes (frames x, states z)")
+WORLDS.add_family("swm:", "idaudit.worlds.swm:SWM_KIND",
+                  "swm:ENV_ID, a stable-worldmodel environment's episodes collected and cached, "
+                  "e.g. swm:ReacherDMControl-v0 (docs/swm.md)")
 
 
 # ---- objectives ------------------------------------------------------------------------
@@ -195,7 +198,8 @@ def choices(registry: Registry[Any]) -> str:
         'lejepa (λ·SIGReg + (1−λ)·alignment)'
     """
     return " | ".join(f"{n} ({registry.help(n)})" if registry.help(n) else n
-                      for n in registry.ordered())
+                      for n in registry.ordered()) + \
+        "".join(f" | {registry.help(p)}" for p in registry.families())
 
 
 #: the registries plugins add to, by entry-point group

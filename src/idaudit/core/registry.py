@@ -7,6 +7,10 @@ encoders …). An entry is registered once, in one of three ways:
 * ``REG.add_lazy(name, "package.module:attribute", help=…)``: a placeholder that imports the
   module on first :meth:`Registry.get` — so listing names and their help (``--help``) imports
   neither torch nor numpy;
+* ``REG.add_family(prefix, "package.module:attribute", help=…)``: every name ``prefix`` +
+  something (``swm:ReacherDMControl-v0``) is that one object, imported on first use (the object
+  reads the rest of the name); such names are not listed (:meth:`Registry.names`), only the
+  family (:meth:`Registry.families`);
 * an **entry point** of the registry's ``group`` in another installed distribution (its
   ``pyproject.toml``: ``[project.entry-points."idaudit.worlds"] myworld =
   "mypkg.worlds:MY_WORLD"``): found without importing it, loaded on first use. A plugin's code
@@ -123,6 +127,8 @@ class Registry(Generic[T]):
         self._help: dict[str, str] = {}
         self._plugins: dict[str, Plugin] | None = None
         self._order: list[str] = []  # idaudit's own names, as they were registered
+        self._families: dict[str, str] = {}  # prefix → module:attribute
+        self._family_loaded: dict[str, T] = {}  # prefix → its object, once imported
 
     # ---- registering -----------------------------------------------------------------
     def register(self, name: str, help: str = "") -> Callable[[T], T]:
@@ -142,6 +148,37 @@ class Registry(Generic[T]):
         """Register ``module:attribute`` under ``name``, imported on first :meth:`get`."""
         self._claim(name, help)
         self._lazy[name] = target
+
+    def add_family(self, prefix: str, target: str, help: str = "") -> None:
+        """Register ``module:attribute`` under every name that starts with ``prefix`` (and has
+        more after it), imported on first :meth:`get` of one of them."""
+        if prefix in self._families:
+            raise ValueError(f"{self.kind} family {prefix!r} registered twice")
+        self._families[prefix] = target
+        if help:
+            self._help[prefix] = help
+
+    def family(self, name: object) -> str | None:
+        """The prefix of the family ``name`` belongs to (None: none)."""
+        if not isinstance(name, str):
+            return None
+        return next((p for p in self._families if name.startswith(p) and len(name) > len(p)),
+                    None)
+
+    def families(self) -> list[str]:
+        """The families' prefixes, as they were registered."""
+        return list(self._families)
+
+    def family_objects(self) -> list[T]:
+        """The object of each family (imported now)."""
+        return [self._family_object(p) for p in self._families]
+
+    def _family_object(self, prefix: str) -> T:
+        if prefix not in self._family_loaded:
+            what = f"{self.kind} family {prefix!r}"
+            self._family_loaded[prefix] = self._admit(
+                prefix, load_target(self._families[prefix], what), what)
+        return self._family_loaded[prefix]
 
     def _claim(self, name: str, help: str) -> None:
         if name in self._items or name in self._lazy:
@@ -171,6 +208,9 @@ class Registry(Generic[T]):
         """The object registered as ``name`` (a placeholder or plugin is loaded now)."""
         if name in self._items:
             return self._items[name]
+        prefix = self.family(name)
+        if prefix is not None:
+            return self._family_object(prefix)
         if name in self._lazy:
             obj = self._admit(name, load_target(self._lazy[name], f"{self.kind} {name!r}"),
                               f"{self.kind} {name!r}")
@@ -179,7 +219,8 @@ class Registry(Generic[T]):
             what = f"plugin {self.kind} {name!r} of {p.dist} {p.version}"
             obj = self._admit(name, load_target(p.target, what), what)
         else:
-            raise UsageError(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}")
+            raise UsageError(f"unknown {self.kind} {name!r}; valid: "
+                             f"{', '.join([*self.names(), *(p + '…' for p in self._families)])}")
         self._items[name] = obj
         return obj
 
@@ -225,7 +266,8 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self._items or name in self._lazy
-                                          or name in self.plugins())
+                                          or name in self.plugins()
+                                          or self.family(name) is not None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

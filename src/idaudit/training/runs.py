@@ -34,7 +34,8 @@ from idaudit.training.loop import vector_encoder_refused
 from idaudit.worlds import KINDS, World, WorldKind, WorldSpec, build_world, make_spec, world_name
 
 TRAIN_OPTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
-WORLD_OPTIONS = frozenset().union(*(KINDS.get(n).options for n in KINDS.builtin()))
+WORLD_OPTIONS = frozenset().union(*(KINDS.get(n).options for n in KINDS.builtin()),
+                                  *(k.options for k in KINDS.family_objects()))
 RUN_OPTIONS = frozenset({"world", "recipe"}) | TRAIN_OPTIONS | WORLD_OPTIONS
 EMBEDDING_SAMPLE = 1500  # (z, h) rows kept for the 2D embedding figure
 

@@ -19,7 +19,7 @@ from idaudit.worlds.dataset import NAME as PAIRS
 from idaudit.worlds.dataset import PairsFileWorld, is_pairs_file, load_pairs, read_pairs_spec
 from idaudit.worlds.kind import KINDS, Recipe, WorldKind
 from idaudit.worlds.mixings import MIXINGS, CouplingMixing
-from idaudit.worlds.names import validate_spec, world_names
+from idaudit.worlds.names import validate_spec, world_choices, world_names
 from idaudit.worlds.reacher.kind import ReacherKind
 from idaudit.worlds.reacher.world import NAME as REACHER
 from idaudit.worlds.reacher.world import ReacherWorld
@@ -80,7 +80,7 @@ def world_name(name: str | None, options: dict[str, Any]) -> str:
             raise IdauditError(f"--data: not found: {options['data']}")
     name = name or WORLD
     if name not in KINDS:
-        raise IdauditError(f"unknown world {name!r}; valid: {', '.join(world_names())}")
+        raise IdauditError(f"unknown world {name!r}; valid: {world_choices()}")
     return name
 
 
@@ -114,5 +114,5 @@ def as_world(world: World | WorldSpec | str, base_dir: Path | None = None) -> Wo
 def build_world(spec: WorldSpec, base_dir: Path | None = None) -> World:
     """The world a spec describes (``base_dir``: where relative dataset paths are resolved)."""
     if spec.name not in KINDS:
-        raise IdauditError(f"unknown world {spec.name!r}; valid: {', '.join(world_names())}")
+        raise IdauditError(f"unknown world {spec.name!r}; valid: {world_choices()}")
     return KINDS.get(spec.name).from_spec(spec, base_dir)

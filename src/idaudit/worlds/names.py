@@ -6,7 +6,7 @@ from idaudit.core.errors import IdauditError
 from idaudit.worlds.kind import KINDS
 from idaudit.worlds.spec import WorldSpec
 
-__all__ = ["validate_spec", "world_names"]
+__all__ = ["validate_spec", "world_choices", "world_names"]
 
 
 def world_names() -> list[str]:
@@ -15,10 +15,16 @@ def world_names() -> list[str]:
     return KINDS.ordered()
 
 
+def world_choices() -> str:
+    """The registered world names and the families of names (``swm:…``), as a refusal of an
+    unknown world lists them."""
+    return ", ".join([*world_names(), *(p + "ENV_ID" for p in KINDS.families())])
+
+
 def validate_spec(spec: WorldSpec) -> WorldSpec:
     """Check a spec read from a file: a known world, fields of the right types and ranges."""
     if not isinstance(spec.name, str) or spec.name not in KINDS:
-        raise IdauditError(f"unknown world {spec.name!r}; valid: {', '.join(world_names())}")
+        raise IdauditError(f"unknown world {spec.name!r}; valid: {world_choices()}")
     try:
         return KINDS.get(spec.name).check_spec(spec)
     except TypeError as exc:
