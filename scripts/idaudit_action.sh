@@ -4,7 +4,10 @@
 #   idaudit_action.sh cache-key   the Python to install into (a venv of the action's own when the
 #                                 given one is externally managed, PEP 668), the pip cache
 #                                 directory (empty when pip's cache is off) and a cache key
-#   idaudit_action.sh install     torch, then idaudit; its scripts directory onto GITHUB_PATH
+#   idaudit_action.sh install     torch, then idaudit; its scripts directory onto GITHUB_PATH —
+#                                 skipped, saying so, where the idaudit on PATH is the version
+#                                 it would install, with its extras and torch pin (an earlier
+#                                 use of the action in the job)
 #   idaudit_action.sh [audit]     idaudit audit TARGETS with JSON, JUnit and Markdown reports
 #                                 and (IDAUDIT_HTML=true, where matplotlib imports) the page
 #   idaudit_action.sh link        the uploaded page's link (IDAUDIT_PAGE_URL) in the summary
@@ -140,27 +143,97 @@ cache_key() {  # the Python to install into, pip's cache directory, and a key fo
   output python "$(command -v "$PY")"
 }
 
+wanted() {  # wanted ROOT SPEC EXTRAS: "VERSION EXTRAS" of what `install` would install — the
+  # action's checkout's own version with plot and EXTRAS, or a spec pinned as idaudit[E]==V —
+  # or nothing where a spec pins no version (a Git URL, a range: only pip knows)
+  local root=$1 spec=$2 extras=$3 version
+  local pin='^[[:space:]]*[Ii][Dd][Aa][Uu][Dd][Ii][Tt][[:space:]]*(\[([^]]*)\])?[[:space:]]*==[[:space:]]*([^[:space:];]+)[[:space:]]*$'
+  if [ -z "$spec" ]; then
+    version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$root/src/idaudit/core/version.py" 2>/dev/null || true)
+    if [ -n "$version" ]; then printf '%s plot%s\n' "$version" "${extras:+,$extras}"; fi
+  elif [[ $spec =~ $pin ]]; then
+    printf '%s %s\n' "${BASH_REMATCH[3]}" "${BASH_REMATCH[2]// /}"
+  fi
+}
+
+same_on_path() {  # same_on_path VERSION EXTRAS TORCH: the idaudit on PATH reports VERSION, and
+  # its Python has every package of EXTRAS (comma-separated) and, where TORCH pins torch==V, that
+  # torch; else (exit 1) a note on stderr says what differs
+  local want=$1 extras=$2 torch=$3 exe have first py why
+  exe=$(command -v idaudit 2>/dev/null) || return 1
+  have=$("$exe" --version 2>/dev/null) || have=''
+  if [ "$have" != "idaudit $want" ]; then
+    echo "note: the idaudit on PATH ($exe) says '${have:-nothing}', not 'idaudit $want': installing" >&2
+    return 1
+  fi
+  IFS= read -r first <"$exe" || first=''
+  py=${first#\#!}
+  py=${py%% *}
+  if [ "$first" = "$py" ] || [ ! -x "$py" ]; then
+    echo "note: idaudit $want is on PATH ($exe), but its Python cannot be told from its first line: installing" >&2
+    return 1
+  fi
+  if ! why=$("$py" -c '
+import importlib.metadata as m, re, sys
+extras, torch = [e.strip() for e in sys.argv[1].split(",") if e.strip()], sys.argv[2].strip()
+why = []
+for req in m.requires("idaudit") or []:
+    extra = re.search(r"extra\s*==\s*\"([^\"]+)\"", req)
+    name = re.match(r"[A-Za-z0-9._-]+", req).group(0)
+    if extra and extra.group(1) in extras:
+        try:
+            m.version(name)
+        except m.PackageNotFoundError:
+            why.append(f"{name} (extra {extra.group(1)}) is not installed")
+if torch:
+    pin = re.fullmatch(r"torch\s*==\s*([^\s;+]+)", torch)
+    try:
+        have = m.version("torch").split("+")[0]
+    except m.PackageNotFoundError:
+        have = None
+    if pin is None:
+        why.append(f"torch-spec {torch} is not a pin (torch==V) to compare with")
+    elif have != pin.group(1):
+        why.append(f"its torch is {have}, not {pin.group(1)}")
+if why:
+    sys.exit("; ".join(why))
+' "$extras" "$torch" 2>&1); then
+    echo "note: idaudit $want is on PATH ($exe), but ${why//[$'\n\r']/ }: installing" >&2
+    return 1
+  fi
+}
+
 install() {
   need_python
   local root=${IDAUDIT_ACTION_PATH:-$HERE/..} spec=${IDAUDIT_SPEC:-} extras=${IDAUDIT_EXTRAS:-}
-  local torch=${IDAUDIT_TORCH_SPEC:-} index=${IDAUDIT_TORCH_INDEX_URL:-} scripts
+  local torch=${IDAUDIT_TORCH_SPEC:-} index=${IDAUDIT_TORCH_INDEX_URL:-} scripts want='' asked=''
   local pip=("$PY" -m pip install --disable-pip-version-check --progress-bar off)
   if [ -n "$spec" ] && [ -n "$extras" ]; then
     die "extras apply to the action's own checkout; with idaudit-spec write them into it (idaudit[$extras]…)"
   fi
-  if [ -z "$spec" ]; then spec=$root[plot${extras:+,$extras}]; fi  # plot: the page's figures
   if externally_managed; then
     die "$PY is externally managed (PEP 668): run the cache-key step first (it makes a venv), or set python-version"
   fi
+  case $index in  # refused before anything is installed or skipped
+    '' | *://* | pypi) ;;
+    *) if [ -n "$torch" ]; then die "torch-index-url must be a URL, pypi (pip's usual index) or empty (PyTorch's CPU index), got '$index'"; fi ;;
+  esac
+  if [ -z "$torch" ] && [ -n "$index" ]; then
+    die "torch-index-url is set but torch-spec is empty: nothing would be installed from it"
+  fi
+  # the same idaudit already on PATH (an earlier use of the action in this job): nothing to do
+  read -r want asked < <(wanted "$root" "$spec" "$extras") || true
+  if [ -n "$want" ] && same_on_path "$want" "$asked" "$torch"; then
+    echo "idaudit $want is already on PATH ($(command -v idaudit)) with the extras${torch:+ and the $torch} asked for: the install is skipped"
+    return 0
+  fi
+  if [ -z "$spec" ]; then spec=$root[plot${extras:+,$extras}]; fi  # plot: the page's figures
   if [ -n "$torch" ]; then
     case $index in
-      '') index=$CPU_INDEX ;&
-      *://*) "${pip[@]}" "$torch" --index-url "$index" || die "pip could not install $torch from $index" ;;
+      '') "${pip[@]}" "$torch" --index-url "$CPU_INDEX" || die "pip could not install $torch from $CPU_INDEX" ;;
       pypi) "${pip[@]}" "$torch" || die "pip could not install $torch" ;;
-      *) die "torch-index-url must be a URL, pypi (pip's usual index) or empty (PyTorch's CPU index), got '$index'" ;;
+      *) "${pip[@]}" "$torch" --index-url "$index" || die "pip could not install $torch from $index" ;;
     esac
-  elif [ -n "$index" ]; then
-    die "torch-index-url is set but torch-spec is empty: nothing would be installed from it"
   fi
   "${pip[@]}" "$spec" || die "pip could not install $spec"
   scripts=$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')

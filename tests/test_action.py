@@ -3,6 +3,7 @@ run as the action runs it (bash, inputs in the environment, GITHUB_STEP_SUMMARY 
 files), exits with the audit's own code and writes the job summary, the step outputs and the
 JUnit file."""
 
+import importlib.util
 import json
 import os
 import re
@@ -446,3 +447,79 @@ def test_install_refuses_inputs_that_do_not_apply(tmp_path, inputs, fragment):
 
 def test_an_unknown_mode_is_refused(tmp_path):
     one_line_error(run_script(action_env(tmp_path), tmp_path, "deploy"), "unknown mode 'deploy'")
+
+
+def _install_env(tmp_path: Path, **inputs) -> dict:
+    """The install step's environment, pip unable to change anything (no index, a dry run):
+    where it runs at all, it fails (exit 2) or pretends."""
+    return action_env(tmp_path, IDAUDIT_ACTION_PATH=ROOT, PIP_NO_INDEX="1", PIP_DRY_RUN="1",
+                      GITHUB_PATH=tmp_path / "path.txt", **inputs)
+
+
+def ran_pip(res: subprocess.CompletedProcess) -> bool:
+    """Whether the install step ran pip: it failed (nothing to install from here) or, in its
+    dry run, found the requirements already met."""
+    return (res.returncode == 2 and "error: pip could not install" in res.stderr) or \
+        (res.returncode == 0 and "Requirement already satisfied" in res.stdout)
+
+
+def test_install_is_skipped_when_the_same_idaudit_is_on_path(tmp_path):
+    """This venv's idaudit on PATH is the checkout's version with the plot extra and torch
+    2.13.0: the action's own checkout (and a spec pinning that version) is not reinstalled,
+    and the log says so; a spec of another version, an extra whose packages are missing, a
+    torch pin it does not have, or no idaudit on PATH install as before (pip runs: with no
+    index and a dry run it can only fail, exit 2, or find the requirements met)."""
+    import torch
+
+    from idaudit.core.version import __version__
+
+    torch_pin = "torch==" + torch.__version__.split("+")[0]
+    exe = shutil.which("idaudit", path=str(Path(sys.executable).parent))
+    if exe is None or "python" not in Path(exe).read_text(errors="replace").splitlines()[0]:
+        pytest.skip("no idaudit console script beside this interpreter")
+    skipped = (f"idaudit {__version__} is already on PATH ({exe}) with the extras and the "
+               f"{torch_pin} asked for: the install is skipped")
+    for spec in ("", f"idaudit[plot]=={__version__}"):
+        env = _install_env(tmp_path, IDAUDIT_SPEC=spec, IDAUDIT_TORCH_SPEC=torch_pin)
+        res = run_script(env, tmp_path, "install")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == skipped and "pip" not in res.stderr, (res.stdout, res.stderr)
+    # no torch asked for: the line names none
+    res = run_script(_install_env(tmp_path, IDAUDIT_TORCH_SPEC=""), tmp_path, "install")
+    assert res.returncode == 0 and res.stdout.strip() == (
+        f"idaudit {__version__} is already on PATH ({exe}) with the extras asked for: the "
+        "install is skipped"), res.stderr
+    # what differs is said, and pip runs (and fails here: no index)
+    other = {"IDAUDIT_SPEC": "idaudit==9.9", "IDAUDIT_TORCH_SPEC": ""}
+    res = run_script(_install_env(tmp_path, **other), tmp_path, "install")
+    assert ran_pip(res) and "the install is skipped" not in res.stdout
+    assert (f"note: the idaudit on PATH ({exe}) says 'idaudit {__version__}', not "
+            "'idaudit 9.9': installing") in res.stderr
+    assert res.stderr.strip().endswith("error: pip could not install idaudit==9.9")
+    for inputs, why in (
+            ({"IDAUDIT_SPEC": f"idaudit[vision]=={__version__}", "IDAUDIT_TORCH_SPEC": ""},
+             "timm (extra vision) is not installed"),
+            ({"IDAUDIT_SPEC": f"idaudit=={__version__}", "IDAUDIT_TORCH_SPEC": "torch==1.0"},
+             f"its torch is {torch_pin[7:]}, not 1.0"),
+            ({"IDAUDIT_SPEC": f"idaudit=={__version__}", "IDAUDIT_TORCH_SPEC": "torch>=2"},
+             "torch-spec torch>=2 is not a pin (torch==V) to compare with")):
+        if why.startswith("timm") and importlib.util.find_spec("timm") is not None:
+            continue
+        res = run_script(_install_env(tmp_path, **inputs), tmp_path, "install")
+        assert "the install is skipped" not in res.stdout, (inputs, res.stdout)
+        note = next(line for line in res.stderr.splitlines() if line.startswith("note:"))
+        assert note.startswith(f"note: idaudit {__version__} is on PATH ({exe}), but {why}")
+        assert note.endswith(": installing")
+        assert ran_pip(res), (inputs, res.stdout, res.stderr)
+    res = run_script(_install_env(tmp_path, IDAUDIT_TORCH_SPEC="",
+                                  IDAUDIT_SPEC="idaudit @ git+https://example.org/idaudit"),
+                     tmp_path, "install")  # pins no version: pip decides
+    assert ran_pip(res) and "the install is skipped" not in res.stdout
+    assert "note: idaudit" not in res.stderr and "note: the idaudit" not in res.stderr
+    # no idaudit on PATH: installed
+    env = _install_env(tmp_path, IDAUDIT_SPEC=f"idaudit=={__version__}", IDAUDIT_TORCH_SPEC="")
+    env["PATH"] = os.pathsep.join(p for p in ("/usr/bin", "/bin") if Path(p).is_dir())
+    if shutil.which("idaudit", path=env["PATH"]):
+        return
+    res = run_script(env, tmp_path, "install")
+    assert ran_pip(res) and "the install is skipped" not in res.stdout

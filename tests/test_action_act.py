@@ -9,7 +9,8 @@ three remote steps are off by their inputs (``python-version: ""`` skips setup-p
 action a composite names, so those three are local folders (``--local-repository``) whose one
 step fails the job if it ever runs. The runner's ``python3`` is a venv that sees this
 environment's packages, so the action's install step (``pip install`` of its own checkout,
-``torch-spec: ""``) installs idaudit alone. Three audits of arrays give the three verdicts a
+``torch-spec: ""``) installs idaudit alone, once: the later uses find it on PATH and skip the
+install. Three audits of arrays give the three verdicts a
 job can meet: h = zQ (Q orthogonal) passes ``min-r2: 0.9`` (exit 0), independent noise fails
 it (exit 1), a constant embedding is inconclusive (exit 3) — read back from the action's
 outputs.
@@ -134,6 +135,8 @@ def test_the_action_runs_under_act(tmp_path):
     assert got == {n: str(c) for n, c in CASES.items()}, log[-3000:]
     # the action ran its own steps: installed this checkout, then audited
     assert log.count("idaudit 0.") + log.count("idaudit 1.") >= len(CASES), log[-3000:]
+    # the first use installed it; the later ones found the same idaudit on PATH and skipped
+    assert log.count("asked for: the install is skipped") == len(CASES) - 1, log[-3000:]
     assert "::warning" in log or "inconclusive" in log  # the constant embedding's annotation
     # the action's step failed where its audit did (continue-on-error: the job goes on)
     outcomes = re.findall(r"(Success|Failure) - Main \./", log)

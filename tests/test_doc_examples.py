@@ -55,6 +55,14 @@ EXAMPLES: dict[tuple[str, str], str] = {
         "not run: installs an extra the dev extra already brings",
     ("docs/lightning.md", "import lightning as L"):
         "tests/test_lightning_monitor.py::test_the_guide_s_example_runs_as_it_says",
+    ("docs/lightning.md", "# encoders.py"):
+        "tests/test_lightning_monitor.py::test_the_documented_command_gives_the_monitor_s_numbers",
+    ("docs/lightning.md", "import shlex"):
+        "tests/test_lightning_monitor.py::test_the_documented_command_gives_the_monitor_s_numbers",
+    ("docs/lightning.md", "idaudit audit ckpt/last.ckpt --key state_dict --prefix net. --arch "
+                          "encoders:network --world spiral --n-eval 1024 --seed 0"):
+        "tests/test_lightning_monitor.py::test_the_documented_command_gives_the_monitor_s_numbers "
+        "(with --json added)",
     ("docs/objective-forms.md", "idaudit train --world spiral"): f"{SHRUNK} (200 steps)",
     ("docs/reacher.md", "idaudit train --world reacher --rho 0.95#1"):
         f"{SHRUNK} (300 pairs, 1 epoch, 1 000 evaluation images)",

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
+import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -293,13 +296,17 @@ class ImageLogger(L.pytorch.loggers.Logger):
         self.images += [(key, image, step) for image in images]
 
 
-def drawn_from(rows, metrics_monitor) -> np.ndarray:
-    """The figure of an audit of the queued ``rows``, drawn here as the page draws it."""
+def drawn_from(rows, metrics_monitor, title: str) -> np.ndarray:
+    """The figure of an audit of the queued ``rows``, drawn here as the page draws it, titled
+    ``title``."""
+    import dataclasses
+
     from idaudit.evaluations.figures import Drawn, audit_figure, rgb_array
     from idaudit.evaluations.inputs import AuditInputs
 
     report = idaudit.audit(rows["z"], rows["h"], rows["h_prime"], WORLD.rho,
                            seed=metrics_monitor.seed)
+    report = dataclasses.replace(report, source=title)
     inp = AuditInputs(z=rows["z"], h=rows["h"], h_prime=rows["h_prime"], rho=WORLD.rho)
     return rgb_array(audit_figure([Drawn(inp, report, metrics_monitor.seed)]))
 
@@ -314,12 +321,12 @@ def test_figures_go_to_tensorboard_and_image_loggers_every_k_validations(tmp_pat
     monitor = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho,
                                      max_rows=MAX_ROWS, log_figures=True, figures_every=2)
     rec = Recorder(monitor)
-    steps = []
+    global_steps = []
 
     class Steps(L.Callback):
         def on_validation_epoch_end(self, trainer, pl_module):
             if not trainer.sanity_checking:
-                steps.append(trainer.global_step)
+                global_steps.append(trainer.global_step)
 
     tb, images = TensorBoardLogger(tmp_path, name="tb"), ImageLogger()
     trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=[tb, images],
@@ -328,19 +335,29 @@ def test_figures_go_to_tensorboard_and_image_loggers_every_k_validations(tmp_pat
                         num_sanity_val_steps=1, log_every_n_steps=1)
     trainer.fit(PairModule(), torch.utils.data.DataLoader(TRAIN, batch_size=BATCH),
                 torch.utils.data.DataLoader(VAL, batch_size=BATCH))
-    # validations 0, 1, 2: drawn at the first and every second after, at those global steps
+    tb.experiment.flush()
+    events = EventAccumulator(tb.log_dir, size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    # the validations' scalars, as Lightning logged them: one step behind the global step
+    steps = [e.step for e in events.Scalars("idaudit/r2_h_to_z_heldout")]
+    per_epoch = len(TRAIN) // BATCH
+    assert steps == [per_epoch * (e + 1) - 1 for e in range(EPOCHS)]
+    assert global_steps == [s + 1 for s in steps]
+    # validations 0, 1, 2: drawn at the first and every second after, at their scalars' steps
     assert [(key, step) for key, _, step in images.images] == [
         ("idaudit/figure", steps[0]), ("idaudit/figure", steps[2])]
-    last_rows = rec.seen[2][1][0][0]
-    want = drawn_from(last_rows, monitor)
-    assert np.array_equal(images.images[1][1], want)  # the audit of the rows it queued
-    assert np.array_equal(monitor.figure, want)
-    assert not np.array_equal(images.images[0][1], want)  # a new figure of newer weights
-    tb.experiment.flush()
-    events = EventAccumulator(tb.log_dir, size_guidance={"images": 0})
-    events.Reload()
     got = events.Images("idaudit/figure")
     assert [e.step for e in got] == [steps[0], steps[2]]
+    # titled with the run as TensorBoard names it (not "arrays"), the epoch and the step
+    run = f"tb/version_{tb.version}"
+    assert tb.log_dir.endswith(run.replace("/", os.sep))
+    assert monitor.figure_title == f"{run} · epoch 2 · step {steps[2]}"
+    last_rows = rec.seen[2][1][0][0]
+    want = drawn_from(last_rows, monitor, monitor.figure_title)
+    assert np.array_equal(images.images[1][1], want)  # the audit of the rows it queued
+    assert np.array_equal(monitor.figure, want)
+    assert not np.array_equal(want, drawn_from(last_rows, monitor, "arrays"))  # the title shows
+    assert not np.array_equal(images.images[0][1], want)  # a new figure of newer weights
     png = np.asarray(Image.open(io.BytesIO(got[1].encoded_image_string)).convert("RGB"))
     assert np.array_equal(png, want)  # TensorBoard's image is the figure, pixel for pixel
 
@@ -418,6 +435,89 @@ def test_the_guide_s_example_runs_as_it_says(tmp_path, monkeypatch, capsys):
     with open(tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv") as f:
         header = next(csv.reader(f))
     assert sum(k.startswith("idaudit/") for k in header) == 52
+
+
+def doc_block(first_line: str, lang: str = "python") -> str:
+    """The block of docs/lightning.md whose first line is ``first_line``."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "lightning.md").read_text()
+    found = [b for b in text.split(f"```{lang}\n")[1:] if b.startswith(first_line)]
+    assert len(found) == 1, first_line
+    return found[0].split("```", 1)[0]
+
+
+def test_the_documented_command_gives_the_monitor_s_numbers(tmp_path, monkeypatch, capsys):
+    """docs/lightning.md's EvalRows example, run as written (2 epochs): the rows it names and
+    the command it prints are the doc's; that command (the doc's bash block, with --json
+    added), run through the CLI on the checkpoint ModelCheckpoint saved, reports every
+    number it shares with the monitor's last audit exactly; the rows and the command are in
+    the CSV logger's hparams.yaml. On the rows of another stream (world_pairs, as the first
+    example validates) the numbers differ, and the monitor says no command gives them."""
+    from conftest import run
+
+    from idaudit.lightning import EvalRows
+
+    (tmp_path / "encoders.py").write_text(doc_block("# encoders.py"))
+    (tmp_path / "example.py").write_text(doc_block("import shlex"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import runpy
+
+    done = runpy.run_path("example.py", run_name="__main__")
+    monitor = done["monitor"]
+    printed = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert printed == doc_block("validation loader 0:", "text").strip().splitlines()
+    command = doc_block("idaudit audit", "bash").strip()
+    assert printed[1] == command
+    assert monitor.rows == {"text": printed[0], "exact": True, "why_not": None}
+    words = shlex.split(command)
+    assert words[0] == "idaudit" and (tmp_path / words[2]).is_file()
+    res = run(*words[1:], "--json", "audit.json")
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "audit.json").read_text())["metrics"]
+    shared = sorted(k for k in got if k in monitor.metrics)
+    assert len(shared) == 45 and {"r2_h_to_z_heldout", "procrustes_mse", "orthogonality_error",
+                                  "bound", "whitening_error", "mcc"} <= set(shared)
+    for k in shared:
+        assert float(got[k]) == pytest.approx(monitor.metrics[k], rel=1e-6, abs=1e-12), k
+    logged = next((tmp_path / "logs" / "lightning_logs").glob("version_*/hparams.yaml"))
+    hparams = logged.read_text()
+    assert " ".join(hparams.split()).count(printed[0]) == 1
+    assert "idaudit/command: idaudit audit CHECKPOINT.ckpt --key state_dict --prefix " \
+        "ATTRIBUTE. --arch MODULE:FACTORY --world spiral --n-eval 1024 --seed 0" in \
+        " ".join(hparams.split())
+
+    # the same encoder audited on world_pairs' rows: other rows, other numbers, and no command
+    pairs = idaudit.world_pairs("spiral", 1024, 0)
+    assert not torch.equal(pairs.z, EvalRows("spiral", n=1024, seed=0).eval.z)
+    other = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho)
+    net = done["Encoder"]()
+    net.load_state_dict(torch.load(words[2], weights_only=True)["state_dict"])
+    loader = torch.utils.data.DataLoader([{"x": pairs.x[i], "x_prime": pairs.x_prime[i],
+                                           "z": pairs.z[i]} for i in range(1024)], batch_size=256)
+    L.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=[other],
+              enable_progress_bar=False, enable_model_summary=False).validate(net, loader)
+    assert other.rows["exact"] is False
+    assert other.rows["text"].startswith("validation loader 0: the last 1024 validation rows")
+    assert abs(other.metrics["r2_h_to_z_heldout"] - got["r2_h_to_z_heldout"]) > 1e-3
+    with pytest.raises(IdauditError, match="no idaudit command audits the rows the monitor "
+                       "did: the validation set is not an idaudit.lightning.EvalRows") as info:
+        other.commands("last.ckpt", "encoders:network")
+    assert "\n" not in str(info.value)
+
+
+def test_eval_rows_are_the_world_s_evaluation_set_and_refuse_in_one_line():
+    from idaudit.lightning import EvalRows
+
+    rows = EvalRows("spiral", n=300, seed=4, rho=0.9)
+    ev = idaudit.build_world(idaudit.make_spec("spiral", rho=0.9)).eval_set(300, 4)
+    assert len(rows) == 300 and torch.equal(rows[7]["z"], ev.z[7])
+    assert torch.equal(rows[7]["x_prime"], ev.x_prime[7])
+    assert rows.flags() == ["--world", "spiral", "--rho", "0.9", "--n-eval", "300", "--seed", "4"]
+    for kwargs, message in (({"mixing_seed": 3}, "mixing_seed is not an option it takes"),
+                            ({"seed": -1}, "seed"), ({"n": 5}, "n must be")):
+        with pytest.raises(IdauditError, match=message) as info:
+            EvalRows("spiral", **kwargs)
+        assert "\n" not in str(info.value)
 
 
 DDP_SCRIPT = """

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
+from idaudit.core.defaults import FLOOR_DRAWS, TEST_FRACTION
 from idaudit.core.errors import EXIT_GATE_FAILED, IdauditError, check_seed
 from idaudit.core.limits import check
 from idaudit.evaluations.gate import KNOWN_METRICS, Threshold, directed_thresholds, evaluate_gate
@@ -35,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - the base install's check covers
     Callback = object  # type: ignore[assignment,misc]
     _MISSING = f"{type(exc).__name__}: {exc}"
 
-__all__ = ["IdentifiabilityMonitor", "RowQueue"]
+__all__ = ["EvalRows", "IdentifiabilityMonitor", "RowQueue", "run_label", "scalar_step"]
 
 Action = Literal["stop", "fail"]
 
@@ -88,11 +91,8 @@ def _rows(value: Any, what: str) -> np.ndarray:
     return arr.reshape(arr.shape[0], -1)
 
 
-def _world_pairs_of(loaders: Any) -> list[Any]:
-    """The :class:`~idaudit.worlds.user_pairs.WorldPairs` datasets of a trainer's training
-    loaders (a loader, or a list, dict or CombinedLoader of them)."""
-    from idaudit.worlds.user_pairs import WorldPairs
-
+def _loader_list(loaders: Any) -> list[Any]:
+    """A trainer's loaders (a loader, or a list, dict or CombinedLoader of them) as a list."""
     if loaders is None:
         return []
     loaders = getattr(loaders, "flattened", loaders)  # Lightning's CombinedLoader
@@ -100,7 +100,110 @@ def _world_pairs_of(loaders: Any) -> list[Any]:
         loaders = list(loaders.values())
     if not isinstance(loaders, (list, tuple)):
         loaders = [loaders]
-    return [dl.dataset for dl in loaders if isinstance(getattr(dl, "dataset", None), WorldPairs)]
+    return list(loaders)
+
+
+def _world_pairs_of(loaders: Any) -> list[Any]:
+    """The :class:`~idaudit.worlds.user_pairs.WorldPairs` datasets of a trainer's training
+    loaders (a loader, or a list, dict or CombinedLoader of them)."""
+    from idaudit.worlds.user_pairs import WorldPairs
+
+    return [dl.dataset for dl in _loader_list(loaders)
+            if isinstance(getattr(dl, "dataset", None), WorldPairs)]
+
+
+def scalar_step(trainer: Any) -> int:
+    """The step Lightning logs a validation's epoch-end scalars at (what ``log_dict`` in
+    ``on_validation_epoch_end`` lands on): its logger connector's count of batches that
+    stepped, one behind ``trainer.global_step`` while a training epoch validates.
+
+    Args:
+        trainer: the Lightning trainer.
+
+    Returns:
+        The step; ``trainer.global_step`` where the fit loop keeps no such count.
+    """
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    step = getattr(loop, "_batches_that_stepped", None)
+    return int(trainer.global_step if step is None else step)
+
+
+def run_label(trainer: Any) -> str:
+    """The run as its first logger names it, ``NAME/version_V`` (TensorBoard's and the CSV
+    logger's folder), ``NAME/V`` for a version that is not a number; ``"run"`` without one.
+
+    Args:
+        trainer: the Lightning trainer.
+
+    Returns:
+        The label the monitor's figures are titled with.
+    """
+    for logger in getattr(trainer, "loggers", []) or []:
+        name, version = getattr(logger, "name", None), getattr(logger, "version", None)
+        if name is None and version is None:
+            continue
+        version = f"version_{version}" if isinstance(version, int) else version
+        return "/".join(str(part) for part in (name, version) if part not in (None, ""))
+    return "run"
+
+
+#: the world options EvalRows takes: each is the `idaudit audit` flag of the same name
+EVAL_ROWS_OPTIONS = ("dim", "source", "alpha", "rho", "layers")
+
+
+class EvalRows(torch.utils.data.Dataset):
+    """A synthetic world's evaluation set as validation rows: item i is the dict ``{"x",
+    "x_prime", "z"}`` of row i of ``World.eval_set(n, seed)`` — the very rows ``idaudit audit
+    CHECKPOINT --world NAME --n-eval n --seed seed`` embeds, so that the monitor's numbers on
+    them are what that command reports (:meth:`IdentifiabilityMonitor.commands`).
+
+    Args:
+        world: the world's name (a synthetic world: spiral, nvp, coupling …).
+        n: the evaluation pairs (None: the audit's default, 10 000).
+        seed: the evaluation set's seed (``--seed``).
+        **options: world options, each one of :data:`EVAL_ROWS_OPTIONS` (``rho=0.9``).
+    """
+
+    def __init__(self, world: str = "spiral", n: int | None = None, seed: int = 0,
+                 **options: Any) -> None:
+        from idaudit.worlds import as_world, make_spec
+        from idaudit.worlds.synthetic import SyntheticWorld
+
+        unknown = sorted(set(options) - set(EVAL_ROWS_OPTIONS))
+        if unknown:
+            raise IdauditError(f"EvalRows: {unknown[0]} is not an option it takes (it takes "
+                               f"{', '.join(EVAL_ROWS_OPTIONS)})")
+        check_seed(seed, "seed")
+        if n is not None:
+            check("n_eval", n, "n")
+        self.options = {k: v for k, v in options.items() if v is not None}
+        self.spec = make_spec(world, **self.options)
+        built = as_world(self.spec)
+        if not isinstance(built, SyntheticWorld):
+            raise IdauditError(f"EvalRows: world {world!r} is not a synthetic world (its "
+                               "evaluation set is not drawn from a seed)")
+        self.world, self.n, self.seed = world, n, seed
+        self.eval = built.eval_set(n, seed)
+
+    def __len__(self) -> int:
+        return len(self.eval.z)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"x": self.eval.x[i], "x_prime": self.eval.x_prime[i], "z": self.eval.z[i]}
+
+    def flags(self) -> list[str]:
+        """The ``idaudit audit`` (and ``embed``) flags that evaluate on these rows."""
+        words = ["--world", self.world]
+        for k in EVAL_ROWS_OPTIONS:
+            if k in self.options:
+                words += ["--" + k, str(self.options[k])]
+        return [*words, "--n-eval", str(len(self)), "--seed", str(self.seed)]
+
+    def describe(self) -> str:
+        """These rows in words: the world, its options, how many, the seed."""
+        opts = "".join(f", {k}={v}" for k, v in self.options.items())
+        return (f"the evaluation set of world {self.world}{opts} ({len(self)} pairs, seed "
+                f"{self.seed})")
 
 
 def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -217,10 +320,18 @@ class IdentifiabilityMonitor(Callback):
     held-out predictions against z with R², ceiling and floor; for a 2-D latent the embedding
     coloured by its angle and radius; the bound beside its terms; without z the canonical
     correlations and the spectrum) are drawn as one image at the first validation and every
-    ``figures_every``-th after, and sent as ``prefix + "figure"`` at the trainer's global step
-    to each logger that takes images: one with a ``log_image`` method (Weights & Biases,
-    Neptune …), or whose ``experiment`` has ``add_image`` (TensorBoard's ``SummaryWriter``);
+    ``figures_every``-th after, titled with the run, the epoch and the step
+    (:attr:`figure_title`, :func:`run_label`), and sent as ``prefix + "figure"`` at the step
+    its scalars are logged at (:func:`scalar_step`) to each logger that takes images: one with
+    a ``log_image`` method (Weights & Biases, Neptune …), or whose ``experiment`` has
+    ``add_image`` (TensorBoard's ``SummaryWriter``);
     :attr:`figure` holds the last one (H × W × 3 uint8). Needs the ``plot`` extra.
+
+    **Rows.** :attr:`rows` names the rows of the last audit, and each logger's
+    hyper-parameters hold them (``prefix + "rows"``) with the command that gives the same
+    numbers (``prefix + "command"``, or why none does): validating on an :class:`EvalRows`
+    set, all its rows in order, with h′ and the world's ρ, :meth:`commands` gives the
+    ``idaudit audit`` line for a checkpoint Lightning saved.
 
     **Cost.** One audit of ``max_rows`` × m rows per validation on rank 0's CPU,
     O(max_rows·m² + m³); the training waits for it. Queueing a batch is one copy to the CPU.
@@ -266,12 +377,16 @@ class IdentifiabilityMonitor(Callback):
         self.log_figures, self.figures_every = log_figures, figures_every or 1
         self.validations = 0  # validations audited so far (the figures' count)
         self.figure: np.ndarray | None = None
-        self._report: Any = None  # the last audit's report and rows, for its figure
+        self.figure_title: str | None = None  # the last figure's title: run, epoch, step
+        self._report: Any = None  # the last audit's inputs and report, for its figure
         self.queue = RowQueue(max_rows)
         self.metrics: dict[str, float] = {}
         self.stopped_epoch: int | None = None
         self.stop_reason: str | None = None
         self._error: str | None = None  # a batch's bad input, raised at the epoch's end
+        self.rows: dict[str, Any] | None = None  # the last audit's rows named (describe_rows)
+        self._set: EvalRows | None = None  # the validation set, where it is an EvalRows
+        self._logged_rows: str | None = None  # the rows' text last sent to the loggers
 
     @staticmethod
     def _check_figures(log_figures: Any, figures_every: Any) -> None:
@@ -320,6 +435,10 @@ class IdentifiabilityMonitor(Callback):
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.queue.clear()
         self._error = None
+        loaders = _loader_list(getattr(trainer, "val_dataloaders", None))
+        index = self.dataloader_idx or 0
+        data = getattr(loaders[index], "dataset", None) if index < len(loaders) else None
+        self._set = data if isinstance(data, EvalRows) else None
 
     def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -358,21 +477,30 @@ class IdentifiabilityMonitor(Callback):
     # ---- auditing --------------------------------------------------------------------------
 
     def audit(self) -> tuple[dict[str, Any], str | None]:
-        """The metrics of the queued rows and, where the audit cannot conclude, why."""
-        from idaudit.evaluations.audit import audit
+        """The metrics of the queued rows and, where the audit cannot conclude, why; names
+        the rows in :attr:`rows` (:meth:`describe_rows`)."""
+        from idaudit.evaluations.audit import audit_inputs
+        from idaudit.evaluations.inputs import AuditInputs
         from idaudit.maths.labelfree import label_free_metrics
 
         self._report = None  # a validation with no rows has no figure (not the last one's)
         rows = self.queue.arrays()
+        self.rows = self.describe_rows(rows)
         if not rows:
             return {}, "no validation rows were queued"
         z, h, hp = rows.get("z"), rows["h"], rows.get("h_prime")
         rho = self.rho if hp is not None else None
+        law = self._set.eval if self._set is not None and z is not None else None
+        # an EvalRows set's z has a known law (white, its angles): the audit reads it as
+        # `idaudit audit` does on that world; any other z is standardised on the rows
+        inp = AuditInputs(z=z, h=h, h_prime=hp, rho=rho,
+                          circular=tuple(law.circular) if law is not None else (),
+                          z_white=bool(law is not None and law.z_white))
         options: dict[str, Any] = {"seed": self.seed}
         if z is not None:
             options.update(floor_draws=self.floor_draws, test_fraction=self.test_fraction)
-        report = audit(z, h, hp, rho, **options)
-        self._report = (rows, report)
+        report = audit_inputs(inp, **options)
+        self._report = (inp, report)
         metrics = dict(report.metrics)
         if report.verdict == "inconclusive":
             return metrics, report.reason
@@ -380,6 +508,96 @@ class IdentifiabilityMonitor(Callback):
             pairs = label_free_metrics(h, hp, rho, gauss_slices=0)
             metrics.update({k: v for k, v in pairs.items() if k not in metrics})
         return metrics, None
+
+    def describe_rows(self, rows: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """The queued ``rows`` named: which validation rows, and whether ``idaudit audit``
+        reproduces the audit of them (all the rows of an :class:`EvalRows` set, in its order,
+        with h′ and the world's ρ).
+
+        Args:
+            rows: the queued arrays (``h``, and where given ``z``, ``h_prime``).
+
+        Returns:
+            ``{"text": …, "exact": bool, "why_not": str | None}``.
+        """
+        n = len(rows["h"]) if rows else 0
+        where = ("every validation loader" if self.dataloader_idx is None
+                 else f"validation loader {self.dataloader_idx}")
+        split = (f"; split seed {self.seed}, held-out share "
+                 f"{self.test_fraction if self.test_fraction is not None else TEST_FRACTION}, "
+                 f"floor draws {self.floor_draws if self.floor_draws is not None else FLOOR_DRAWS}")
+        data = self._set
+        if data is None or not rows or "z" not in rows:
+            why = ("the validation set is not an idaudit.lightning.EvalRows" if data is None
+                   else "no true latents z were queued")
+            return {"text": f"{where}: the last {n} validation rows{split}", "exact": False,
+                    "why_not": why}
+        every = n == len(data) and np.array_equal(rows["z"], data.eval.z.numpy())
+        text = (f"{where}: {'all' if every else 'the last'} {n} rows of {data.describe()}"
+                f"{', in order' if every else ''}{split}")
+        why = None
+        if not every:
+            why = (f"the monitor audited {n} rows, not the {len(data)} of the set in its order "
+                   "(max_rows, limit_val_batches, drop_last, a shuffled or distributed sampler)")
+        elif "h_prime" not in rows:
+            why = "no h′ was queued (pair_key): idaudit audit embeds the pairs' x′ too"
+        elif self.rho != data.eval.rho:
+            why = f"the monitor's rho {self.rho} is not the world's {data.eval.rho}"
+        return {"text": text, "exact": why is None, "why_not": why}
+
+    def commands(self, checkpoint: str, arch: str, *, key: str = "state_dict",
+                 prefix: str | None = None) -> list[list[str]]:
+        """The command line(s) that give the last audit's numbers on the same rows from a
+        checkpoint Lightning saved: ``idaudit audit CHECKPOINT --key state_dict --prefix
+        PREFIX --arch ARCH`` on the :class:`EvalRows` set's world, size and seed — or, where
+        the monitor's split seed is not the set's, ``idaudit embed`` of those rows, then
+        ``idaudit audit`` of the arrays with the monitor's seed.
+
+        Args:
+            checkpoint: the ``.ckpt`` (``ModelCheckpoint``'s, ``trainer.save_checkpoint``'s).
+            arch: ``module:factory`` that builds the encoder its weights load into.
+            key: the checkpoint's entry holding the weights (Lightning's ``state_dict``).
+            prefix: the encoder's weights' prefix in it (the module's attribute, ``net.``).
+
+        Returns:
+            Each command as its words (``idaudit``, the command, …).
+
+        Raises:
+            IdauditError: no validation was audited yet, or no command gives these rows.
+        """
+        if self.rows is None:
+            raise IdauditError("IdentifiabilityMonitor: no validation has been audited yet")
+        if not self.rows["exact"]:
+            raise IdauditError("IdentifiabilityMonitor: no idaudit command audits the rows "
+                               f"the monitor did: {self.rows['why_not']}")
+        data = self._set
+        assert data is not None
+        load = [checkpoint, "--key", key, *(["--prefix", prefix] if prefix else []),
+                "--arch", arch]
+        split = [*(["--test-fraction", str(self.test_fraction)]
+                   if self.test_fraction is not None else []),
+                 *(["--floor-draws", str(self.floor_draws)] if self.floor_draws is not None
+                   else [])]
+        if self.seed == data.seed:
+            return [["idaudit", "audit", *load, *data.flags(), *split]]
+        return [["idaudit", "embed", *load, *data.flags(), "--out", "rows.npz"],
+                ["idaudit", "audit", "rows.npz", "--seed", str(self.seed), *split]]
+
+    def _log_rows(self, trainer: Any) -> None:
+        """Name the audited rows, and the command that reproduces their numbers, in each
+        logger's hyper-parameters (``hparams.yaml``, TensorBoard's HPARAMS), when they
+        change."""
+        if self.rows is None or self.rows["text"] == self._logged_rows:
+            return
+        self._logged_rows = self.rows["text"]
+        if self.rows["exact"]:
+            command = " && ".join(shlex.join(words) for words in self.commands(
+                "CHECKPOINT.ckpt", "MODULE:FACTORY", prefix="ATTRIBUTE."))
+        else:
+            command = f"none: {self.rows['why_not']}"
+        for logger in trainer.loggers:
+            logger.log_hyperparams({self.prefix + "rows": self.rows["text"],
+                                    self.prefix + "command": command})
 
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.sanity_checking:
@@ -446,6 +664,7 @@ class IdentifiabilityMonitor(Callback):
         except IdauditError as exc:
             return "error", f"IdentifiabilityMonitor: {exc}"
         self.metrics = _scalars(metrics)
+        self._log_rows(trainer)
         if self.log_figures and self.validations % self.figures_every == 0:
             self._send_figure(trainer)
         self.validations += 1
@@ -472,19 +691,18 @@ class IdentifiabilityMonitor(Callback):
     def _send_figure(self, trainer: Any) -> None:
         """Draw the last audit's figures and send them to every logger that takes images."""
         from idaudit.evaluations.figures import Drawn, audit_figure, rgb_array
-        from idaudit.evaluations.inputs import AuditInputs
 
         if self._report is None:  # no rows were queued: nothing to draw
             return
-        rows, report = self._report
-        hp = rows.get("h_prime")
-        fig = audit_figure([Drawn(AuditInputs(z=rows.get("z"), h=rows["h"], h_prime=hp,
-                                              rho=self.rho if hp is not None else None),
-                                  report, self.seed, self.test_fraction)])
+        inp, report = self._report
+        step = scalar_step(trainer)  # the step of the scalars it illustrates
+        self.figure_title = f"{run_label(trainer)} · epoch {trainer.current_epoch} · step {step}"
+        fig = audit_figure([Drawn(inp, dataclasses.replace(report, source=self.figure_title),
+                                  self.seed, self.test_fraction)])
         if fig is None:  # an inconclusive audit: nothing to draw
             return
         self.figure = rgb_array(fig)
-        sent = [send_image(logger, self.prefix + "figure", self.figure, trainer.global_step)
+        sent = [send_image(logger, self.prefix + "figure", self.figure, step)
                 for logger in trainer.loggers]
         if not any(sent):
             rank_zero_warn("IdentifiabilityMonitor: log_figures: no logger of this trainer "
