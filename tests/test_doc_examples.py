@@ -51,6 +51,17 @@ EXAMPLES: dict[tuple[str, str], str] = {
         "tests/test_python_encoders.py::test_the_lejepa_style_example_runs_as_it_says",
     ("docs/integrations.md", "- name: Headless GL for MuJoCo"):
         "not run: an apt step of a GitHub workflow (this machine has the libraries)",
+    ("docs/swm.md", "pip install stable-worldmodel"):
+        "not run: as written it installs, collects 4 000 frames and trains 20 epochs; "
+        "tests/test_swm_worlds.py runs `train --world swm:ReacherDMControl-v0` and the audit of "
+        "its checkpoint on 120 frames (.ci/run stage 3)",
+    ("docs/swm.md", 'spec = idaudit.make_spec("swm:ReacherDMControl-v0", frames=4000, '
+                    'episode_steps=100)'):
+        "not run: needs the reader's encoder; tests/test_swm_worlds.py does make_spec and "
+        "audit(encoder=, world=spec) on 120 frames",
+    ("docs/swm.md", "idaudit audit enc.pt2 --data /abs/reacher_folder"):
+        "not run: needs the reader's folder and encoder; tests/test_swm_worlds.py reads a folder "
+        "World.collect wrote and checks it against stable-worldmodel's own reader",
     ("docs/lightning.md", "pip install 'idaudit[lightning]'"):
         "not run: installs an extra the dev extra already brings",
     ("docs/lightning.md", "import lightning as L"):

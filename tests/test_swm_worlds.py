@@ -79,7 +79,7 @@ def test_lewm_audited_on_the_world_it_was_trained_in(reacher_h5, tmp_path):
 
 # ---- swm:ENV_ID worlds: episodes collected by stable-worldmodel, in its folder format ----
 
-SMALL = {"pairs": 120, "episode_steps": 30, "image_size": 32}  # 4 episodes of 30 steps
+SMALL = {"frames": 120, "episode_steps": 30, "image_size": 32}  # 4 episodes of 30 steps
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def test_train_on_a_collected_world_from_the_command_line(reacher_spec, swm_cach
     out = tmp_path / "r.safetensors"
     done = subprocess.run(
         [sys.executable, "-m", "idaudit", "train", "--world", "swm:ReacherDMControl-v0",
-         "--pairs", "120", "--episode-steps", "30", "--image-size", "32", "--epochs", "1",
+         "--frames", "120", "--episode-steps", "30", "--image-size", "32", "--epochs", "1",
          "--batch", "32", "--out", str(out)], capture_output=True, text=True, timeout=300,
         env={**os.environ, "IDAUDIT_CACHE": str(swm_cache)})
     assert done.returncode == 0, done.stderr
@@ -187,9 +187,24 @@ def test_train_on_a_collected_world_from_the_command_line(reacher_spec, swm_cach
     ["--world", "swm:ReacherDMControl-v0", "--angles", "0"],  # the table declares the angles
 ])
 def test_bad_swm_worlds_are_one_line(args, tmp_path, swm_cache):
-    done = subprocess.run([sys.executable, "-m", "idaudit", "world", *args, "--out",
-                           str(tmp_path / "w.npz")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "idaudit", "train", *args, "--out",
+                           str(tmp_path / "w.safetensors")], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert "swm:ReacherDMControl-v0" in lines[0] or "--angles" in lines[0]
+
+
+def test_world_refuses_an_swm_world_before_collecting(tmp_path):
+    """`idaudit world` cannot write an swm world's pairs: refused in one line before a single
+    episode is collected (the cache it would collect into stays empty)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    done = subprocess.run([sys.executable, "-m", "idaudit", "world", "swm:ReacherDMControl-v0",
+                           "--out", str(tmp_path / "w.npz")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "IDAUDIT_CACHE": str(cache)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: world 'swm:ReacherDMControl-v0' cannot be written as a dataset"]
+    assert list(cache.iterdir()) == []

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from idaudit.core.errors import IdauditError, first_line
 from idaudit.core.limits import check_elements
+from idaudit.core.npzfiles import ZIP_MAGIC, Check, Declared, Entry, npy_header, npz_declared, read_npz
 
 __all__ = ["ARRAY_FILE_FORMS", "Declared", "array_file_kind", "array_names", "check_arrays_fit",
            "npz_declared", "read_arrays", "read_npz", "safetensors_declared"]
@@ -36,13 +37,7 @@ __all__ = ["ARRAY_FILE_FORMS", "Declared", "array_file_kind", "array_names", "ch
 ARRAY_FILE_FORMS = (".npz, a folder of .npy files, .safetensors, HDF5 (.h5, needs h5py) or a "
                     "stable-worldmodel folder dataset")
 
-_Entry = tuple[tuple[int, ...], np.dtype | None]  # a shape and a dtype (None: none numpy has)
-#: a file's arrays as their headers declare them: name → (shape, dtype)
-Declared = Mapping[str, _Entry]
-#: what is checked before arrays are read: (declared, the bytes reading them takes) → None
-Check = Callable[[Declared, int], None]
 
-_ZIP = b"PK\x03\x04"
 _HDF5 = b"\x89HDF\r\n\x1a\n"
 
 
@@ -62,7 +57,7 @@ def array_file_kind(path: str | Path) -> str | None:
             head = f.read(16)
     except OSError:
         return None
-    if head.startswith(_ZIP):
+    if head.startswith(ZIP_MAGIC):
         return "npz"
     if head.startswith(_HDF5):
         return "hdf5"
@@ -82,97 +77,6 @@ def check_arrays_fit(source: str) -> Check:
             check_elements(shape, f"{source}: array {name!r}")
         check_memory(read, f"{source}: reading its arrays", bound="up to ")
     return check
-
-
-# ---- .npz: a zip of .npy members --------------------------------------------------------
-
-def _npy_header(f: Any) -> tuple[tuple[int, ...], bool, np.dtype] | None:
-    """(shape, fortran order, dtype) from the header of a ``.npy`` stream, or None."""
-    try:
-        version = np.lib.format.read_magic(f)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        return None if read_header is None else read_header(f)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
-        return None
-
-
-def _mapped(info: zipfile.ZipInfo, header_bytes: int, header: tuple[Any, bool, np.dtype]
-            ) -> bool:
-    """Whether a ``.npy`` member of a zip is memory-mapped rather than read: large,
-    uncompressed (as ``numpy.savez`` writes) and holding exactly what its header declares."""
-    shape, _, dtype = header
-    return info.compress_type == zipfile.ZIP_STORED and info.file_size >= (1 << 20) and \
-        not dtype.hasobject and header_bytes + math.prod(shape) * dtype.itemsize == info.file_size
-
-
-def _stored_npy(path: Path, info: zipfile.ZipInfo) -> np.ndarray | None:
-    """A read-only memory map of a ``.npy`` member of a zip that :func:`_mapped` says is
-    mapped, or None."""
-    if info.compress_type != zipfile.ZIP_STORED or info.file_size < (1 << 20):
-        return None
-    with open(path, "rb") as f:
-        f.seek(info.header_offset)
-        local = f.read(30)
-        if len(local) < 30 or local[:4] != _ZIP:
-            return None
-        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + \
-            int.from_bytes(local[28:30], "little")
-        f.seek(start)
-        header = _npy_header(f)
-        if header is None:
-            return None
-        shape, fortran, dtype = header
-        offset = f.tell()
-    if not _mapped(info, offset - start, header):
-        return None
-    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
-                       order="F" if fortran else "C")
-    return mapped.view(np.ndarray)
-
-
-def npz_declared(zf: zipfile.ZipFile, names: Iterable[str] | None = None
-                 ) -> tuple[dict[str, _Entry], int]:
-    """Each member's shape and dtype from its ``.npy`` header (only ``names`` where given), and
-    the bytes reading them takes (all but the memory-mapped ones, :func:`_mapped`): so that a
-    small file that declares or inflates to many GiB is refused before a member is read. A
-    member whose header cannot be read is left out (numpy's reading it says what is wrong)."""
-    wanted = None if names is None else set(names)
-    declared: dict[str, _Entry] = {}
-    read = 0
-    for info in zf.infolist():
-        name = info.filename.removesuffix(".npy")
-        if wanted is not None and name not in wanted:
-            continue
-        with zf.open(info) as member:
-            header = _npy_header(member)
-            header_bytes = member.tell()
-        if header is None:
-            continue
-        shape, _, dtype = header
-        declared[name] = tuple(shape), dtype
-        if not _mapped(info, header_bytes, header):
-            read += math.prod(shape) * dtype.itemsize
-    return declared, read
-
-
-def read_npz(path: Path, check: Check, names: Iterable[str] | None = None
-             ) -> dict[str, np.ndarray]:
-    """The arrays of an .npz (only ``names`` where given), once their headers pass ``check``;
-    large uncompressed members are memory-mapped (no copy into fresh memory), the others read."""
-    out: dict[str, np.ndarray] = {}
-    with np.load(path, allow_pickle=False) as f, zipfile.ZipFile(path) as zf:
-        declared, read = npz_declared(zf, names)
-        check(declared, read)
-        for name in f.files:
-            if names is not None and name not in declared:
-                continue
-            try:
-                arr = _stored_npy(path, zf.getinfo(name + ".npy"))
-            except (KeyError, ValueError, OSError):
-                arr = None
-            out[name] = f[name] if arr is None else arr
-    return out
 
 
 # ---- safetensors -------------------------------------------------------------------------
@@ -210,7 +114,7 @@ def safetensors_declared(path: Path) -> tuple[dict[str, str], Declared, int] | N
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict):
         return None
-    declared: dict[str, _Entry] = {}
+    declared: dict[str, Entry] = {}
     for name, entry in header.items():
         shape = entry.get("shape") if isinstance(entry, dict) else None
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
@@ -230,7 +134,7 @@ def _mapped_safetensors(path: Path, check: Check, names: Iterable[str] | None
     header, n = found
     header.pop("__metadata__", None)
     wanted = set(header) if names is None else set(names) & set(header)
-    declared: dict[str, _Entry] = {}
+    declared: dict[str, Entry] = {}
     size = path.stat().st_size
     for name in wanted:
         entry = header[name]
@@ -264,10 +168,10 @@ def _npy_folder(path: Path, check: Check, names: Iterable[str] | None) -> dict[s
     """A folder's ``NAME.npy`` files, each memory-mapped once its header passes ``check``."""
     files = {p.stem: p for p in sorted(path.glob("*.npy"))}
     wanted = files if names is None else {k: files[k] for k in names if k in files}
-    declared: dict[str, _Entry] = {}
+    declared: dict[str, Entry] = {}
     for name, p in wanted.items():
         with open(p, "rb") as f:
-            header = _npy_header(f)
+            header = npy_header(f)
         if header is None or header[2].hasobject:
             raise IdauditError(f"{p} is not a .npy array of numbers")
         declared[name] = tuple(header[0]), header[2]

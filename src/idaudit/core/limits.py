@@ -75,6 +75,7 @@ LIMITS: dict[str, Limit] = {
     "gallery": Limit(True, 5),
     "n_views": Limit(True, 2, 64),
     "image_size": Limit(True, 16, 512, unit="pixels"),
+    "frames": Limit(True, 2),  # a stable-worldmodel world's frames collected
     "episode_steps": Limit(True, 2, 100_000),  # a stable-worldmodel world's steps per episode
     "runs": Limit(True, 2),  # consistency: how many runs are compared
     "sweep_runs": Limit(True, 1, 10_000),  # the runs one sweep takes (its grid, counted)

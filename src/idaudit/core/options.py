@@ -234,6 +234,9 @@ WORLD: tuple[Option, ...] = (
     Option("image_size", "integer", "reacher: image side in pixels, rendered at that size "
            f"(default {_world('image_size')}, the paper's); swm: the collected frames' side",
            limit="image_size"),
+    Option("frames", "integer", "swm: frames collected, in whole episodes of --episode-steps "
+           f"(default {_world('swm_frames')}: 8 held-out episodes, enough rows to audit a "
+           "192-wide encoder)", limit="frames"),
     Option("episode_steps", "integer", "swm: steps per collected episode (default "
            f"{_world('episode_steps')})", limit="episode_steps"),
     Option("workers", "integer", "reacher: render processes (default: one per core)"),
@@ -287,8 +290,7 @@ TRAIN: tuple[Option, ...] = (
     Option("encoder_kwargs", "json", "JSON object"),
     Option("device", "string", "auto (CUDA when present) | cpu | cuda; it chooses the reacher "
            "recipe"),
-    Option("pairs", "integer", "reacher: rendered training pairs; swm: frames collected (default "
-           f"{_world('swm_frames')}, in episodes of --episode-steps)", limit="pairs"),
+    Option("pairs", "integer", "reacher: rendered training pairs", limit="pairs"),
     Option("data_seed", "integer", "reacher and swm: the dataset's seed (default "
            f"{_world('data_seed')}; separate from the training --seed)"),
     Option("recipe", "string", "reacher: cpu (chosen on a CPU: small images, a lighter CNN, a "
@@ -345,7 +347,8 @@ ENCODER: tuple[Option, ...] = (
     Option("world", "string", "evaluate on this world (default: the checkpoint's)",
            ("--world", "-w"), choices="worlds"),
     _W["dim"], _W["source"], _W["alpha"], _W["rho"], _W["layers"], _W["stride"],
-    _W["observations"], _W["latents"], _W["episodes"], _W["angles"],
+    _W["observations"], _W["latents"], _W["episodes"], _W["angles"], _W["frames"],
+    _W["episode_steps"],
     Option("image_size", "integer", "reacher: render the evaluation images at S × S (e.g. 224 "
            "for a ViT; without --data the --n-eval pairs are rendered and cached)",
            limit="image_size"),

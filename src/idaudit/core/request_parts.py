@@ -141,8 +141,9 @@ def _check_embed(fn: Any, flag: str) -> None:
 @dataclass
 class WorldChoice:
     """Which world (a name, a ``WorldSpec`` or a ``World``) and its options: ``dim``,
-    ``source``, ``alpha``, ``rho``, ``layers``, ``image_size``, ``stride`` and a recorded
-    world's array names and angles (None: the world's own)."""
+    ``source``, ``alpha``, ``rho``, ``layers``, ``image_size``, ``stride``, a recorded
+    world's array names and angles, a stable-worldmodel world's ``frames`` and
+    ``episode_steps`` (None: the world's own)."""
 
     world: Any = None
     dim: int | None = None
@@ -156,13 +157,16 @@ class WorldChoice:
     latents: str | None = None
     episodes: str | None = None
     angles: str | tuple[int, ...] | list[int] | None = None
+    frames: int | None = None
+    episode_steps: int | None = None
 
     def world_options(self) -> dict[str, Any]:
         """The world options given (world names: see :func:`idaudit.worlds.make_spec`)."""
         return {k: getattr(self, k) for k in self._WORLD_OPTIONS if getattr(self, k) is not None}
 
     _WORLD_OPTIONS = ("dim", "source", "alpha", "rho", "layers", "image_size", "stride",
-                      "observations", "latents", "episodes", "angles")
+                      "observations", "latents", "episodes", "angles", "frames",
+                      "episode_steps")
 
 
 @dataclass

@@ -201,19 +201,16 @@ class WorldRequest(WorldChoice):
     """Every option of ``idaudit world`` (:func:`idaudit.worlds.write.write_world`): the world
     (``world``) and its options (None: the world's defaults), ``pairs`` positive pairs from
     ``seed``, written to ``out`` (a file, or a directory for Reacher) with ``workers`` render
-    processes (None: one per core); ``episode_steps``: a stable-worldmodel world's steps per
-    collected episode."""
+    processes (None: one per core)."""
 
     trajectory: bool | None = None
-    episode_steps: int | None = None
     n_eval: int | None = None
     out: str | Path | None = None
     pairs: int = _WRITE["pairs"].default
     seed: int = _WRITE["seed"].default
     workers: int | None = None
 
-    _WORLD_OPTIONS = (*WorldChoice._WORLD_OPTIONS, "trajectory", "stride", "n_eval",
-                      "episode_steps")
+    _WORLD_OPTIONS = (*WorldChoice._WORLD_OPTIONS, "trajectory", "n_eval")
 
 
 @dataclass

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from idaudit.core.errors import IdauditError, first_line
+from idaudit.core.npzfiles import npz_declared
 
 __all__ = ["JPEG_EXTRA", "JpegFrames", "is_swm_folder", "read_swm_folder"]
 
@@ -99,8 +100,6 @@ class JpegFrames:
 
 def _column(path: Path) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) of a column's ``arr_0`` from its ``.npy`` header, nothing read."""
-    from idaudit.core.arrayfiles import npz_declared
-
     with zipfile.ZipFile(path) as zf:
         declared, _ = npz_declared(zf, ["arr_0"])
     if "arr_0" not in declared:

@@ -21,7 +21,7 @@ from idaudit.core.registered import WORLDS
 from idaudit.worlds.base import EvalSet, World
 from idaudit.worlds.spec import WorldSpec, check_type
 
-__all__ = ["KINDS", "Recipe", "WorldKind", "accept_kind"]
+__all__ = ["KINDS", "Recipe", "WorldKind", "accept_kind", "not_writable"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class Recipe:
     options: dict[str, Any]
     dataset: frozenset[str]
     note: str
+
+
+def not_writable(name: str) -> IdauditError:
+    """The refusal of ``idaudit world`` for a world whose pairs are not written as a dataset."""
+    return IdauditError(f"world {name!r} cannot be written as a dataset")
 
 
 class WorldKind(ABC):
@@ -95,7 +100,12 @@ class WorldKind(ABC):
     def write(self, spec: WorldSpec, out: Path, pairs: int, seed: int, workers: int | None,
               progress: bool = False) -> str:
         """``idaudit world``: write this world's pairs to ``out``; return a one-line summary."""
-        raise IdauditError(f"world {spec.name!r} cannot be written as a dataset")
+        raise not_writable(spec.name)
+
+    @property
+    def writes(self) -> bool:
+        """Whether ``idaudit world`` can write this kind's pairs (it overrides :meth:`write`)."""
+        return type(self).write is not WorldKind.write
 
     def prepare(self, spec: WorldSpec, data_root: Path, workers: int | None = None,
                 progress: bool = False) -> WorldSpec:

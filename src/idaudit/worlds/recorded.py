@@ -60,7 +60,8 @@ from idaudit.worlds.recordings import (
 )
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type
 
-__all__ = ["ArrayWorld", "NAME", "RECORDED_KIND", "RecordedKind", "RecordedWorld"]
+__all__ = ["ArrayWorld", "NAME", "RECORDED_KIND", "RecordedKind", "RecordedWorld",
+           "recording_spec"]
 
 NAME = "recorded"
 # ---- the world ---------------------------------------------------------------------------
@@ -159,7 +160,8 @@ class RecordedWorld(World):
                           Rows(rec.second.base, rec.second.rows[rows]), batch, gen, device)
 
 
-def _spec(recording: Recording, options: dict[str, Any], extra: dict[str, Any]) -> WorldSpec:
+def recording_spec(recording: Recording, options: dict[str, Any], extra: dict[str, Any]
+                   ) -> WorldSpec:
     """The spec of a recording: its dimension, its ρ (given or estimated), its angles."""
     recording.split()  # enough pairs for training and for evaluation, said before any work
     dim = recording.z.shape[1]
@@ -220,7 +222,7 @@ def ArrayWorld(x: Any, x_prime: Any = None, z: Any = None, z_prime: Any = None, 
         require(x_prime is not None and z is not None and z_prime is not None,
                 "ArrayWorld needs x, x_prime, z and z_prime (pairs), or x, z and episodes=…")
         rec = pairs_recording(x, x_prime, z, z_prime, ("x", "x_prime", "z", "z_prime"))
-    return RecordedWorld(_spec(rec, options, {"label": name}), rec)
+    return RecordedWorld(recording_spec(rec, options, {"label": name}), rec)
 
 
 class RecordedKind(WorldKind):
@@ -243,7 +245,7 @@ class RecordedKind(WorldKind):
         angles = options.get("angles", ())
         angles = index_list(angles, "--angles")
         extra = {"data": str(path), "label": path.stem, "keys": keys, "stride": stride}
-        return _spec(rec, {**options, "angles": angles}, extra)
+        return recording_spec(rec, {**options, "angles": angles}, extra)
 
     def check_spec(self, spec: WorldSpec) -> WorldSpec:
         """A spec read from a checkpoint: where the file is, its keys, stride and ρ̂s."""

@@ -11,7 +11,7 @@ and renamed into place; later runs read that folder. The world is then a recorde
 column :data:`ENVS` names for the environment, pairs ``--stride`` steps apart inside an
 episode, the last fifth of the episodes held out.
 
-The options: ``pairs`` (frames collected, in episodes of ``episode_steps``), ``data_seed``
+The options: ``frames`` (frames collected, in episodes of ``episode_steps``), ``data_seed``
 (the collection's seed: environment resets and the random policy), ``image_size`` (the
 frames' side), ``stride`` and ``rho`` (as a recorded world's).
 """
@@ -35,11 +35,12 @@ from typing import Any, ClassVar
 from idaudit.core.defaults import WORLD_DEFAULTS
 from idaudit.core.errors import IdauditError, first_line, require
 from idaudit.core.limits import check
-from idaudit.worlds.recorded import RecordedKind, RecordedWorld, _spec
+from idaudit.worlds.recorded import RecordedKind, RecordedWorld, recording_spec
 from idaudit.worlds.recordings import KEY_OPTIONS, read_recording
 from idaudit.worlds.spec import WorldSpec, check_fields, check_type
 
-__all__ = ["ENVS", "PREFIX", "SWM_KIND", "Collection", "SwmEnv", "SwmKind", "collect"]
+__all__ = ["ENVS", "PREFIX", "SWM_KIND", "Collection", "SwmEnv", "SwmKind", "cache_dir",
+           "collect"]
 
 #: the world names of this kind: ``swm:`` + a stable-worldmodel environment id (without swm/)
 PREFIX = "swm:"
@@ -215,13 +216,13 @@ def collect(c: Collection, root: Path, progress: bool = True) -> tuple[Path, boo
 
 
 def _collection(name: str, options: dict[str, Any]) -> Collection:
-    """The collection ``options`` ask for (``pairs``: frames, in whole episodes)."""
+    """The collection ``options`` ask for (``frames``, in whole episodes)."""
     env, _ = env_entry(name)
-    frames = options.get("pairs", WORLD_DEFAULTS["swm_frames"])
+    frames = options.get("frames", WORLD_DEFAULTS["swm_frames"])
     steps = options.get("episode_steps", WORLD_DEFAULTS["episode_steps"])
     seed = options.get("data_seed", WORLD_DEFAULTS["data_seed"])
     size = options.get("image_size", WORLD_DEFAULTS["image_size"])
-    check("pairs", frames, "--pairs")
+    check("frames", frames, "--frames")
     check("episode_steps", steps, "--episode-steps")
     check("image_size", size, "--image-size")
     check_type(seed, "integer", "--data-seed")
@@ -233,7 +234,7 @@ class SwmKind(RecordedKind):
     """The kind of ``swm:ENV_ID`` worlds: episodes collected in a stable-worldmodel
     environment, then a recorded world."""
 
-    options: ClassVar[frozenset[str]] = frozenset({"pairs", "episode_steps", "data_seed",
+    options: ClassVar[frozenset[str]] = frozenset({"frames", "episode_steps", "data_seed",
                                                    "image_size", "stride", "rho"})
     #: a name of this family, for tests that need one world taking its options
     example_name: ClassVar[str] = PREFIX + next(iter(ENVS))
@@ -252,7 +253,7 @@ class SwmKind(RecordedKind):
         folder, rec, keys = self._read(name, c, stride)
         extra = {"data": str(folder / "data"), "label": name, "keys": keys, "stride": stride,
                  "collection": dataclasses.asdict(c)}
-        spec = _spec(rec, {**options, "angles": ENVS[c.env].angles}, extra)
+        spec = recording_spec(rec, {**options, "angles": ENVS[c.env].angles}, extra)
         return dataclasses.replace(spec, name=name, source=name)
 
     def check_spec(self, spec: WorldSpec) -> WorldSpec:
@@ -284,7 +285,7 @@ class SwmKind(RecordedKind):
 
     def example_options(self, directory: Path) -> dict[str, Any]:
         """A small collection: 2 episodes of 30 steps, 32 × 32."""
-        return {"pairs": 60, "episode_steps": 30, "image_size": 32}
+        return {"frames": 60, "episode_steps": 30, "image_size": 32}
 
     def files(self, spec: WorldSpec, base_dir: Path | None = None, **_: Any) -> list[Path]:
         c = spec.extra.get("collection")

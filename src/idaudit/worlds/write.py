@@ -37,11 +37,15 @@ def write_world(request: WorldRequest | str | None = None, /, *, progress: bool 
         req = WorldRequest(**options)
     from idaudit.core.limits import check
     from idaudit.worlds import KINDS, make_spec
+    from idaudit.worlds.kind import not_writable
 
     check("pairs", req.pairs)
     if req.out is None:
         raise IdauditError("--out is required: the file (or Reacher directory) to write")
     check_seed(req.seed, "--seed")
+    if isinstance(req.world, str) and KINDS.family(req.world) is not None:
+        if not KINDS.get(req.world).writes:  # refused before its episodes are collected
+            raise not_writable(req.world)
     spec = make_spec(req.world, **req.world_options())
     kind = KINDS.get(spec.name)
     out = Path(req.out)
