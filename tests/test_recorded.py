@@ -289,6 +289,79 @@ def test_a_sweep_embed_and_consistency_on_the_recording(tmp_path, dots):
     assert 0.0 < pairs["metrics"]["consistency_r2"] <= 1.0
 
 
+ENCODERS_PY = """from torch import nn
+
+
+def network():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, 2), nn.GELU(), nn.Flatten(), nn.Linear(8 * 7 * 7, 2))
+"""
+
+
+def test_the_monitor_on_a_recording_gives_the_command_s_numbers(tmp_path, dots, monkeypatch):
+    """The Lightning monitor validating on the recording's held-out pairs (EvalRows(data=…))
+    while a module trains on WorldPairs(data=…): the command it gives, run through the CLI on
+    the checkpoint ModelCheckpoint saved, reports every number it shares with the monitor."""
+    L = pytest.importorskip("lightning")
+    from conftest import run
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from idaudit.lightning import EvalRows, IdentifiabilityMonitor
+
+    img, z, ep = dots
+    np.savez(tmp_path / "dot.npz", pixels=img, qpos=z, episode=ep)
+    (tmp_path / "encoders.py").write_text(ENCODERS_PY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from encoders import network
+
+    class Encoder(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = network()
+
+        def forward(self, batch):  # images as idaudit gives them: float N×3×S×S in [0, 1]
+            h, hp = (self.net(batch[k].permute(0, 3, 1, 2).float() / 255)
+                     for k in ("x", "x_prime"))
+            cov = torch.cov(torch.cat([h, hp]).T)
+            loss = (h - hp).square().sum(1).mean() + (cov - torch.eye(2)).square().sum()
+            return {"embedding": h, "embedding_prime": hp, "loss": loss}
+
+        def training_step(self, batch, batch_idx):
+            return self(batch)["loss"]
+
+        def validation_step(self, batch, batch_idx):
+            return self(batch)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=3e-3)
+
+    keys = {"observations": "pixels", "latents": "qpos"}
+    train = idaudit.WorldPairs(data="dot.npz", as_dict=True, **keys)
+    val = EvalRows(data="dot.npz", seed=0, **keys)
+    assert len(val) == len(ArrayWorld(img, z=z, episodes=ep).eval_rows)
+    monitor = IdentifiabilityMonitor(pair_key="embedding_prime", rho=val.eval.rho)
+    torch.manual_seed(0)
+    L.Trainer(max_epochs=1, logger=False, accelerator="cpu", enable_progress_bar=False,
+              enable_model_summary=False,
+              callbacks=[monitor, ModelCheckpoint(dirpath="ckpt", filename="last")]).fit(
+        Encoder(), torch.utils.data.DataLoader(train, batch_size=128, shuffle=True),
+        torch.utils.data.DataLoader(val, batch_size=128))
+    assert monitor.rows["exact"], monitor.rows
+    assert monitor.rows["text"].startswith(f"validation loader 0: all {len(val)} rows of the "
+                                           "evaluation set of the recording dot.npz")
+    [words] = monitor.commands("ckpt/last.ckpt", "encoders:network", prefix="net.")
+    assert words[:2] == ["idaudit", "audit"] and words[words.index("--data") + 1] == "dot.npz"
+    res = run(*words[1:], "--json", "audit.json")
+    assert res.exit_code == 0, res.output
+    got = json.loads((tmp_path / "audit.json").read_text())["metrics"]
+    shared = sorted(k for k in got if k in monitor.metrics)
+    assert {"r2_h_to_z_heldout", "procrustes_mse", "orthogonality_error", "bound",
+            "latent_cov_error"} <= set(shared)
+    assert got["latents_standardized"] is True  # a recording's z: standardised on both routes
+    for k in shared:
+        assert float(got[k]) == pytest.approx(monitor.metrics[k], rel=1e-6, abs=1e-12), k
+
+
 def test_the_guide_runs_as_written(tmp_path):
     """docs/own-world.md: its Python block (a simulator, ArrayWorld, a loop over WorldPairs,
     an audit), then its shell block (train --data, audit, plan) on the file the block wrote."""

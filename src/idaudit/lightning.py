@@ -81,11 +81,15 @@ class RowQueue:
         return {k: np.concatenate([b[k] for b in self.batches]) for k in self.batches[0]}
 
 
-def _rows(value: Any, what: str) -> np.ndarray:
-    """A batch's tensor (or array) as float32 rows on the CPU, one row per sample."""
+def _rows(value: Any, what: str, keep_float64: bool = False) -> np.ndarray:
+    """A batch's tensor (or array) as float32 rows on the CPU, one row per sample
+    (``keep_float64``: float64 values stay float64 — the true latents, which the audit of a
+    recording reads in double precision as the file holds them)."""
     if hasattr(value, "detach"):
-        value = value.detach().to("cpu").float().numpy()
-    arr = np.asarray(value, dtype=np.float32)
+        value = value.detach().to("cpu")
+        value = (value if keep_float64 and value.dtype == torch.float64 else value.float()).numpy()
+    wide = keep_float64 and np.asarray(value).dtype == np.float64
+    arr = np.asarray(value, dtype=np.float64 if wide else np.float32)
     if arr.ndim == 0:
         raise IdauditError(f"IdentifiabilityMonitor: {what} is a scalar, not a batch of rows")
     return arr.reshape(arr.shape[0], -1)
@@ -148,41 +152,53 @@ def run_label(trainer: Any) -> str:
 
 
 #: the world options EvalRows takes: each is the `idaudit audit` flag of the same name
+#: (a synthetic world's; a recording's, with ``data``)
 EVAL_ROWS_OPTIONS = ("dim", "source", "alpha", "rho", "layers")
+RECORDING_OPTIONS = ("observations", "latents", "episodes", "angles", "stride", "rho")
 
 
 class EvalRows(torch.utils.data.Dataset):
-    """A synthetic world's evaluation set as validation rows: item i is the dict ``{"x",
-    "x_prime", "z"}`` of row i of ``World.eval_set(n, seed)`` — the very rows ``idaudit audit
-    CHECKPOINT --world NAME --n-eval n --seed seed`` embeds, so that the monitor's numbers on
-    them are what that command reports (:meth:`IdentifiabilityMonitor.commands`).
+    """A world's evaluation set as validation rows: item i is the dict ``{"x", "x_prime",
+    "z"}`` of row i of ``World.eval_set(n, seed)`` — the very rows ``idaudit audit CHECKPOINT
+    --world NAME --n-eval n --seed seed`` (a recording: ``--data FILE …``) embeds, so that the
+    monitor's numbers on them are what that command reports
+    (:meth:`IdentifiabilityMonitor.commands`).
 
     Args:
-        world: the world's name (a synthetic world: spiral, nvp, coupling …).
-        n: the evaluation pairs (None: the audit's default, 10 000).
+        world: a synthetic world's name (spiral, nvp, coupling …); ignored with ``data``.
+        n: the evaluation pairs (None: the audit's default, 10 000; a recording: all its
+            held-out pairs).
         seed: the evaluation set's seed (``--seed``).
-        **options: world options, each one of :data:`EVAL_ROWS_OPTIONS` (``rho=0.9``).
+        data: a recording of the user's own world (docs/own-world.md): its held-out pairs.
+        **options: world options, each one of :data:`EVAL_ROWS_OPTIONS` (``rho=0.9``), or with
+            ``data`` of :data:`RECORDING_OPTIONS` (``latents="qpos"``).
     """
 
     def __init__(self, world: str = "spiral", n: int | None = None, seed: int = 0,
-                 **options: Any) -> None:
+                 data: str | None = None, **options: Any) -> None:
         from idaudit.worlds import as_world, make_spec
+        from idaudit.worlds.recorded import RecordedWorld
         from idaudit.worlds.synthetic import SyntheticWorld
 
-        unknown = sorted(set(options) - set(EVAL_ROWS_OPTIONS))
+        takes = EVAL_ROWS_OPTIONS if data is None else RECORDING_OPTIONS
+        unknown = sorted(set(options) - set(takes))
         if unknown:
-            raise IdauditError(f"EvalRows: {unknown[0]} is not an option it takes (it takes "
-                               f"{', '.join(EVAL_ROWS_OPTIONS)})")
+            raise IdauditError(f"EvalRows: {unknown[0]} is not an option it takes "
+                               f"{'with data ' if data is not None else ''}(it takes "
+                               f"{', '.join(takes)})")
         check_seed(seed, "seed")
         if n is not None:
             check("n_eval", n, "n")
         self.options = {k: v for k, v in options.items() if v is not None}
-        self.spec = make_spec(world, **self.options)
+        self.data = None if data is None else str(data)
+        self.spec = make_spec(None if data is not None else world, data=self.data,
+                              **self.options)
         built = as_world(self.spec)
-        if not isinstance(built, SyntheticWorld):
-            raise IdauditError(f"EvalRows: world {world!r} is not a synthetic world (its "
-                               "evaluation set is not drawn from a seed)")
-        self.world, self.n, self.seed = world, n, seed
+        if not isinstance(built, (SyntheticWorld, RecordedWorld)):
+            raise IdauditError(f"EvalRows: world {world!r} is not a synthetic world or a "
+                               "recording (its evaluation set is not drawn from a seed)")
+        self.world = self.spec.name if data is None else f"recording {self.data}"
+        self.n, self.seed = n, seed
         self.eval = built.eval_set(n, seed)
 
     def __len__(self) -> int:
@@ -193,17 +209,19 @@ class EvalRows(torch.utils.data.Dataset):
 
     def flags(self) -> list[str]:
         """The ``idaudit audit`` (and ``embed``) flags that evaluate on these rows."""
-        words = ["--world", self.world]
-        for k in EVAL_ROWS_OPTIONS:
+        words = ["--world", self.world] if self.data is None else ["--data", self.data]
+        for k in (EVAL_ROWS_OPTIONS if self.data is None else RECORDING_OPTIONS):
             if k in self.options:
-                words += ["--" + k, str(self.options[k])]
+                value = self.options[k]
+                words += ["--" + k, ",".join(map(str, value)) if isinstance(value, (list, tuple))
+                          else str(value)]
         return [*words, "--n-eval", str(len(self)), "--seed", str(self.seed)]
 
     def describe(self) -> str:
         """These rows in words: the world, its options, how many, the seed."""
         opts = "".join(f", {k}={v}" for k, v in self.options.items())
-        return (f"the evaluation set of world {self.world}{opts} ({len(self)} pairs, seed "
-                f"{self.seed})")
+        what = f"world {self.world}" if self.data is None else f"the {self.world}"
+        return f"the evaluation set of {what}{opts} ({len(self)} pairs, seed {self.seed})"
 
 
 def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -465,7 +483,7 @@ class IdentifiabilityMonitor(Callback):
             for where, source in (("output", outputs), ("batch", batch)):  # labels there)
                 if isinstance(source, Mapping) and self.latents_key in source:
                     arrays["z"] = _rows(source[self.latents_key],
-                                        f"the {where}'s {self.latents_key!r}")
+                                        f"the {where}'s {self.latents_key!r}", keep_float64=True)
                     break
         n = len(arrays["h"])
         for k, v in arrays.items():
