@@ -114,7 +114,7 @@ def test_doctor_still_fails_a_reacher_install_that_is_broken(monkeypatch):
     from idaudit import doctor
 
     broken = {"mujoco": (False, "ImportError: libGL.so.1: cannot open shared object file"),
-              "dm_control": (True, doctor.DM_CONTROL_VERSION)}
+              "dm_control": (True, "1.0.50")}
     monkeypatch.setattr(doctor, "_import_without_gl", lambda modules: broken)
     rows = {c["name"]: c for c in doctor._check_reacher()}
     assert not rows["mujoco"]["ok"] and rows["mujoco"]["fix"] == doctor.INSTALL_HINT
