@@ -53,7 +53,8 @@ def _import(module: str) -> tuple[Any | None, str]:
 
 
 def _import_without_gl(modules: tuple[str, ...]) -> dict[str, tuple[bool, str]]:
-    """Import each module in a subprocess without ``MUJOCO_GL``: {name: (ok, version or error)}.
+    """Import each module in a subprocess without ``MUJOCO_GL``: {name: (ok, version or error)};
+    a module that is not installed at all: (False, "MISSING: No module named …").
 
     ``import mujoco`` loads the GL library named by ``MUJOCO_GL`` (and fails if it is missing),
     so the install is checked here apart from GL, which :func:`probe_backend` checks.
@@ -62,7 +63,13 @@ def _import_without_gl(modules: tuple[str, ...]) -> dict[str, tuple[bool, str]]:
         "import importlib, importlib.metadata as md, sys\n"
         "for name in sys.argv[1:]:\n"
         "    try:\n"
-        "        mod = importlib.import_module(name)\n"
+        "        try:\n"
+        "            mod = importlib.import_module(name)\n"
+        "        except ModuleNotFoundError as exc:\n"
+        "            if exc.name != name:\n"
+        "                raise\n"
+        "            print(name, 'MISSING', f'No module named {name!r}', flush=True)\n"
+        "            continue\n"
         "        v = getattr(mod, '__version__', None) or md.version(name)\n"
         "        print(name, 'OK', v, flush=True)\n"
         "    except Exception as exc:\n"
@@ -79,7 +86,7 @@ def _import_without_gl(modules: tuple[str, ...]) -> dict[str, tuple[bool, str]]:
     for line in proc.stdout.splitlines():
         name, status, rest = (line.split(" ", 2) + ["", ""])[:3]
         if name in out:
-            out[name] = (status == "OK", rest)
+            out[name] = (status == "OK", f"MISSING: {rest}" if status == "MISSING" else rest)
     for name, (ok, info) in out.items():
         if not ok and info == "not checked":
             out[name] = (False, f"exit code {proc.returncode}: {last_line(proc.stderr)}")
@@ -246,11 +253,26 @@ def run_checks() -> list[dict[str, Any]]:
     checks.append(_check_cage())
     checks += _check_plugins()
 
+    checks += _check_reacher()
+    return checks
+
+
+def _check_reacher() -> list[dict[str, Any]]:
+    """MuJoCo, dm_control and a headless GL backend: the optional ``reacher`` extra. Not
+    installed, each is ``ok`` and says so, as the other optional extras; installed but broken
+    (or GL not rendering), not ok, with the fix."""
+    checks: list[dict[str, Any]] = []
     have_reacher = True
+    not_installed = []
     imported = _import_without_gl(("mujoco", "dm_control"))
     for name, want in (("mujoco", MUJOCO_VERSION), ("dm_control", DM_CONTROL_VERSION)):
         ok, info = imported[name]
-        if not ok:
+        if info.startswith("MISSING: "):
+            have_reacher = False
+            not_installed.append(name)
+            checks.append(_check(name, True, f"{name} not installed (optional: the Reacher "
+                                             f'world; pip install "idaudit[reacher]")'))
+        elif not ok:
             have_reacher = False
             checks.append(_check(name, False, f"{name} not importable ({info})", INSTALL_HINT))
         elif info != want:
@@ -262,6 +284,9 @@ def run_checks() -> list[dict[str, Any]]:
 
     if have_reacher:
         checks.append(_check_gl())
+    elif len(not_installed) == 2:  # the extra is not installed: nothing is broken
+        checks.append(_check("gl_backend", True, "not checked: the optional reacher extra is "
+                                                 "not installed (mujoco, dm_control)"))
     else:
         checks.append(_check("gl_backend", False, "not checked: mujoco/dm_control missing",
                              INSTALL_HINT))

@@ -17,7 +17,7 @@ from idaudit.core.requests import AuditRequest
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
-@app.command()
+@app.command(short_help="Audit an encoder: identifiability metrics and a gate.")
 @cli_errors
 @option_flags("options", AUDIT)
 @report_flags
@@ -45,5 +45,22 @@ def audit(
     result = run_audit(AuditRequest.from_options(
         targets=list(targets), **encoder, **{**options, "circular": options["circular"] or ()},
         min=report["min"], max=report["max"], gate=report["gate"]))
-    finish(result, audit_table(result, report["keys"]), report, lead=verdict_lines(result),
+    table = audit_table(result, report["keys"])
+    if result.runs:
+        say_which_value(table, result)
+    finish(result, table, report, lead=verdict_lines(result),
            more=[side_by_side_table(result, report["keys"])] if result.runs else [])
+
+
+def say_which_value(table, result) -> None:
+    """Several targets: the audit table's value column says which value each row holds (the
+    median over the targets; a gated row, the value the gate took: the worst target's or the
+    median), in its header and a first line of its caption."""
+    reduce = result.metrics.get("reduce", "worst")
+    gated = reduce == "worst" and any(t.passed is not None for t in result.thresholds)
+    for column in table.columns:
+        if column.header == "value":
+            column.header = "median" + (" · gated: worst" if gated else "")
+    line = (f"the median of the {len(result.runs)} targets"
+            + ("; a gated row, the worst target's value" if gated else ""))
+    table.caption = "\n".join(c for c in (line, table.caption) if c)

@@ -16,7 +16,7 @@ from idaudit.core.requests import ConsistencyRequest
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
-@app.command()
+@app.command(short_help="Check whether runs agree up to a rotation, without z.")
 @cli_errors
 @option_flags("options", CONSISTENCY)
 @report_flags

@@ -14,7 +14,7 @@ __all__: list[str] = []  # the command registers itself with the app; nothing to
 DEMO_MIN_R2 = 0.95  # the demo's gate: the spiral run reaches ≈ 0.98 in its 6000 steps
 
 
-@app.command()
+@app.command(short_help="Run the whole loop on the spiral world, gated.")
 @cli_errors
 def demo(
     out_dir: Path = typer.Option(Path("demo-out"), "--out", "-o", help="output directory"),

@@ -10,7 +10,7 @@ from idaudit.cli.application import app, cli_errors, out
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
-@app.command()
+@app.command(short_help="Check the installation and say what to install.")
 @cli_errors
 def doctor() -> None:
     """Check the installation (torch, numba, MuJoCo, headless GL) and say what to install."""

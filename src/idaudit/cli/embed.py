@@ -12,7 +12,7 @@ from idaudit.core.errors import check_seed
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
-@app.command()
+@app.command(short_help="Write a world's evaluation arrays (z, h, h′, ρ) as an .npz.")
 @cli_errors
 @option_flags("options", EMBED)
 @encoder_flags

@@ -17,7 +17,7 @@ from idaudit.core.requests import PlanRequest
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
-@app.command()
+@app.command(short_help="Plan straight lines in latent space against the oracle.")
 @cli_errors
 @option_flags("options", PLAN)
 @encoder_flags

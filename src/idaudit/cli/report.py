@@ -12,7 +12,7 @@ from idaudit.core.errors import IdauditError
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
-@app.command()
+@app.command(short_help="Aggregate a sweep into tables and figures.")
 @cli_errors
 def report(
     out_dir: Path = typer.Argument(..., help="a directory written by idaudit sweep"),

@@ -31,7 +31,7 @@ def _print_runs(title: str, runs: list[dict[str, Any]]) -> None:
     out.print(table)
 
 
-@app.command()
+@app.command(short_help="Run a suite of trainings, resumably, locally or on Ray.")
 @cli_errors
 @option_flags("options", SWEEP)
 def sweep(

@@ -23,7 +23,7 @@ def _train_fields(given: dict[str, Any]) -> dict[str, Any]:
                                                          "--encoder-kwargs")}
 
 
-@app.command()
+@app.command(short_help="Train an encoder on a world; write a checkpoint and a log.")
 @cli_errors
 @option_flags("options", (*WORLD, *TRAIN), _train_fields)
 def train(

@@ -12,7 +12,7 @@ from idaudit.core.options import WORLD
 __all__: list[str] = []  # the command registers itself with the app; nothing to import
 
 
-@app.command()
+@app.command(short_help="Write a world's positive pairs and its spec to a file.")
 @cli_errors
 @option_flags("options", WORLD)
 @option_flags("written", WRITE)

@@ -13,7 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["CAGE_SECONDS", "DATA_ROOT", "FLOOR_DRAWS", "OFFICIAL_LAMB", "TEST_FRACTION", "TRAIN_DEFAULTS",
-           "VICREG", "WORLD", "WORLD_DEFAULTS", "default_text"]
+           "NORMALIZATIONS", "VICREG", "WORLD", "WORLD_DEFAULTS", "default_text"]
+
+#: the named normalisations ``--normalize`` takes, (mean, std) per channel of x/255, declared
+#: once: the images' preparation (``loading/image_input.py``), the flag's help and its errors
+#: read them (besides ``none``, x/255 only, and ``MEAN,STD``)
+NORMALIZATIONS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
+    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # x̂ in [−1, 1]
+}
 
 #: the world a run trains on when none is named and no --data says which
 WORLD = "spiral"

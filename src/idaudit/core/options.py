@@ -41,6 +41,7 @@ from typing import Any
 from idaudit.core.defaults import (
     CAGE_SECONDS,
     DATA_ROOT,
+    NORMALIZATIONS,
     OFFICIAL_LAMB,
     TRAIN_DEFAULTS,
     WORLD,
@@ -356,7 +357,8 @@ ENCODER: tuple[Option, ...] = (
            "Reacher dataset directory, or a recording of your own world (pairs or episodes: "
            "docs/own-world.md)"),
     Option("normalize", "string", "images for an encoder that is not an idaudit checkpoint: "
-           "float N×3×S×S in [0, 1], then imagenet | none | MEAN,STD (default: the model's "
+           "float N×3×S×S in [0, 1], then " + " | ".join([*NORMALIZATIONS, "none", "MEAN,STD"])
+           + " (default: the model's "
            "own, a Hugging Face directory's preprocessor_config.json, else none)"),
     Option("cache_dir", "path", "where rendered evaluation images are cached (default "
            "$IDAUDIT_CACHE, else ~/.cache/idaudit)"),

@@ -35,10 +35,12 @@ from idaudit.evaluations.inputs import AuditInputs
 from idaudit.maths.linear import fit_linear_map
 from idaudit.maths.moments import split_rows
 
-__all__ = ["Drawn", "MAX_DRAWN", "PER_ROW", "PLOT_MISSING", "audit_figure", "embedding_panels",
-           "have_matplotlib", "new_figure", "png_bytes", "rgb_array", "section_figure", "sections"]
+__all__ = ["Drawn", "MATPLOTLIB_EXTRA", "MAX_DRAWN", "PER_ROW", "PLOT_MISSING", "audit_figure",
+           "embedding_panels", "have_matplotlib", "new_figure", "png_bytes", "rgb_array",
+           "section_figure", "sections"]
 
-PLOT_MISSING = 'needs matplotlib: pip install "idaudit[plot]"'
+MATPLOTLIB_EXTRA = 'matplotlib: pip install "idaudit[plot]"'  # what a figure needs
+PLOT_MISSING = f"needs {MATPLOTLIB_EXTRA}"
 MAX_POINTS = 2000  # scatter points drawn per panel (a seeded sample of the rows)
 MAX_LATENTS = 4  # latents drawn as scatter panels (every latent gets its bar)
 PER_ROW = 4  # targets side by side in a section; more wrap onto further rows

@@ -19,8 +19,8 @@ from idaudit.core.errors import IdauditError
 from idaudit.core.jsontext import jsonable
 from idaudit.core.outputs import check_outputs
 from idaudit.evaluations.figures import (
+    MATPLOTLIB_EXTRA,
     MAX_DRAWN,
-    PLOT_MISSING,
     Drawn,
     audit_figure,
     have_matplotlib,
@@ -61,7 +61,8 @@ def check_views(req: Any, inputs: list[tuple[Any, str]]) -> None:
     if not given:
         return
     if not have_matplotlib():
-        raise IdauditError(f"{' and '.join(f for _, f in given)} {PLOT_MISSING}")
+        verb = "need" if len(given) > 1 else "needs"
+        raise IdauditError(f"{' and '.join(f for _, f in given)} {verb} {MATPLOTLIB_EXTRA}")
     check_outputs(given, inputs, remove_stale=True)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from idaudit.core.defaults import NORMALIZATIONS
 from idaudit.core.errors import IdauditError
 
 __all__ = ["ImageAdapter", "NORMALIZATIONS", "model_normalize", "parse_normalize", "to_encoder_input"]
@@ -33,12 +34,7 @@ RGB = tuple[float, float, float]
 MIN_STD = 1e-6  # a smaller std (a denormal, say) scales pixels towards overflow
 Normalize = tuple[RGB, RGB]  # (mean, std) per channel, of x/255
 
-NORMALIZATIONS: dict[str, Normalize] = {
-    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
-    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # x̂ in [−1, 1]
-}
-SYNTAX = ("imagenet, clip, inception, none, or MEAN,STD with one number or three "
+SYNTAX = (f"{', '.join(NORMALIZATIONS)}, none, or MEAN,STD with one number or three "
           "colon-separated numbers each (e.g. 0.5,0.5 or 0.485:0.456:0.406,0.229:0.224:0.225)")
 
 

@@ -166,6 +166,7 @@ class PairsKind(WorldKind):
     world = PairsFileWorld
     options: ClassVar[frozenset[str]] = frozenset({"data"})
     refuses: ClassVar[frozenset[str]] = frozenset({"steps"})
+    data_note: ClassVar[str] = "a pairs file from `idaudit world`"
 
     def make_spec(self, name: str, options: dict[str, Any]) -> WorldSpec:
         require("data" in options, "the pairs world reads a file: pass --data PAIRS.safetensors")

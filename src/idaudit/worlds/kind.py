@@ -55,6 +55,9 @@ class WorldKind(ABC):
     refuses: ClassVar[frozenset[str]] = frozenset()
     #: whether :meth:`write` makes a directory (else one file)
     writes_directory: ClassVar[bool] = False
+    #: for a world read from ``--data`` alone (named by what the file holds, not chosen):
+    #: what that file is, as the refusal of an unknown world explains the name; "" otherwise
+    data_note: ClassVar[str] = ""
 
     @abstractmethod
     def make_spec(self, name: str, options: dict[str, Any]) -> WorldSpec:

@@ -15,10 +15,29 @@ def world_names() -> list[str]:
     return KINDS.ordered()
 
 
+def _data_note(name: str) -> str:
+    """What the file of a world read from ``--data`` alone is ("" for a world one chooses, or
+    a plugin that cannot be loaded: listed as it is)."""
+    try:
+        return getattr(KINDS.get(name), "data_note", "") or ""
+    except Exception:  # noqa: BLE001 - a broken plugin is doctor's to report, not this list's
+        return ""
+
+
 def world_choices() -> str:
-    """The registered world names and the families of names (``swm:…``), as a refusal of an
-    unknown world lists them."""
-    return ", ".join([*world_names(), *(p + "ENV_ID" for p in KINDS.families())])
+    """The world names a user chooses and the families of names (``swm:…``), as a refusal of
+    an unknown world lists them; the worlds read from ``--data`` alone (``pairs``,
+    ``recorded``: the file says which) after them, each with what its file is.
+
+    Example:
+        >>> world_choices().split("; ")[1]  # doctest: +ELLIPSIS
+        'read from --data: pairs (a pairs file from `idaudit world`), recorded (a recording...'
+    """
+    notes = {name: _data_note(name) for name in world_names()}
+    chosen = [n for n, note in notes.items() if not note]
+    text = ", ".join([*chosen, *(p + "ENV_ID" for p in KINDS.families())])
+    from_data = [f"{n} ({note})" for n, note in notes.items() if note]
+    return text + (f"; read from --data: {', '.join(from_data)}" if from_data else "")
 
 
 def validate_spec(spec: WorldSpec) -> WorldSpec:

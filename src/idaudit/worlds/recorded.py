@@ -232,6 +232,7 @@ class RecordedKind(WorldKind):
     options: ClassVar[frozenset[str]] = frozenset({"data", "stride", "rho", "angles",
                                                    *KEY_OPTIONS})
     refuses: ClassVar[frozenset[str]] = frozenset({"steps"})
+    data_note: ClassVar[str] = "a recording of your own world"
 
     def make_spec(self, name: str, options: dict[str, Any]) -> WorldSpec:
         require("data" in options, "the recorded world reads a file: pass --data FILE (pairs "

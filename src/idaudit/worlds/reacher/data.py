@@ -232,7 +232,7 @@ def _write_chunk(path: Path, **arrays: np.ndarray) -> None:
 def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = None,
                   progress: bool = False) -> Path:
     """Render ``spec`` into ``root`` (resuming if it was interrupted); return ``root``."""
-    from idaudit.worlds.reacher.render import RenderPool
+    from idaudit.worlds.reacher.render import RenderPool, require_renderer
 
     spec = spec.validate()
     root = Path(root)
@@ -248,6 +248,7 @@ def build_dataset(root: str | Path, spec: ReacherSpec, workers: int | None = Non
             return root
     elif root.exists() and any(root.iterdir()):
         raise IdauditError(f"{root} exists and is not a Reacher dataset; choose another --out")
+    require_renderer()  # the packages and a GL backend, before anything is written
     root.mkdir(parents=True, exist_ok=True)
     extra: dict[str, Any] = {}
     if spec.mode == "ou":

@@ -25,9 +25,11 @@ import numpy as np
 from idaudit.core.errors import EXIT_INTERNAL, IdauditError
 from idaudit.core.workers import exit_with_parent
 
-__all__ = ["GL_BACKENDS", "GL_TIMEOUT_S", "IMAGE_SIZE", "INSTALL_HINT", "ReacherRenderer", "RenderPool",
-           "TARGET_POS", "TARGET_SIZE", "WRIST_LIMIT", "fingertip", "last_line", "load_physics",
-           "probe_backend", "render_settings", "simulate_controller"]
+__all__ = ["GL_BACKENDS", "GL_TIMEOUT_S", "IMAGE_SIZE", "INSTALL_HINT", "REACHER_EXTRA",
+           "REACHER_PACKAGES", "ReacherRenderer", "RenderPool", "TARGET_POS", "TARGET_SIZE",
+           "WRIST_LIMIT", "fingertip", "last_line", "load_physics", "missing_packages",
+           "probe_backend", "render_settings", "require_packages", "require_renderer",
+           "simulate_controller"]
 
 IMAGE_SIZE = 64
 TARGET_POS = (0.1, 0.1)
@@ -92,18 +94,59 @@ def probe_backend(backend: str, timeout: float = GL_TIMEOUT_S) -> tuple[bool, st
     return False, f"exit code {proc.returncode}: {last_line(proc.stderr or proc.stdout)}"
 
 
+#: the packages the Reacher world renders with, all of the ``reacher`` extra
+REACHER_PACKAGES = ("mujoco", "dm_control")
+REACHER_EXTRA = 'pip install "idaudit[reacher]" (mujoco==3.17.0, dm_control==1.0.50)'
+
+
+def missing_packages(names: tuple[str, ...] = REACHER_PACKAGES) -> list[str]:
+    """Those of ``names`` that are not installed here (nothing is imported: ``import
+    mujoco`` would load the GL library ``MUJOCO_GL`` names)."""
+    import importlib.util
+
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # an import hook that refuses it, a broken entry
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def require_packages() -> None:
+    """A one-line error naming the Reacher's packages that are not installed, and the extra
+    that installs them; nothing when both are."""
+    missing = missing_packages()
+    if missing:
+        raise IdauditError(f"the Reacher world needs {' and '.join(missing)}, not installed "
+                           f"here: {REACHER_EXTRA}")
+
+
 def _ensure_gl() -> str:
     """Pick a headless GL backend unless MUJOCO_GL is set: the first of EGL, OSMesa that
-    renders a frame in a probe subprocess (dm_control fixes the backend at import time)."""
+    renders a frame in a probe subprocess (dm_control fixes the backend at import time). The
+    packages are checked first; where no backend works, each probe's reason is said."""
+    require_packages()
     chosen = os.environ.get("MUJOCO_GL")
     if chosen:
         return chosen
+    reasons = []
     for backend in GL_BACKENDS:
-        if probe_backend(backend)[0]:
+        ok, info = probe_backend(backend)
+        if ok:
             os.environ["MUJOCO_GL"] = backend
             return backend
-    raise IdauditError(f"no headless GL backend works here (tried {', '.join(GL_BACKENDS)}); "
+        reasons.append(f"{backend}: {info}")
+    raise IdauditError(f"no headless GL backend works here ({'; '.join(reasons)}); "
                        f"{INSTALL_HINT}")
+
+
+def require_renderer() -> str:
+    """The GL backend the Reacher renders with, or the one-line error saying what to install:
+    checked before anything is written."""
+    return _ensure_gl()
 
 
 def import_triton_first() -> None:
