@@ -147,8 +147,12 @@ def test_the_warning_quotes_steins_numbers():
     line = few_rows_warning({"n_train": 550, "n_test": 550, "embed_dim": 512,
                              "r2_h_to_z_heldout": -307.7})
     assert line.startswith("warning: 550 fit rows for a 512-wide h (under 10·m = 5120)")
-    assert "reads low by ≈ 14.3·(1 − true R²)" in line and "scores ≈ -14.3" in line
+    assert "reads low by ≈ 14.3·(1 − true R²), an uninformative encoder scores ≈ -14.3" in line
     assert "≥ 20·m = 10240 rows" in line
+    shuffled = few_rows_warning({"n_train": 550, "n_test": 550, "embed_dim": 512,
+                                 "r2_h_to_z_heldout": -11.07,
+                                 "r2_h_to_z_heldout_floor_mean": -101.5})
+    assert "reads low by ≈ 102·(1 − true R²), h shuffled against z scores ≈ -102" in shuffled
     assert few_rows_warning({"n_train": 5120, "n_test": 5120, "embed_dim": 512,
                              "r2_h_to_z_heldout": 0.5}) is None
 

@@ -387,8 +387,10 @@ FIT_ROWS_PER_COLUMN = 10
 
 def few_rows_warning(metrics: dict[str, Any]) -> str | None:
     """A warning where the held-out fits had fewer than :data:`FIT_ROWS_PER_COLUMN`·m rows:
-    the held-out R² then reads low by about (1 − R²)·(m + 1)/(n_fit − m − 2), and a low or
-    negative value says more about the rows than the encoder."""
+    the held-out R² then reads low by about −F·(1 − R²), F what an uninformative encoder
+    scores (the mean of the audit's shuffles of h against z where it drew them, else Stein's
+    Gaussian value, :func:`~idaudit.maths.floors.heldout_floor_mean`), and a low or negative
+    value says more about the rows than the encoder."""
     n_fit, m = metrics.get("n_train"), metrics.get("embed_dim")
     if not isinstance(n_fit, int) or not isinstance(m, int) or metrics.get("label_free") \
             or n_fit >= FIT_ROWS_PER_COLUMN * m or "r2_h_to_z_heldout" not in metrics:
@@ -396,9 +398,12 @@ def few_rows_warning(metrics: dict[str, Any]) -> str | None:
     from idaudit.maths.floors import heldout_floor_mean
 
     n_test = metrics.get("n_test") or n_fit
-    floor = heldout_floor_mean(n_fit, max(int(n_test), 2), m) if n_fit > m + 2 else None
-    said = "" if floor is None else (f": held-out R² reads low by ≈ {-floor:.3g}·(1 − true R²), "
-                                     f"an uninformative encoder scores ≈ {floor:.3g}")
+    shuffled = metrics.get("r2_h_to_z_heldout_floor_mean")  # this h's own, where drawn
+    floor = shuffled if isinstance(shuffled, float) else \
+        heldout_floor_mean(n_fit, max(int(n_test), 2), m) if n_fit > m + 2 else None
+    who = "h shuffled against z" if isinstance(shuffled, float) else "an uninformative encoder"
+    said = "" if floor is None or floor >= 0 else (
+        f": held-out R² reads low by ≈ {-floor:.3g}·(1 − true R²), {who} scores ≈ {floor:.3g}")
     return (f"warning: {n_fit} fit rows for a {m}-wide h (under {FIT_ROWS_PER_COLUMN}·m = "
             f"{FIT_ROWS_PER_COLUMN * m}){said}; a low value says little, a pass stands — use "
             f"≥ {2 * FIT_ROWS_PER_COLUMN}·m = {2 * FIT_ROWS_PER_COLUMN * m} rows (--n-eval; "
