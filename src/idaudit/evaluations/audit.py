@@ -351,22 +351,24 @@ def _targets_inputs(req: AuditRequest, targets: list[tuple[Any, LoadOptions, str
     # both are known (its probe; the set's size, before the set is made where the world knows
     # it): too few rows is inconclusive before any evaluation set is rendered or embedded
     rows = "label_free" if req.label_free else "audit"
-    if len(opened) > 1:
-        try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder,
-                     req.n_eval, rows)
-    inputs: list[tuple[AuditInputs, int | None]] = []
-    for loaded, (_, _, name) in zip(opened, targets):
-        if isinstance(loaded, Arrays):
-            inputs.append((inputs_from_arrays(loaded),
-                           req.seed if req.seed is not None else loaded.seed))
-        else:
-            try:
+    names = {id(loaded): name or str(loaded.path) for loaded, (_, _, name) in zip(opened, targets)}
+    try:
+        if len(opened) > 1:
+            try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder,
+                         req.n_eval, rows)
+        inputs: list[tuple[AuditInputs, int | None]] = []
+        for loaded, (_, _, name) in zip(opened, targets):
+            if isinstance(loaded, Arrays):
+                inputs.append((inputs_from_arrays(loaded),
+                               req.seed if req.seed is not None else loaded.seed))
+            else:
                 inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed, rows)
-            except TooFewRows as exc:
-                exc.source = name or exc.source
-                raise
-            inp.source = name or inp.source
-            inputs.append((inp, inp.seed))
+                inp.source = name or inp.source
+                inputs.append((inp, inp.seed))
+    except TooFewRows as exc:  # named as the report names each target
+        exc.source = names.get(exc.encoder_id, exc.source)
+        exc.sources = list(names.values())
+        raise
     return inputs
 
 
@@ -375,7 +377,7 @@ def _too_few_rows(req: AuditRequest, targets: list[tuple[Any, LoadOptions, str |
     """The inconclusive report of an audit refused for too few rows before its evaluation set
     was made or embedded (:class:`~idaudit.evaluations.inputs.TooFewRows`): the reason and
     sizes the audit of the embedded set would give."""
-    sources = [str(name or target) for target, _, name in targets]
+    sources = exc.sources or [str(name or target) for target, _, name in targets]
     world = exc.world
     if len(sources) > 1:  # as combine_reports words an inconclusive run
         return AuditReport(metrics={"n_runs": len(sources)}, thresholds=thresholds,

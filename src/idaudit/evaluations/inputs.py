@@ -100,6 +100,8 @@ class TooFewRows(Inconclusive):
                  world: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.rows, self.n, self.m, self.source, self.world = rows, n, m, source, world
+        self.encoder_id: int | None = None  # id() of the encoder refused, where known
+        self.sources: list[str] = []  # every target's name, where several were given
 
 
 def inconclusive_reason(inp: AuditInputs) -> str | None:

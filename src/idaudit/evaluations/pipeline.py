@@ -198,8 +198,10 @@ def _check_rows(rows: int, n: int, spec: Any, encoders: list[LoadedEncoder], wid
     for loaded, m in zip(encoders, widths):
         reason = rows_reason(rows, n, m, label_free)
         if reason is not None:
-            raise TooFewRows(reason, rows, n, m, str(loaded.path),
+            exc = TooFewRows(reason, rows, n, m, str(loaded.path),
                              spec.to_dict() if hasattr(spec, "to_dict") else None)
+            exc.encoder_id = id(loaded)
+            raise exc
 
 
 def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
