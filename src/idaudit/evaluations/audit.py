@@ -351,7 +351,8 @@ def _targets_inputs(req: AuditRequest, targets: list[tuple[Any, LoadOptions, str
     # both are known (its probe; the set's size, before the set is made where the world knows
     # it): too few rows is inconclusive before any evaluation set is rendered or embedded
     rows = "label_free" if req.label_free else "audit"
-    names = {id(loaded): name or str(loaded.path) for loaded, (_, _, name) in zip(opened, targets)}
+    names = {id(loaded): name or (loaded.source if isinstance(loaded, Arrays) else str(loaded.path))
+             for loaded, (_, _, name) in zip(opened, targets)}
     try:
         if len(opened) > 1:
             try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder,
