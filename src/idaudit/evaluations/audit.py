@@ -30,12 +30,14 @@ from idaudit.core.requests import AuditRequest, unknown_options
 from idaudit.evaluations.gate import KNOWN_METRICS, Threshold, collect_thresholds, evaluate_gate
 from idaudit.evaluations.inputs import (
     AuditInputs,
+    TooFewRows,
     as_matrix,
     check_counts,
     check_embedding_options,
     check_shapes,
     checked_pair,
     inconclusive_reason,
+    rows_reason,
     split_reason,
     values_reason,
 )
@@ -146,9 +148,8 @@ def audit_label_free(inp: AuditInputs, thresholds: list[Threshold] | None = None
     hp = checked_pair(inp, h)
     thresholds = list(thresholds or [])
     reason = values_reason([("h", h, "embedding"), ("h_prime", hp, "values")])
-    if reason is None and h.shape[0] < h.shape[1] + 10:
-        reason = (f"too few samples: {h.shape[0]} rows for a {h.shape[1]}-dimensional "
-                  f"embedding (need at least {h.shape[1] + 10})")
+    if reason is None:
+        reason = rows_reason(h.shape[0], 0, h.shape[1], label_free=True)
     if reason is not None:
         return AuditReport(metrics={"n_samples": int(h.shape[0]), "embed_dim": int(h.shape[1]),
                                     "label_free": True},
@@ -346,18 +347,49 @@ def _targets_inputs(req: AuditRequest, targets: list[tuple[Any, LoadOptions, str
               for target, load, _ in targets]
     if any(isinstance(loaded, Arrays) for loaded in opened):
         _refuse_world_options(req, with_rho=True)  # an array file stores its own rho
-    if len(opened) > 1:
-        try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder)
-    inputs: list[tuple[AuditInputs, int | None]] = []
-    for loaded, (_, _, name) in zip(opened, targets):
-        if isinstance(loaded, Arrays):
-            inputs.append((inputs_from_arrays(loaded),
-                           req.seed if req.seed is not None else loaded.seed))
-        else:
-            inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed)
-            inp.source = name or inp.source
-            inputs.append((inp, inp.seed))
+    # and every encoder's width checked against the rows it will be embedded on, as soon as
+    # both are known (its probe; the set's size, before the set is made where the world knows
+    # it): too few rows is inconclusive before any evaluation set is rendered or embedded
+    rows = "label_free" if req.label_free else "audit"
+    names = {id(loaded): name or (loaded.source if isinstance(loaded, Arrays) else str(loaded.path))
+             for loaded, (_, _, name) in zip(opened, targets)}
+    try:
+        if len(opened) > 1:
+            try_encoders([t for t in opened if not isinstance(t, Arrays)], req.encoder,
+                         req.n_eval, rows)
+        inputs: list[tuple[AuditInputs, int | None]] = []
+        for loaded, (_, _, name) in zip(opened, targets):
+            if isinstance(loaded, Arrays):
+                inputs.append((inputs_from_arrays(loaded),
+                               req.seed if req.seed is not None else loaded.seed))
+            else:
+                inp = inputs_for_encoder(loaded, req.encoder, req.n_eval, req.seed, rows)
+                inp.source = name or inp.source
+                inputs.append((inp, inp.seed))
+    except TooFewRows as exc:  # named as the report names each target
+        exc.source = names.get(exc.encoder_id, exc.source)
+        exc.sources = list(names.values())
+        raise
     return inputs
+
+
+def _too_few_rows(req: AuditRequest, targets: list[tuple[Any, LoadOptions, str | None]],
+                  exc: TooFewRows, thresholds: list[Threshold]) -> AuditReport:
+    """The inconclusive report of an audit refused for too few rows before its evaluation set
+    was made or embedded (:class:`~idaudit.evaluations.inputs.TooFewRows`): the reason and
+    sizes the audit of the embedded set would give."""
+    sources = exc.sources or [str(name or target) for target, _, name in targets]
+    world = exc.world
+    if len(sources) > 1:  # as combine_reports words an inconclusive run
+        return AuditReport(metrics={"n_runs": len(sources)}, thresholds=thresholds,
+                           verdict="inconclusive", reason=f"{exc.source}: {exc}",
+                           source=", ".join(sources), world=world)
+    metrics = {"n_samples": exc.rows, **({} if req.label_free else {"latent_dim": exc.n}),
+               "embed_dim": exc.m}
+    if req.label_free:
+        metrics["label_free"] = True
+    return AuditReport(metrics=metrics, thresholds=thresholds, verdict="inconclusive",
+                       reason=str(exc), source=exc.source or sources[0], world=world)
 
 
 def run_audit(req: AuditRequest) -> AuditReport:
@@ -371,7 +403,15 @@ def run_audit(req: AuditRequest) -> AuditReport:
     inputs: list[tuple[AuditInputs, int | None]] = []
     if arrays_given:
         inputs.append((_given_arrays(req), req.seed))
-    inputs += _targets_inputs(req, targets)
+    try:
+        inputs += _targets_inputs(req, targets)
+    except TooFewRows as exc:  # known from a probe: nothing was embedded
+        result = _too_few_rows(req, targets, exc, thresholds)
+        if req.plot is not None or req.html is not None:
+            from idaudit.evaluations.page import write_views
+
+            write_views(result, [], req.plot, req.html)
+        return result
     several = len(inputs) > 1
     reports = [audit_inputs(inp, [] if several else thresholds, circular=circular,
                             angle_sigma=req.angle_sigma,

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 
 from idaudit.core import limits
-from idaudit.core.errors import IdauditError
+from idaudit.core.errors import IdauditError, Inconclusive
 from idaudit.loading.arrays import Arrays
 
-__all__ = ["AuditInputs", "as_matrix", "check_counts", "check_embedding_options", "check_shapes",
-           "checked_pair", "frame_sample", "inconclusive_reason", "min_rows", "split_reason",
-           "split_reason_rows", "value_problem", "values_reason"]
+__all__ = ["AuditInputs", "TooFewRows", "as_matrix", "check_counts", "check_embedding_options",
+           "check_shapes", "checked_pair", "frame_sample", "inconclusive_reason", "min_rows", "rows_reason",
+           "split_reason", "split_reason_rows", "value_problem", "values_reason"]
 
 
 @dataclass
@@ -74,6 +74,36 @@ def min_rows(n: int, m: int) -> int:
     return 2 * (n + m) + 10
 
 
+def rows_reason(rows: int, n: int, m: int, label_free: bool = False) -> str | None:
+    """Why ``rows`` evaluation rows cannot support an audit of an n-dimensional latent and an
+    m-dimensional embedding (:func:`min_rows`; a label-free audit, which fits nothing on z:
+    m + 10), or None. Known once the encoder's width is (its probe, before the evaluation set
+    is made: :func:`~idaudit.evaluations.pipeline.tried_then_set`)."""
+    if label_free:
+        if rows < m + 10:
+            return (f"too few samples: {rows} rows for a {m}-dimensional embedding (need at "
+                    f"least {m + 10})")
+        return None
+    need = min_rows(n, m)
+    if rows < need:
+        return (f"too few samples: {rows} rows for a {n}-dimensional latent and a "
+                f"{m}-dimensional embedding (need at least {need} for held-out fits)")
+    return None
+
+
+class TooFewRows(Inconclusive):
+    """The evaluation set an encoder would be embedded on has too few rows for its width
+    (:func:`rows_reason`), found from its probe before the set is made or embedded: the audit
+    is inconclusive (exit 3), with the reason it would give after embedding the whole set."""
+
+    def __init__(self, reason: str, rows: int, n: int, m: int, source: str = "",
+                 world: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.rows, self.n, self.m, self.source, self.world = rows, n, m, source, world
+        self.encoder_id: int | None = None  # id() of the encoder refused, where known
+        self.sources: list[str] = []  # every target's name, where several were given
+
+
 def inconclusive_reason(inp: AuditInputs) -> str | None:
     """Why no verdict can be given (:func:`values_reason` of z, h, h′; too few samples), or
     None."""
@@ -81,12 +111,7 @@ def inconclusive_reason(inp: AuditInputs) -> str | None:
                             ("h_prime", inp.h_prime, "values")])
     if reason is not None:
         return reason
-    n_rows, n, m = inp.h.shape[0], inp.z.shape[1], inp.h.shape[1]
-    need = min_rows(n, m)
-    if n_rows < need:
-        return (f"too few samples: {n_rows} rows for a {n}-dimensional latent and a "
-                f"{m}-dimensional embedding (need at least {need} for held-out fits)")
-    return None
+    return rows_reason(inp.h.shape[0], inp.z.shape[1], inp.h.shape[1])
 
 
 def as_matrix(arr: np.ndarray, name: str) -> np.ndarray:

@@ -19,14 +19,21 @@ from idaudit.core.errors import IdauditError, check_seed, printable
 from idaudit.core.outputs import check_outputs
 from idaudit.core.request_parts import EncoderOptions, LoadOptions, WorldChoice
 from idaudit.core.requests import EmbedRequest, flat_options, unknown_options
-from idaudit.evaluations.inputs import AuditInputs, check_embedding_options, frame_sample
+from idaudit.evaluations.inputs import (
+    AuditInputs,
+    TooFewRows,
+    check_embedding_options,
+    frame_sample,
+    rows_reason,
+)
 from idaudit.loading.arrays import Arrays
 from idaudit.loading.loaders import open_target, where_to_embed
 from idaudit.loading.opened import LoadedEncoder
 from idaudit.maths.linear import to_numpy
 
-__all__ = ["check_embed_outputs", "embed", "embed_targets", "files_read", "input_adapter",
-           "inputs_for_encoder", "inputs_from_arrays", "probe_input", "run_embed", "tried_then_set",
+__all__ = ["PROBE_ROWS", "check_embed_outputs", "embed", "embed_targets", "files_read", "input_adapter",
+           "inputs_for_encoder", "inputs_from_arrays", "planned_rows", "probe_input", "run_embed",
+           "tried_then_set",
            "try_encoders", "try_first"]
 
 
@@ -132,12 +139,31 @@ def probe_input(loaded: LoadedEncoder, opts: EncoderOptions) -> Any | None:
     return KINDS.get(where.name).probe_input(where, PROBE_ROWS, base_dir)
 
 
-def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = None) -> None:
-    """Embed the first :data:`PROBE_ROWS` rows of ``x`` as the whole set will be embedded:
-    every refusal that depends only on the options or on the shape of the output (``--pool``
-    for an output pooled already, tokens without ``--pool``, an ``--output`` the output
-    lacks, an input size the encoder does not take) then costs a forward pass of two inputs,
-    not a full one after the set is rendered. An encoder whose own call fails is told, in the
+def planned_rows(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None
+                 ) -> tuple[int, int, Any] | None:
+    """(rows, latent dim n, world spec) of the evaluation set :func:`eval_set_for` would make, known
+    without making it (:meth:`~idaudit.worlds.kind.WorldKind.evaluation_rows`: ``--n-eval``
+    or the kind's default size), or None where only the set itself tells."""
+    from idaudit.worlds import KINDS, WorldSpec
+
+    if opts.world.world is None and opts.data is None and loaded.world is not None:
+        n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
+    where, base_dir = where_to_embed(loaded, opts.world.world, opts.data,
+                                     opts.world.world_options())
+    if not isinstance(where, WorldSpec):
+        return None
+    rows = KINDS.get(where.name).evaluation_rows(where, n_eval, base_dir)
+    return None if rows is None else (int(rows), int(where.dim), where)
+
+
+def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = None) -> int:
+    """Embed the first :data:`PROBE_ROWS` rows of ``x`` as the whole set will be embedded;
+    return the embedding's width m. Every refusal that depends only on the options or on the
+    shape or type of the output (``--pool`` for an output pooled already, tokens without
+    ``--pool``, an ``--output`` the output lacks, an input size or ``--normalize`` the encoder
+    does not take, an output that is not real numbers) then costs a forward pass of two
+    inputs, not a full one after the set is rendered; so does too few rows for the width
+    (:func:`tried_then_set`). An encoder whose own call fails is told, in the
     same line, how the inputs it was given may become what it takes: the world's dim (a vector
     world's ``spec``) and, unless it is called through one already, an embed function."""
     from idaudit.models.embedding_choice import ChosenEmbedding
@@ -146,7 +172,7 @@ def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = 
 
     few = x[:PROBE_ROWS]
     try:
-        embed_batch(input_adapter(loaded, few, normalize), few)
+        h = embed_batch(input_adapter(loaded, few, normalize), few)
     except EncoderFailed as exc:
         flags, library = [exc.flags_text], [exc.library_text]  # (command line, Python)
         dim = getattr(spec, "dim", None)
@@ -162,39 +188,71 @@ def try_first(loaded: LoadedEncoder, x: Any, normalize: str | None, spec: Any = 
         if len(flags) == 1:
             raise
         raise IdauditError("; ".join(flags), library="; ".join(library)) from None
+    return int(h.shape[1])
+
+
+def _check_rows(rows: int, n: int, spec: Any, encoders: list[LoadedEncoder], widths: list[int],
+                label_free: bool) -> None:
+    """:class:`~idaudit.evaluations.inputs.TooFewRows` where ``rows`` evaluation rows of the
+    world ``spec`` cannot support an audit of an encoder of its width (``widths``)."""
+    for loaded, m in zip(encoders, widths):
+        reason = rows_reason(rows, n, m, label_free)
+        if reason is not None:
+            exc = TooFewRows(reason, rows, n, m, str(loaded.path),
+                             spec.to_dict() if hasattr(spec, "to_dict") else None)
+            exc.encoder_id = id(loaded)
+            raise exc
 
 
 def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
-                   n_eval: int | None = None, seed: int | None = None) -> tuple[Any, Any, int]:
+                   n_eval: int | None = None, seed: int | None = None,
+                   rows: str | None = None) -> tuple[Any, Any, int]:
     """:func:`eval_set_for` the first encoder, every encoder tried on a few inputs first
     (:func:`try_first`: on the kind's probe input before the set is made, else on the set's
-    first rows before any encoder is embedded on it)."""
+    first rows before any encoder is embedded on it). ``rows`` (``"audit"``, ``"label_free"``
+    or None: no check): the set's rows checked against each encoder's width
+    (:func:`~idaudit.evaluations.inputs.rows_reason`) as soon as both are known — right after
+    the probe where the kind knows the set's size without making it
+    (:func:`planned_rows`), else right after the set is made, before any of it is embedded —,
+    raising :class:`~idaudit.evaluations.inputs.TooFewRows`."""
     probe = probe_input(encoders[0], opts)
-    for loaded in encoders if probe is not None else ():
-        try_first(loaded, probe, opts.normalize)
+    widths = [try_first(loaded, probe, opts.normalize) for loaded in encoders] \
+        if probe is not None else []
+    planned = planned_rows(encoders[0], opts, n_eval) if rows and widths else None
+    if planned is not None:
+        _check_rows(*planned, encoders, widths, rows == "label_free")
     spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
-    for loaded in encoders if probe is None else ():
-        try_first(loaded, ev.x, opts.normalize, spec)
+    if probe is None:
+        widths = [try_first(loaded, ev.x, opts.normalize, spec) for loaded in encoders]
+    if rows:
+        _check_rows(len(ev.x), int(ev.z.shape[1]), spec, encoders, widths, rows == "label_free")
     return spec, ev, seed
 
 
-def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions) -> None:
+def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions, n_eval: int | None = None,
+                 rows: str | None = None) -> None:
     """Each encoder tried on its probe input (:func:`probe_input`) before any is embedded:
-    with several targets, a refusal for the last comes before the first is embedded."""
+    with several targets, a refusal for the last comes before the first is embedded; so does
+    too few rows for its width (``rows``, as for :func:`tried_then_set`), where its kind
+    knows the set's size without making it."""
     for loaded in encoders:
         probe = probe_input(loaded, opts)
         if probe is not None:
-            try_first(loaded, probe, opts.normalize)
+            width = try_first(loaded, probe, opts.normalize)
+            planned = planned_rows(loaded, opts, n_eval) if rows else None
+            if planned is not None:
+                _check_rows(*planned, [loaded], [width], rows == "label_free")
 
 
 def inputs_for_encoder(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
-                       seed: int | None = None) -> AuditInputs:
+                       seed: int | None = None, rows: str | None = None) -> AuditInputs:
     """Embed the world's evaluation set (for a checkpoint on its own world: the set its
     training used, same size and seed) and its positive partners where it has them, the
-    encoder tried on a few inputs first (:func:`tried_then_set`)."""
+    encoder tried on a few inputs first (:func:`tried_then_set`, which checks the set's
+    ``rows`` against the encoder's width first where asked)."""
     from idaudit.models.encoders import embed as embed_batch
 
-    spec, ev, seed = tried_then_set([loaded], opts, n_eval, seed)
+    spec, ev, seed = tried_then_set([loaded], opts, n_eval, seed, rows)
     module = input_adapter(loaded, ev.x, opts.normalize)
     h = embed_batch(module, ev.x)
     hp = embed_batch(module, ev.x_prime) if ev.x_prime is not None and ev.rho is not None else None

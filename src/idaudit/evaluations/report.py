@@ -13,7 +13,8 @@ from idaudit.core.errors import one_line, printable
 from idaudit.maths.catalogue import BY_KEY, NEEDS, catalogue, table_rows
 
 __all__ = ["METRICS_DOC", "NO_GATE_NOTE", "VERDICTS", "audit_junit", "audit_markdown", "audit_table",
-           "catalogue_table", "ceiling_note", "comparability_notes", "consistency_table", "fmt",
+           "catalogue_table", "ceiling_note", "comparability_notes", "consistency_table",
+           "few_rows_warning", "fmt",
            "gated_of", "markdown_text",
            "metrics_table", "notes", "plan_table", "side_by_side_markdown", "side_by_side_rows",
            "side_by_side_table", "side_cell", "threshold_text", "verdict_lines", "xml_text"]
@@ -204,7 +205,9 @@ def verdict_lines(report) -> list[str]:
         first = f"verdict: {report.verdict} — " + "; ".join(
             f"{label(t.metric)} {short(t.actual)}{which} {signs[t.op, bool(t.passed)]} "
             f"{t.value:g}{_ceiling(m, t.metric)}" for t in report.thresholds)
-    return [first, *(f"note: {n}" for n in comparability_notes(m)),
+    warned = few_rows_warning(m) if report.verdict != "inconclusive" else None
+    return [first, *([warned] if warned else []),
+            *(f"note: {n}" for n in comparability_notes(m)),
             f"what each metric means: {METRICS_DOC} (idaudit metrics)"]
 
 
@@ -234,7 +237,9 @@ def audit_table(report, keys: bool = False) -> Table:
         cells = [label, *([key] if keys else []), fmt(report.metrics[key]),
                  threshold_text(t) if t else "", mark]
         table.add_row(*cells, style=style)
-    table.caption = "\n".join(notes(report.metrics, report.thresholds)) or None
+    warned = few_rows_warning(report.metrics)  # the first lines say it already
+    table.caption = "\n".join(n for n in notes(report.metrics, report.thresholds)
+                              if n != warned) or None
     return table
 
 
@@ -301,7 +306,8 @@ def notes(metrics: dict[str, Any], thresholds: Any = ()) -> list[str]:
     """The sentences a report adds under its table: which numbers are comparable (z's
     units, h's whitening), what the world allows, what an uninformative encoder reaches
     (and each R² gate it could pass), what the bound says."""
-    return [n for n in (*comparability_notes(metrics), ceiling_note(metrics),
+    return [n for n in (few_rows_warning(metrics), *comparability_notes(metrics),
+                        ceiling_note(metrics),
                         floor_note(metrics), *floor_warnings(metrics, thresholds),
                         bound_note(metrics)) if n]
 
@@ -373,14 +379,48 @@ def floor_warnings(metrics: dict[str, Any], thresholds: Any) -> list[str]:
     return out
 
 
+#: fit rows per column of h below which the held-out R² is read with a warning: an
+#: uninformative encoder then scores below −0.11 and an encoder of population R² r about
+#: r − 0.11·(1 − r) (Stein; scripts/few_fit_rows.py, docs/metrics.md "How many rows")
+FIT_ROWS_PER_COLUMN = 10
+
+
+def few_rows_warning(metrics: dict[str, Any]) -> str | None:
+    """A warning where the held-out fits had fewer than :data:`FIT_ROWS_PER_COLUMN`·m rows:
+    the held-out R² then reads low by about −F·(1 − R²), F what an uninformative encoder
+    scores (the mean of the audit's shuffles of h against z where it drew them, else Stein's
+    Gaussian value, :func:`~idaudit.maths.floors.heldout_floor_mean`), and a low or negative
+    value says more about the rows than the encoder."""
+    n_fit, m = metrics.get("n_train"), metrics.get("embed_dim")
+    if not isinstance(n_fit, int) or not isinstance(m, int) or metrics.get("label_free") \
+            or n_fit >= FIT_ROWS_PER_COLUMN * m or "r2_h_to_z_heldout" not in metrics:
+        return None
+    from idaudit.maths.floors import heldout_floor_mean
+
+    n_test = metrics.get("n_test") or n_fit
+    shuffled = metrics.get("r2_h_to_z_heldout_floor_mean")  # this h's own, where drawn
+    floor = shuffled if isinstance(shuffled, float) else \
+        heldout_floor_mean(n_fit, max(int(n_test), 2), m) if n_fit > m + 2 else None
+    who = "h shuffled against z" if isinstance(shuffled, float) else "an uninformative encoder"
+    said = "" if floor is None or floor >= 0 else (
+        f": held-out R² reads low by ≈ {-floor:.3g}·(1 − true R²), {who} scores ≈ {floor:.3g}")
+    return (f"warning: {n_fit} fit rows for a {m}-wide h (under {FIT_ROWS_PER_COLUMN}·m = "
+            f"{FIT_ROWS_PER_COLUMN * m}){said}; a low value says little, a pass stands — use "
+            f"≥ {2 * FIT_ROWS_PER_COLUMN}·m = {2 * FIT_ROWS_PER_COLUMN * m} rows (--n-eval; "
+            "docs/metrics.md, How many rows)")
+
+
 def ceiling_note(metrics: dict[str, Any]) -> str | None:
     """The held-out R²(h → z) in words beside its ceiling, where the world hides part of a
     latent (angles seen mod 2π)."""
     if metrics.get("r2_h_to_z_ceiling") is None or metrics.get("r2_h_to_z_heldout") is None:
         return None
-    share = metrics.get("r2_h_to_z_of_ceiling")
-    text = (f"held-out R²(h → z) {metrics['r2_h_to_z_heldout']:.3f} of a possible "
-            f"{metrics['r2_h_to_z_ceiling']:.3f} ({100 * share:.1f} % of the ceiling: the best "
+    share, held = metrics.get("r2_h_to_z_of_ceiling"), metrics["r2_h_to_z_heldout"]
+    # a negative R² is worse than predicting the mean: it is no share of anything
+    part = "below 0: no share of the ceiling," if held < 0 or share is None or share < 0 \
+        else f"{100 * share:.1f} % of the ceiling:"
+    text = (f"held-out R²(h → z) {short(held)} of a possible "
+            f"{metrics['r2_h_to_z_ceiling']:.3f} ({part} the best "
             "guess from angles seen mod 2π)")
     if metrics.get("r2_h_to_z_heldout_unwrapped") is not None:
         text += (f"; {metrics['r2_h_to_z_heldout_unwrapped']:.3f} on the "

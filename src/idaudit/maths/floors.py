@@ -21,7 +21,8 @@ import numpy as np
 
 from idaudit.maths.linalg import psd_solver
 
-__all__ = ["band", "band_rank", "floor_latents", "heldout_floor_mean", "in_sample_floor_mean", "shuffled_r2"]
+__all__ = ["band", "band_rank", "floor_latents", "heldout_floor_mean", "in_sample_floor_mean", "shuffled_r2",
+           "simulated_heldout_r2"]
 
 GATHER_ROWS = 8192  # rows of h gathered per product
 #: latents × columns of h the shuffles fit at most: each latent costs a product over every row
@@ -150,3 +151,31 @@ def heldout_floor_mean(n_train: int, n_test: int, m: int) -> float:
     1 − (1 + 1/n_tr)(n_tr − 2)/(n_tr − m − 2) · n_te/(n_te − 1) — the expected squared error of
     a least-squares prediction at a new Gaussian point (Stein), over the test variance's mean."""
     return 1.0 - (1 + 1 / n_train) * (n_train - 2) / (n_train - m - 2) * n_test / (n_test - 1)
+
+
+def simulated_heldout_r2(m: int, n_fit: int, n_test: int | None = None, latents: int = 2,
+                         reps: int = 100, seed: int = 0, r2: float = 0.0) -> np.ndarray:
+    """The held-out R²(h → z) (the mean over ``latents`` latents) of ``reps`` simulated
+    encoders of width ``m``, fitted on ``n_fit`` rows and scored on ``n_test`` (default
+    ``n_fit``: the audit's half-and-half split) as the audit fits and scores (least squares with
+    an intercept; the test rows' R² about their own mean). z ~ N(0, I), h ~ N(0, I) independent
+    of z (``r2`` = 0: an uninformative encoder), or with its first ``latents`` columns
+    √r2·z + √(1 − r2)·noise, so that the population R² of each latent is ``r2``. What the
+    rows-versus-width advice of docs/metrics.md ("How many rows") rests on."""
+    n_test = n_fit if n_test is None else n_test
+    rng = np.random.default_rng([seed, m, n_fit, n_test, latents])
+    out = np.empty(reps)
+    for r in range(reps):
+        z = rng.standard_normal((n_fit + n_test, latents))
+        h = rng.standard_normal((n_fit + n_test, m))
+        if r2 > 0:
+            h[:, :latents] = np.sqrt(r2) * z + np.sqrt(1 - r2) * h[:, :latents]
+        tr, te = slice(0, n_fit), slice(n_fit, None)
+        mu_h, mu_z = h[tr].mean(0), z[tr].mean(0)
+        hc = h[tr] - mu_h
+        w = np.linalg.solve(hc.T @ hc, hc.T @ (z[tr] - mu_z))
+        pred = (h[te] - mu_h) @ w + mu_z
+        sse = ((z[te] - pred) ** 2).sum(0)
+        sst = ((z[te] - z[te].mean(0)) ** 2).sum(0)
+        out[r] = float((1 - sse / sst).mean())
+    return out

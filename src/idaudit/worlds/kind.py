@@ -134,6 +134,14 @@ class WorldKind(ABC):
         first (cheap for vector worlds)."""
         return None
 
+    def evaluation_rows(self, spec: WorldSpec, n: int | None, base_dir: Path | None = None
+                        ) -> int | None:
+        """How many rows the evaluation set of ``spec`` for ``--n-eval`` ``n`` will hold, known
+        without making it (the rows-versus-width check then comes right after the probe,
+        before the set is rendered); None: checked once the set is made, before it is
+        embedded."""
+        return None
+
     @abstractmethod
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
         """The paper's encoder for ``world`` (a World or its spec): (registry name, kwargs)."""

@@ -184,6 +184,14 @@ class ReacherKind(WorldKind):
         size = dataset_of(spec).image_size
         return np.random.default_rng(0).integers(0, 256, (rows, size, size, 3), dtype=np.uint8)
 
+    def evaluation_rows(self, spec: WorldSpec, n: int | None, base_dir: Path | None = None
+                        ) -> int | None:
+        """Without a dataset: the ``n`` pairs :meth:`evaluation_set` renders (its default
+        where None); with one: None (the dataset tells)."""
+        if spec.extra.get("data") or dataset_of(spec).mode != "ou":
+            return None
+        return WORLD_DEFAULTS["rendered_eval_pairs"] if n is None else n
+
     def default_encoder(self, world: World | WorldSpec) -> tuple[str, dict[str, Any]]:
         """The paper's pixel CNN, normalised by the dataset's channel mean and std (a spec is
         built first: its dataset must be found)."""
