@@ -44,6 +44,10 @@ def report(
     out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)
     if failed:
         err.print(f"{len(failed)} failed runs are not in the tables (see *.failed.json)")
+    collapsed = sum(r.get("n_collapsed", 0) for r in rows)
+    if collapsed:
+        err.print(f"{collapsed} collapsed runs (h ≈ one point) are counted apart from the bound, "
+                  "neither under nor above it (summary.csv: n_collapsed)")
     out.print(f"wrote {paths['csv']} and {paths['markdown']}")
     if figures:
         from idaudit.experiments.figures import draw_figures

@@ -54,7 +54,8 @@ def sweep(
         _print_runs(suite, runs)
         return
     counts = run_sweep_request(req, runs, progress=True)
-    out.print(f"{counts['total']} runs: {counts['skipped']} already done, {counts['ok']} ok, "
+    collapsed = f" ({counts['collapsed']} collapsed)" if counts.get("collapsed") else ""
+    out.print(f"{counts['total']} runs: {counts['skipped']} already done, {counts['ok']} ok{collapsed}, "
               f"{counts['failed']} failed; results in {Path(req.out) / 'runs'}")
     if counts["failed"]:  # not 1: that code means a gate failed
         raise typer.Exit(EXIT_RUNS_FAILED)

@@ -30,7 +30,7 @@ def train(
     options: dict[str, Any],
     out_path: Path | None = typer.Option(None, "--out", "-o", readable=False,
                                          help="checkpoint path (.safetensors)"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or lines"),
     show_config: bool = typer.Option(False, "--show-config", help="print every resolved "
                                      "option with where its value comes from (given, recipe, "
                                      "world, default) and exit: nothing is trained, rendered "
@@ -42,7 +42,10 @@ def train(
     dataset and trains a CNN over epochs, following a recipe: without CUDA the CPU recipe
     (announced in one line), on CUDA the paper's (64×64, 100 000 pairs, 100 epochs); any
     option given explicitly wins. Options that do not apply to the world are refused.
-    Defaults left unsaid here: `--show-config` prints each one and its source.
+    Defaults left unsaid here: `--show-config` prints each one and its source. Progress goes
+    to stderr: a bar on a terminal, else a line each tenth of the steps or 30 s, with an ETA.
+    A run whose embedding collapsed (tr Cov(h) ≤ 0.01·m) is warned of on stderr and logged
+    `"collapsed": true`; it exits 0, as a finished run (docs/sweeps.md).
     """
     from idaudit.evaluations.report import metrics_table
     from idaudit.training.runs import default_checkpoint_path, resolve_request, run_train

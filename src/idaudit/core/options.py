@@ -249,7 +249,8 @@ TRAIN: tuple[Option, ...] = (
            f"(default {_world('mixing_seed')})"),
     Option("objective", "string", _registry_help("OBJECTIVES"), ("--objective", "-O"),
            choices="objectives"),
-    Option("lamb", "number", "regulariser weight λ in [0, 1] (lejepa, whiten)", limit="lamb"),
+    Option("lamb", "number", "regulariser weight λ in [0, 1] (lejepa, whiten; whiten "
+           "defaults to its own, see --show-config)", limit="lamb"),
     Option("sigma", "number-or-rule", "InfoNCE kernel width σ; 'auto' = √((1−ρ_v²)/ρ_v), "
            "matched to the views' OU channel; 'sqrtn' = √(N/2)"),
     Option("steps", "integer", "training steps on synthetic worlds", limit="steps"),

@@ -67,6 +67,8 @@ class Objective:
         two_views: defined on exactly two views (``--n-views`` above 2 is refused).
         takes_lamb: has a regulariser weight λ (else ``--lamb`` is refused).
         directions: needs the random slicing directions of SIGReg each step.
+        default_lamb: its own λ where none is given (before a world's default, which is
+            LeJEPA's); None: the world's or the global default.
 
     Example:
         >>> Objective(lambda h, lamb, sigma, directions: (h, {}))(1.0, 0.5, 1.0, None)
@@ -77,6 +79,7 @@ class Objective:
     two_views: bool = False
     takes_lamb: bool = True
     directions: bool = False
+    default_lamb: float | None = None
 
     def __call__(self, h: Any, lamb: float | None, sigma: float, directions: Any) -> Any:
         return self.loss(h, lamb, sigma, directions)

@@ -67,7 +67,7 @@ def execute(run: dict[str, Any], data_root: str | None = None,
         with _threads(threads):
             rec = run_one({**run, "device": device}, ckpt, data_root=data_root or DATA_ROOT,
                           sample=True, label_free=True)
-        return {"run": run, "status": "ok", **rec.to_dict(),
+        return {"run": run, "status": "collapsed" if rec.collapsed else "ok", **rec.to_dict(),
                 "config": {"world": rec.world, "train": rec.train},
                 "seconds": time.perf_counter() - t0}
     except Exception as exc:  # recorded, the sweep goes on

@@ -25,7 +25,7 @@ from idaudit.core.defaults import WORLD
 from idaudit.evaluations.figures import embedding_panels, new_figure
 from idaudit.experiments.aggregate import grid_cells, method_label
 
-__all__ = ["FIGURES", "draw_figures", "gaussian_source"]
+__all__ = ["FIGURES", "bound_counts", "bound_points", "draw_figures", "gaussian_source"]
 
 Record = dict[str, Any]
 Row = dict[str, Any]
@@ -186,34 +186,69 @@ def gaussian_source(run: dict[str, Any]) -> bool:
     return source == "gaussian" or (source == "gennorm" and float(run.get("alpha", 2.0)) == 2.0)
 
 
-def plot_bound(records: list[Record], path: Path) -> Path | None:
-    """Procrustes MSE against D + (ε + D)² per run; points under the diagonal obey Theorem 3.
+def bound_points(records: list[Record]) -> tuple[dict[str, list[tuple[float, float]]],
+                                                 dict[str, list[tuple[float, float]]]]:
+    """({label: [(bound, Procrustes MSE)] of the runs compared with Theorem 3's bound},
+    {label: the same of the collapsed runs, counted apart}); labels name the method, and
+    ", non-Gaussian z" where the latents are outside the theorem's assumptions."""
+    from idaudit.training.collapse import record_collapsed
 
-    Runs with non-Gaussian sources (outside the theorem's assumptions) are drawn hollow and
-    counted separately."""
     pts: dict[str, list[tuple[float, float]]] = {}
+    flat: dict[str, list[tuple[float, float]]] = {}
     for rec in records:
         m = rec.get("metrics", {})
         if m.get("bound") is not None and m.get("procrustes_mse") is not None:
             name = method_label(rec["run"]) + ("" if gaussian_source(rec["run"])
                                                else ", non-Gaussian z")
-            pts.setdefault(name, []).append((float(m["bound"]), float(m["procrustes_mse"])))
+            point = (float(m["bound"]), float(m["procrustes_mse"]))
+            (flat if record_collapsed(rec) else pts).setdefault(name, []).append(point)
+            pts.setdefault(name, [])
+    return pts, flat
+
+
+def bound_counts(records: list[Record]) -> dict[str, tuple[int, int, int]]:
+    """{label: (runs under the bound, runs compared, collapsed runs)}: what bound.png's
+    legend says of each method (:func:`bound_points`)."""
+    pts, flat = bound_points(records)
+    return {name: (sum(mse <= b for b, mse in p), len(p), len(flat.get(name, [])))
+            for name, p in pts.items()}
+
+
+def plot_bound(records: list[Record], path: Path) -> Path | None:
+    """Procrustes MSE against D + (ε + D)² per run; points under the diagonal obey Theorem 3.
+
+    Runs with non-Gaussian sources (outside the theorem's assumptions) are drawn hollow and
+    counted separately; collapsed runs (:func:`~idaudit.training.collapse.record_collapsed`:
+    h near one point, bound ≈ MSE ≈ m by construction) are drawn as grey crosses and counted
+    apart ("k collapsed"), neither under nor above the bound."""
+    pts, flat = bound_points(records)
     if not pts:
         return None
     fig, ax = _figure(figsize=(5.2, 4.8))
-    allv = np.array([v for p in pts.values() for v in p])
+    allv = np.array([v for p in (*pts.values(), *flat.values()) for v in p])
     lo = max(np.min(allv[allv > 0]) / 2, 1e-9) if (allv > 0).any() else 1e-6
     hi = np.max(allv) * 2
+    counts = bound_counts(records)
     base = sorted({name.split(",")[0] for name in pts})
     colours = [f"C{i % 10}" for i in range(len(base))]
     for name, p in sorted(pts.items()):
-        a = np.array(p)
-        held = int((a[:, 1] <= a[:, 0]).sum())
+        a = np.array(p).reshape(-1, 2)
+        held, _, k = counts[name]
+        counted = f"{held}/{len(a)} under" + (f", {k} collapsed" if k else "")
+        label = f"{name} ({counted})" if len(a) else f"{name} ({k} collapsed)"
         style = ({"facecolors": "none", "edgecolors": colours[base.index(name.split(",")[0])]}
                  if name.endswith("non-Gaussian z")
                  else {"color": colours[base.index(name)]})
-        ax.scatter(np.clip(a[:, 0], lo, None), np.clip(a[:, 1], lo, None), s=16, alpha=0.8,
-                   label=f"{name} ({held}/{len(a)} under)", **style)
+        if len(a):
+            ax.scatter(np.clip(a[:, 0], lo, None), np.clip(a[:, 1], lo, None), s=16, alpha=0.8,
+                       label=label, **style)
+        if k:
+            c = np.array(flat[name])
+            ax.scatter(np.clip(c[:, 0], lo, None), np.clip(c[:, 1], lo, None), s=28,
+                       marker="x", color="grey", label=None if len(a) else label)
+    if flat:
+        ax.scatter([], [], s=28, marker="x", color="grey",
+                   label="× collapsed (h ≈ one point): not compared")
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="bound = MSE")
     ax.set_xscale("log")
     ax.set_yscale("log")

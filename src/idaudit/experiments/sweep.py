@@ -4,7 +4,8 @@ Each run's result is one JSON file named after its run id (a hash of the resolve
 the idaudit version) under ``OUT/runs/``, so a killed sweep resumes by skipping runs whose
 file exists. Runs execute in a local process pool (one single-threaded run per core, or one
 per GPU); a failed run is recorded with its error and does not stop the others. Worlds that
-need data on disk (Reacher) have it prepared first, under ``OUT/data``.
+need data on disk (Reacher) have it prepared first, under ``OUT/data``. A run whose embedding
+collapsed is recorded with the status ``collapsed`` (:data:`FINISHED`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from idaudit.experiments.execute import (  # noqa: F401 (run_id, execute: the sw
 )
 from idaudit.training.runs import ResolvedRun, resolve
 from idaudit.worlds import KINDS
+
+#: the statuses of a finished run (filed as RID.json, skipped on rerun): ``collapsed`` is a run
+#: that trained to the end with an embedding that collapsed (:mod:`idaudit.training.collapse`),
+#: a result — not a failure, never retried — that ``idaudit report`` counts and draws apart
+FINISHED = ("ok", "collapsed")
 
 __all__ = ["plan_workers", "run_id", "run_sweep", "run_sweep_request", "sweep", "sweep_runs"]
 
@@ -235,7 +241,8 @@ def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
 def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = None,
                       progress: bool = False) -> dict[str, int]:
     """Run the sweep of ``req`` (``runs``: its :func:`sweep_runs`, when the caller has them)
-    resumably under ``req.out``; return the counts (total, skipped, ok, failed)."""
+    resumably under ``req.out``; return the counts (total, skipped, ok, failed; and
+    collapsed, among the ok, where any)."""
     import re
 
     from idaudit.core.outputs import check_outputs
@@ -338,9 +345,9 @@ def own_record(rid: str, run: dict[str, Any], rec: Any, checkpoint_dir: str | No
     if rec.get("id", rid) != rid:
         return failed(f"the worker's record names the run id {shown(rec.get('id'))}, not this "
                       f"run's {rid}: not filed under it")
-    if rec.get("status") not in ("ok", "failed"):
-        return failed(f"the worker's record has the status {shown(rec.get('status'))}, not ok "
-                      "or failed")
+    if rec.get("status") not in FINISHED + ("failed",):
+        return failed(f"the worker's record has the status {shown(rec.get('status'))}, not ok, "
+                      "collapsed or failed")
     rec = {**rec, "run": run, "id": rid}
     sent = rec.pop("files", None) or {}
     names = {} if checkpoint_dir is None else {
@@ -385,7 +392,10 @@ def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str
     from idaudit.core.errors import printable
 
     rec, files = own_record(rid, run, rec, checkpoint_dir)
-    counts[rec["status"]] += 1
+    finished = rec["status"] in FINISHED
+    counts["ok" if finished else "failed"] += 1  # a collapsed run finished: ok, and counted
+    if rec["status"] == "collapsed":
+        counts["collapsed"] = counts.get("collapsed", 0) + 1
     for path, data in files.items():
         if isinstance(data, dict):  # the log names the checkpoint where it now lies
             data.update(checkpoint=rec.get("checkpoint"), log=rec.get("log"),
@@ -393,11 +403,12 @@ def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str
             write_json(path, data)
         else:
             atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data))
-    write_json(out / (f"{rid}.json" if rec["status"] == "ok" else f"{rid}.failed.json"), rec)
+    write_json(out / (f"{rid}.json" if finished else f"{rid}.failed.json"), rec)
     node, seconds = rec.get("node"), rec.get("seconds")
     where = (f"; last on {printable(str(node.get('host')))} ({printable(str(node.get('ip')))}) "
              f"in {seconds:.0f} s") if isinstance(node, dict) and isinstance(
         seconds, (int, float)) else ""
-    bar.advance(1, f"{counts['ok']} ok, {counts['failed']} failed{where}")
+    collapsed = f" ({counts['collapsed']} collapsed)" if counts.get("collapsed") else ""
+    bar.advance(1, f"{counts['ok']} ok{collapsed}, {counts['failed']} failed{where}")
 
 

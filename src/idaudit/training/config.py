@@ -170,6 +170,8 @@ class TrainConfig:
         out = dataclasses.replace(self)
         if out.objective == "lejepa" and out.form == "official" and out.lamb is None:
             out.lamb = OFFICIAL_LAMB  # the library's λ, before any world's default
+        if out.lamb is None and objective.default_lamb is not None:
+            out.lamb = objective.default_lamb  # its own λ, before a world's (LeJEPA's)
         defaults = {**DEFAULTS, **(world_defaults or {})}
         for name, value in defaults.items():
             if name in refuses:

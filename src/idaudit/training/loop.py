@@ -308,8 +308,7 @@ def _train_init(init: int, source: PairSource, encoder: tuple[str, dict[str, Any
                           "r2_h_to_z": m["r2_h_to_z"],
                           "orthogonality_error": m["orthogonality_error"]})
             bar.show(f"init {init}  loss {loss_now:.4g}  R² {m['r2_h_to_z']:.4f}")
-        if (it + 1) % 50 == 0 or last:
-            bar.advance(50 if not last else (it + 1) - 50 * (it // 50))
+        bar.advance(1)
     return model, losses, curve
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from idaudit.maths.losses import OBJECTIVES
 from idaudit.models.checkpoint import save_checkpoint
 from idaudit.models.encoders import ENCODERS, embed
 from idaudit.training import TrainConfig, estimate_seconds, train
+from idaudit.training.collapse import collapse_reason
 from idaudit.training.loop import vector_encoder_refused
 from idaudit.worlds import KINDS, World, WorldKind, WorldSpec, build_world, make_spec, world_name
 
@@ -37,6 +39,7 @@ TRAIN_OPTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig))
 WORLD_OPTIONS = frozenset().union(*(KINDS.get(n).options for n in KINDS.builtin()),
                                   *(k.options for k in KINDS.family_objects()))
 RUN_OPTIONS = frozenset({"world", "recipe"}) | TRAIN_OPTIONS | WORLD_OPTIONS
+log = logging.getLogger("idaudit.training")
 EMBEDDING_SAMPLE = 1500  # (z, h) rows kept for the 2D embedding figure
 
 
@@ -262,6 +265,9 @@ def _sources(kind: WorldKind, name: str, given: dict[str, Any], filled: dict[str
                   or (key == "sigma" and cfg.objective != "infonce"))
         if forced and key not in given:
             src = f"objective {cfg.objective}"
+        if key == "lamb" and key not in given and key not in filled and \
+                OBJECTIVES.get(cfg.objective).default_lamb is not None:
+            src = f"objective {cfg.objective}"
         if key == "lamb" and cfg.form == "official" and key not in given:
             src = "form official"
         if key == "steps" and cfg.epochs is not None and value is None:
@@ -312,6 +318,9 @@ class RunRecord:
     checkpoint: str | None = None
     log: str | None = None
     version: str = __version__
+    #: the embedding collapsed (:mod:`idaudit.training.collapse`): its numbers are no verdict
+    collapsed: bool = False
+    collapse: str | None = None  # the line saying so, when it did
 
     def to_dict(self, history: bool = False) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -353,7 +362,11 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
     """Resolve ``options``, prepare the world's data (Reacher datasets are rendered under
     ``data_root`` unless ``data`` names the place), train, and — with ``out`` — write the
     checkpoint and ``NAME.log.json`` beside it. ``say`` gets a line with the expected
-    training time when the run will take more than two minutes. ``label_free`` adds the
+    training time when the run will take more than two minutes (without ``say``, these lines
+    are records of the ``idaudit.training`` logger at INFO; ``progress`` shows the training's
+    progress on stderr: a bar on a terminal, plain lines with an ETA elsewhere). A run whose
+    embedding collapsed (:mod:`idaudit.training.collapse`) is recorded ``collapsed`` and
+    warned of (through ``say``, else the logger at WARNING); it is no error. ``label_free`` adds the
     label-free signals of the evaluation set (:mod:`idaudit.maths.labelfree`) to the record.
     ``out`` and its log are checked (never the ``data`` file, nor inside the world's data)
     and an earlier run's removed before any work, so a run that fails leaves no stale
@@ -370,19 +383,20 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
             KINDS.get(resolved.world.name).files(resolved.world, data_root=Path(data_root))]
         check_outputs([(out, "--out"), (log_path_for(out), "--out (its log)")], reads,
                       remove_stale=True)
-    if say is not None and resolved.recipe_note:
-        say(resolved.recipe_note)
+    tell = say if say is not None else log.info  # the Python API: lines as log records
+    if resolved.recipe_note:
+        tell(resolved.recipe_note)
     _refuse_vector_encoder_on_images(resolved)
     spec = KINDS.get(resolved.world.name).prepare(resolved.world, Path(data_root), workers,
                                                   progress)
     world = build_world(spec)
-    if say is not None:
+    if say is not None or log.isEnabledFor(logging.INFO):
         est = estimate_seconds(world, resolved.train, resolved=True)
         if est > 120:
             took = f"{est / 60:.0f} min" if est < 5400 else f"{est / 3600:.1f} h"
-            say(f"training takes about {took} here (timed on its first steps)")
+            tell(f"training takes about {took} here (timed on its first steps)")
     t0 = time.perf_counter()
-    result = train(world, resolved.train, progress=progress, resolved=True, say=say)
+    result = train(world, resolved.train, progress=progress, resolved=True, say=tell)
     metrics = dict(result.metrics)
     if world.rho is None:  # no single ρ: say what the channel's per-dimension ρ were
         metrics.update({f"rho_{i}": r for i, r in enumerate(world.rho_per_dim)})
@@ -395,6 +409,13 @@ def run(options: dict[str, Any] | ResolvedRun, out: str | Path | None = None, *,
                           if sample and world.latent_dim == 2 else None),
         label_free=(label_free_signals(world, result.encoder, result.config)
                     if label_free else None))
+    record.collapse = collapse_reason(metrics)
+    record.collapsed = record.collapse is not None
+    if record.collapse is not None:  # not an error: the run did what was asked (exit 0)
+        if say is not None:
+            say(f"warning: {record.collapse}")
+        else:
+            log.warning(record.collapse)
     if out is not None:
         stored = world.spec_for(out.parent)
         save_checkpoint(out, result.encoder, result.encoder_name, result.encoder_kwargs, stored,
