@@ -52,10 +52,10 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("docs/integrations.md", "- name: Headless GL for MuJoCo"):
         "not run: an apt step of a GitHub workflow (this machine has the libraries)",
     ("docs/swm.md", "pip install stable-worldmodel"):
-        "not run: as written it installs, collects 4 000 frames and trains 20 epochs; "
+        "not run: as written it installs, collects 6 000 frames and trains 20 epochs; "
         "tests/test_swm_worlds.py runs `train --world swm:ReacherDMControl-v0` and the audit of "
         "its checkpoint on 120 frames (.ci/run stage 3)",
-    ("docs/swm.md", 'spec = idaudit.make_spec("swm:ReacherDMControl-v0", frames=4000, '
+    ("docs/swm.md", 'spec = idaudit.make_spec("swm:ReacherDMControl-v0", frames=6000, '
                     'episode_steps=100)'):
         "not run: needs the reader's encoder; tests/test_swm_worlds.py does make_spec and "
         "audit(encoder=, world=spec) on 120 frames",

@@ -248,8 +248,10 @@ def test_every_objective_trains_on_pixels(tiny, tmp_path, objective):
 
     ck = load_checkpoint(ckpt)
     assert ck.train["objective"] == objective and ck.encoder_name == "pixel_cnn"
-    # the world's own λ = 5e-3 where the objective has one; VICReg has none
-    assert ck.train["lamb"] == {"infonce": 0.0, "vicreg": None}.get(objective, 5e-3)
+    # the world's own λ = 5e-3 where the objective has one and declares none of its own
+    # (whiten: 0.5); VICReg has none
+    assert ck.train["lamb"] == {"infonce": 0.0, "vicreg": None, "whiten": 0.5}.get(objective,
+                                                                                   5e-3)
     out = tmp_path / "a.json"
     res = runner.invoke(app, ["audit", str(ckpt), "--json", str(out), "--gauss-sims", "0"])
     assert res.exit_code == 0, res.output

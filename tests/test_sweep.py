@@ -335,16 +335,15 @@ def test_tiny_reacher_sweep_renders_once_and_reports_table_2(tmp_path):
     # beside the paper's Table 2: per condition the λ of the higher held-out R², the ceiling
     rows = {(r["run"]["mode"], r["run"]["lamb"]): r["metrics"] for r in ok}
     # (a trajectory dataset's fit angles follow its controller, not N(0, I₂): its ceiling is
-    # estimated from the fit rows, not from a law)
+    # estimated from the fit rows, and this tiny set has too few to estimate one)
     for mode, cond, paper in (("ou", "| 0.9 |", "0.95 ± 7e-04"), ("trajectory", "| 8 |",
                                                                    "0.80 ± 2e-03")):
         best = max((5e-3, 1e-2), key=lambda lam: rows[(mode, lam)]["r2_h_to_z_heldout"])
         metrics = rows[(mode, best)]
         line = next(li for li in md.splitlines() if li.startswith(f"{cond} {best} |"))
-        ceiling = metrics["r2_h_to_z_ceiling"]
-        assert metrics["ceiling_law"] == ("empirical" if mode == "trajectory" else "normal")
-        assert 0.5 < ceiling <= 1.0
-        assert paper in line and line.endswith(f"| {ceiling:.3f} |")
+        ceiling = metrics.get("r2_h_to_z_ceiling")
+        assert (ceiling is None) == (mode == "trajectory")  # too few fit rows to estimate one
+        assert paper in line and line.endswith(f"| {'—' if ceiling is None else f'{ceiling:.3f}'} |")
         assert metrics["floor_draws"] == 40
 
 

@@ -40,7 +40,7 @@ DATA_ROOT = "data"
 WORLD_DEFAULTS: dict[str, Any] = {
     "rho": 0.95, "source": "gaussian", "dim": 2, "layers": 4, "mixing_seed": 0, "stride": 8,
     "data_seed": 0, "image_size": 64, "n_eval": 10_000, "gallery": 10_000, "rendered_eval_pairs": 2000,
-    "swm_frames": 4000, "episode_steps": 100,
+    "swm_frames": 6000, "episode_steps": 100,
 }
 
 #: the share of rows an audit holds out where the world does not fix its held-out rows

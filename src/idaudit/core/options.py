@@ -236,8 +236,8 @@ WORLD: tuple[Option, ...] = (
            f"(default {_world('image_size')}, the paper's); swm: the collected frames' side",
            limit="image_size"),
     Option("frames", "integer", "swm: frames collected, in whole episodes of --episode-steps "
-           f"(default {_world('swm_frames')}: 8 held-out episodes, enough rows to audit a "
-           "192-wide encoder)", limit="frames"),
+           f"(default {_world('swm_frames')}: 12 held-out episodes, enough rows for a 192-wide "
+           "encoder and an estimated ceiling)", limit="frames"),
     Option("episode_steps", "integer", "swm: steps per collected episode (default "
            f"{_world('episode_steps')})", limit="episode_steps"),
     Option("workers", "integer", "reacher: render processes (default: one per core)"),
@@ -250,7 +250,7 @@ TRAIN: tuple[Option, ...] = (
     Option("objective", "string", _registry_help("OBJECTIVES"), ("--objective", "-O"),
            choices="objectives"),
     Option("lamb", "number", "regulariser weight λ in [0, 1] (lejepa, whiten; whiten "
-           "defaults to its own, see --show-config)", limit="lamb"),
+           "has a λ of its own, see --show-config)", limit="lamb"),
     Option("sigma", "number-or-rule", "InfoNCE kernel width σ; 'auto' = √((1−ρ_v²)/ρ_v), "
            "matched to the views' OU channel; 'sqrtn' = √(N/2)"),
     Option("steps", "integer", "training steps on synthetic worlds", limit="steps"),

@@ -21,7 +21,7 @@ import numpy as np
 
 from idaudit.core.registered import METRICS
 from idaudit.maths.bounds import bound_terms, distance_to_identity, pair_rows, whitening_floor
-from idaudit.maths.ceilings import ceiling_predictor, unwrapped_rows
+from idaudit.maths.ceilings import EMPIRICAL_FIT_ROWS, ceiling_predictor, unwrapped_rows
 from idaudit.maths.fit import Fit, make_fit
 from idaudit.maths.floors import band, floor_latents, shuffled_r2
 from idaudit.maths.gaussianity import sliced_gaussianity
@@ -193,7 +193,13 @@ def _ceiling(f: Fit) -> dict[str, Any]:
     return out
 
 
-_CEILING = MetricGroup("ceiling", lambda f: bool(f.circ), _ceiling, metrics=(
+def _has_ceiling(f: Fit) -> bool:
+    """Angles, and their law known or enough fit rows to estimate it."""
+    return bool(f.circ) and (f.options["angle_sigma"] is not None
+                             or len(f.train_rows) >= EMPIRICAL_FIT_ROWS)
+
+
+_CEILING = MetricGroup("ceiling", _has_ceiling, _ceiling, metrics=(
     Metric.of("r2_h_to_z_ceiling", "ceiling of R²(h → z), held-out", None, "z angle_law",
               "audit sweep", "held-out R² of the best guess of z from angles seen mod 2π (their "
               "posterior mean), fitted and scored as the audit scores: what the world allows on "
