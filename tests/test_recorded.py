@@ -309,10 +309,10 @@ def test_the_monitor_on_a_recording_gives_the_command_s_numbers(tmp_path, dots, 
 
     img, z, ep = dots
     np.savez(tmp_path / "dot.npz", pixels=img, qpos=z, episode=ep)
-    (tmp_path / "encoders.py").write_text(ENCODERS_PY)
+    (tmp_path / "dot_encoders.py").write_text(ENCODERS_PY)  # a name no other test's module has
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    from encoders import network
+    from dot_encoders import network
 
     class Encoder(L.LightningModule):
         def __init__(self):
@@ -349,7 +349,7 @@ def test_the_monitor_on_a_recording_gives_the_command_s_numbers(tmp_path, dots, 
     assert monitor.rows["exact"], monitor.rows
     assert monitor.rows["text"].startswith(f"validation loader 0: all {len(val)} rows of the "
                                            "evaluation set of the recording dot.npz")
-    [words] = monitor.commands("ckpt/last.ckpt", "encoders:network", prefix="net.")
+    [words] = monitor.commands("ckpt/last.ckpt", "dot_encoders:network", prefix="net.")
     assert words[:2] == ["idaudit", "audit"] and words[words.index("--data") + 1] == "dot.npz"
     res = run(*words[1:], "--json", "audit.json")
     assert res.exit_code == 0, res.output
