@@ -83,12 +83,16 @@ def test_reacher_renders_once_on_the_cluster_and_checkpoints_return(cluster, tmp
                                 cwd=driver)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, (out, err)
-    assert out.strip().splitlines() == ["2 runs: 0 already done, 2 ok, 0 failed; results in "
-                                        "r/runs"], out  # Ray's own lines are not on stdout
+    recs = _records(driver / "r")
+    # two training steps on 120 pairs may leave h near constant: such runs are ok and counted
+    # as collapsed, as their records say (training/collapse.py)
+    collapsed = sum(r["status"] == "collapsed" for r in recs.values())
+    said = f" ({collapsed} collapsed)" if collapsed else ""
+    assert out.strip().splitlines() == [f"2 runs: 0 already done, 2 ok{said}, 0 failed; "
+                                        "results in r/runs"], out  # Ray's lines: not stdout
     assert "render on the cluster" in err
     data = driver / "r" / "data" / "reacher-ou-rho0.9-n120-s0-px32-e60"
     assert json.loads((data / "meta.json").read_text())["status"] == "complete"
-    recs = _records(driver / "r")
     assert len(recs) == 2 and {r["node"]["ip"] for r in recs.values()} <= set(cluster.worker_ips)
     # the encoders came back to the driver, and audit there finds their dataset
     for rid, rec in recs.items():
