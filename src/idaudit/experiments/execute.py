@@ -15,7 +15,12 @@ from idaudit.core.workers import exit_with_parent
 from idaudit.training.runs import resolve
 from idaudit.training.runs import run as run_one
 
-__all__ = ["EXIT_TERMINATED", "execute", "run_id", "run_one"]
+__all__ = ["EXIT_TERMINATED", "FINISHED", "execute", "run_id", "run_one"]
+
+#: the statuses of a finished run (filed as RID.json, skipped on rerun): ``collapsed`` is a run
+#: that trained to the end with an embedding that collapsed (:mod:`idaudit.training.collapse`),
+#: a result — not a failure, never retried — that ``idaudit report`` counts and draws apart
+FINISHED = ("ok", "collapsed")
 
 EXIT_TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM ended
 _EXIT_GRACE = 10.0  # seconds a terminated sweep has to wind down before it exits regardless

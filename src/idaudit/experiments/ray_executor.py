@@ -218,7 +218,7 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
     node_ckpt = None if checkpoint_dir is None else str(mirrored(checkpoint_dir, token))
     rec = execute(local, str(mirrored(data_root, token)), device, node_ckpt, threads=threads)
     rec.update(run=run, id=rid, node=where, started=started, finished=time.time())
-    from idaudit.experiments.sweep import FINISHED
+    from idaudit.experiments.execute import FINISHED
 
     if rec["status"] in FINISHED and node_ckpt is not None:  # a collapsed run's files too
         files = {}

@@ -25,17 +25,13 @@ from idaudit.core.requests import SweepRequest, unknown_options
 from idaudit.experiments.execute import (  # noqa: F401 (run_id, execute: the sweep's API too)
     _EXIT_GRACE,
     EXIT_TERMINATED,
+    FINISHED,
     _init_worker,
     execute,
     run_id,
 )
 from idaudit.training.runs import ResolvedRun, resolve
 from idaudit.worlds import KINDS
-
-#: the statuses of a finished run (filed as RID.json, skipped on rerun): ``collapsed`` is a run
-#: that trained to the end with an embedding that collapsed (:mod:`idaudit.training.collapse`),
-#: a result — not a failure, never retried — that ``idaudit report`` counts and draws apart
-FINISHED = ("ok", "collapsed")
 
 __all__ = ["plan_workers", "run_id", "run_sweep", "run_sweep_request", "sweep", "sweep_runs"]
 
