@@ -16,9 +16,11 @@ import sys
 from typing import Any
 
 from idaudit.worlds.reacher.render import (  # no torch: the doctor runs without it
+    DM_CONTROL_VERSION,
     GL_BACKENDS,
     GL_TIMEOUT_S,
     INSTALL_HINT,
+    MUJOCO_VERSION,
     last_line,
     probe_backend,
 )
@@ -27,8 +29,6 @@ __all__ = ["GL_BACKENDS", "INSTALL_HINT", "probe_backend", "run_checks"]
 
 MIN_PYTHON = (3, 11)  # pyproject.toml's requires-python: the Python CI runs
 MIN_TORCH = "2.13"  # pyproject.toml's floor: the oldest torch CI runs
-MUJOCO_VERSION = "3.17.0"
-DM_CONTROL_VERSION = "1.0.50"
 
 
 def _check(name: str, ok: bool, detail: str, fix: str | None = None) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def sweep(
     Each run writes OUT/runs/ID.json; rerunning the same command runs only what is missing.
     Reacher datasets are rendered first, under OUT/data. See docs/sweeps.md.
     """
-    from idaudit.experiments.sweep import run_sweep_request, sweep_runs
+    from idaudit.experiments.sweep import outcome_text, run_sweep_request, sweep_runs
 
     req = SweepRequest(suite=suite, **options)
     runs = sweep_runs(req)
@@ -54,8 +54,7 @@ def sweep(
         _print_runs(suite, runs)
         return
     counts = run_sweep_request(req, runs, progress=True)
-    collapsed = f" ({counts['collapsed']} collapsed)" if counts.get("collapsed") else ""
-    out.print(f"{counts['total']} runs: {counts['skipped']} already done, {counts['ok']} ok{collapsed}, "
-              f"{counts['failed']} failed; results in {Path(req.out) / 'runs'}")
+    out.print(f"{counts['total']} runs: {counts['skipped']} already done, "
+              f"{outcome_text(counts)}; results in {Path(req.out) / 'runs'}")
     if counts["failed"]:  # not 1: that code means a gate failed
         raise typer.Exit(EXIT_RUNS_FAILED)

@@ -31,10 +31,9 @@ from idaudit.loading.loaders import open_target, where_to_embed
 from idaudit.loading.opened import LoadedEncoder
 from idaudit.maths.linear import to_numpy
 
-__all__ = ["PROBE_ROWS", "check_embed_outputs", "embed", "embed_targets", "files_read", "input_adapter",
-           "inputs_for_encoder", "inputs_from_arrays", "planned_rows", "probe_input", "run_embed",
-           "tried_then_set",
-           "try_encoders", "try_first"]
+__all__ = ["PROBE_ROWS", "Placed", "check_embed_outputs", "embed", "embed_targets", "files_read",
+           "input_adapter", "inputs_for_encoder", "inputs_from_arrays", "placed", "planned_rows",
+           "probe_input", "run_embed", "tried_then_set", "try_encoders", "try_first"]
 
 
 def inputs_from_arrays(arrays: Arrays) -> AuditInputs:
@@ -58,20 +57,38 @@ def embed_targets(targets: list[Any], load: LoadOptions
             for name, fn in load.embed.items()]
 
 
+#: where an encoder is embedded, as :func:`~idaudit.loading.loaders.where_to_embed` says: (a
+#: World or its spec, the directory its relative paths are found from)
+Placed = tuple[Any, Any]
+
+
+def placed(loaded: LoadedEncoder, opts: EncoderOptions) -> Placed:
+    """Where ``loaded`` is embedded under ``opts`` (the world's spec made once: a recording's
+    states read, a collection found), for the probe, the planned rows and the set to share."""
+    return where_to_embed(loaded, opts.world.world, opts.data, opts.world.world_options())
+
+
+def _own_n_eval(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None) -> int | None:
+    """``n_eval``, or for a checkpoint on its own world the size its training's set had."""
+    if opts.world.world is None and opts.data is None and loaded.world is not None:
+        return n_eval if n_eval is not None else loaded.train.get("n_eval")
+    return n_eval
+
+
 def eval_set_for(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
-                 seed: int | None = None) -> tuple[Any, Any, int]:
+                 seed: int | None = None, where: Placed | None = None
+                 ) -> tuple[Any, Any, int]:
     """(world spec, evaluation set, its seed) to embed an encoder on: ``opts.data`` or
     ``opts.world`` when given, ``n_eval`` inputs from ``seed`` — a kind that can evaluate
     without building the world (Reacher without a dataset renders evaluation pairs) does so —
     else a checkpoint's own world with its training's eval-set size and seed."""
     from idaudit.worlds import KINDS, WorldSpec, as_world
 
+    n_eval = _own_n_eval(loaded, opts, n_eval)
     if opts.world.world is None and opts.data is None and loaded.world is not None:
-        n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
         seed = seed if seed is not None else int(loaded.train.get("seed", 0))
     seed = seed or 0
-    where, base_dir = where_to_embed(loaded, opts.world.world, opts.data,
-                                     opts.world.world_options())
+    where, base_dir = where or placed(loaded, opts)
     if isinstance(where, WorldSpec):
         ev = KINDS.get(where.name).evaluation_set(where, n_eval, seed, opts.cache_dir,
                                                   opts.progress)
@@ -126,30 +143,30 @@ def input_adapter(loaded: LoadedEncoder, x: Any, normalize: str | None) -> Any:
 PROBE_ROWS = 2
 
 
-def probe_input(loaded: LoadedEncoder, opts: EncoderOptions) -> Any | None:
+def probe_input(loaded: LoadedEncoder, opts: EncoderOptions, where: Placed | None = None
+                ) -> Any | None:
     """:data:`PROBE_ROWS` inputs shaped as the evaluation set ``loaded`` is embedded on,
     made without making that set (:meth:`~idaudit.worlds.kind.WorldKind.probe_input`: Reacher
-    images, nothing rendered), or None where the set itself is cheap to make first."""
+    images, nothing rendered), or None where the set itself is cheap to make first
+    (``where``: :func:`placed`, where the caller has it)."""
     from idaudit.worlds import KINDS, WorldSpec
 
-    where, base_dir = where_to_embed(loaded, opts.world.world, opts.data,
-                                     opts.world.world_options())
+    where, base_dir = where or placed(loaded, opts)
     if not isinstance(where, WorldSpec):
         return None
     return KINDS.get(where.name).probe_input(where, PROBE_ROWS, base_dir)
 
 
-def planned_rows(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None
-                 ) -> tuple[int, int, Any] | None:
-    """(rows, latent dim n, world spec) of the evaluation set :func:`eval_set_for` would make, known
-    without making it (:meth:`~idaudit.worlds.kind.WorldKind.evaluation_rows`: ``--n-eval``
-    or the kind's default size), or None where only the set itself tells."""
+def planned_rows(loaded: LoadedEncoder, opts: EncoderOptions, n_eval: int | None = None,
+                 where: Placed | None = None) -> tuple[int, int, Any] | None:
+    """(rows, latent dim n, world spec) of the evaluation set :func:`eval_set_for` would make,
+    known without making it (:meth:`~idaudit.worlds.kind.WorldKind.evaluation_rows`:
+    ``--n-eval`` or the kind's default size), or None where only the set itself tells
+    (``where``: :func:`placed`, where the caller has it)."""
     from idaudit.worlds import KINDS, WorldSpec
 
-    if opts.world.world is None and opts.data is None and loaded.world is not None:
-        n_eval = n_eval if n_eval is not None else loaded.train.get("n_eval")
-    where, base_dir = where_to_embed(loaded, opts.world.world, opts.data,
-                                     opts.world.world_options())
+    n_eval = _own_n_eval(loaded, opts, n_eval)
+    where, base_dir = where or placed(loaded, opts)
     if not isinstance(where, WorldSpec):
         return None
     rows = KINDS.get(where.name).evaluation_rows(where, n_eval, base_dir)
@@ -215,13 +232,14 @@ def tried_then_set(encoders: list[LoadedEncoder], opts: EncoderOptions,
     the probe where the kind knows the set's size without making it
     (:func:`planned_rows`), else right after the set is made, before any of it is embedded —,
     raising :class:`~idaudit.evaluations.inputs.TooFewRows`."""
-    probe = probe_input(encoders[0], opts)
+    where = placed(encoders[0], opts)  # made once: probe, planned rows and set share it
+    probe = probe_input(encoders[0], opts, where)
     widths = [try_first(loaded, probe, opts.normalize) for loaded in encoders] \
         if probe is not None else []
-    planned = planned_rows(encoders[0], opts, n_eval) if rows and widths else None
+    planned = planned_rows(encoders[0], opts, n_eval, where) if rows and widths else None
     if planned is not None:
         _check_rows(*planned, encoders, widths, rows == "label_free")
-    spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed)
+    spec, ev, seed = eval_set_for(encoders[0], opts, n_eval, seed, where)
     if probe is None:
         widths = [try_first(loaded, ev.x, opts.normalize, spec) for loaded in encoders]
     if rows:
@@ -236,10 +254,11 @@ def try_encoders(encoders: list[LoadedEncoder], opts: EncoderOptions, n_eval: in
     too few rows for its width (``rows``, as for :func:`tried_then_set`), where its kind
     knows the set's size without making it."""
     for loaded in encoders:
-        probe = probe_input(loaded, opts)
+        where = placed(loaded, opts)
+        probe = probe_input(loaded, opts, where)
         if probe is not None:
             width = try_first(loaded, probe, opts.normalize)
-            planned = planned_rows(loaded, opts, n_eval) if rows else None
+            planned = planned_rows(loaded, opts, n_eval, where) if rows else None
             if planned is not None:
                 _check_rows(*planned, [loaded], [width], rows == "label_free")
 

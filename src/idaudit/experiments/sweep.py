@@ -33,7 +33,7 @@ from idaudit.experiments.execute import (  # noqa: F401 (run_id, execute: the sw
 from idaudit.training.runs import ResolvedRun, resolve
 from idaudit.worlds import KINDS
 
-__all__ = ["plan_workers", "run_id", "run_sweep", "run_sweep_request", "sweep", "sweep_runs"]
+__all__ = ["outcome_text", "plan_workers", "run_id", "run_sweep", "run_sweep_request", "sweep", "sweep_runs"]
 
 
 def prepare_data(runs: list[ResolvedRun], data_root: Path, workers: int | None = None,
@@ -404,7 +404,12 @@ def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str
     where = (f"; last on {printable(str(node.get('host')))} ({printable(str(node.get('ip')))}) "
              f"in {seconds:.0f} s") if isinstance(node, dict) and isinstance(
         seconds, (int, float)) else ""
+    bar.advance(1, f"{outcome_text(counts)}{where}")
+
+
+def outcome_text(counts: dict[str, int]) -> str:
+    """``counts``' finished runs in words: ``k ok (j collapsed), f failed``."""
     collapsed = f" ({counts['collapsed']} collapsed)" if counts.get("collapsed") else ""
-    bar.advance(1, f"{counts['ok']} ok{collapsed}, {counts['failed']} failed{where}")
+    return f"{counts['ok']} ok{collapsed}, {counts['failed']} failed"
 
 

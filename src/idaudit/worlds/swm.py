@@ -25,7 +25,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -46,6 +45,8 @@ __all__ = ["ENVS", "PREFIX", "SWM_KIND", "Collection", "SwmEnv", "SwmKind", "cac
 PREFIX = "swm:"
 #: what to install where stable-worldmodel is missing
 INSTALL = "pip install stable-worldmodel"
+#: the refusal where stable-worldmodel is missing
+_MISSING = f"world {PREFIX}…: stable-worldmodel is not installed ({INSTALL})"
 #: the collection format (``folder``: no hdf5plugin needed; ``lance`` fails under EGL)
 FORMAT = "folder"
 #: the cache's format: changed when what is written under a key changes
@@ -98,8 +99,7 @@ def _swm() -> Any:
             warnings.simplefilter("ignore")
             import stable_worldmodel
     except ImportError:
-        raise IdauditError(f"world {PREFIX}…: stable-worldmodel is not installed ({INSTALL})"
-                           ) from None
+        raise IdauditError(_MISSING) from None
     except Exception as exc:  # noqa: BLE001 - a broken install may raise anything
         raise IdauditError(f"stable-worldmodel failed to import: {type(exc).__name__}: "
                            f"{first_line(exc)}") from None
@@ -112,8 +112,7 @@ def _version() -> str:
     try:
         return metadata.version("stable-worldmodel")
     except metadata.PackageNotFoundError:
-        raise IdauditError(f"world {PREFIX}…: stable-worldmodel is not installed ({INSTALL})"
-                           ) from None
+        raise IdauditError(_MISSING) from None
 
 
 def env_entry(name: str) -> tuple[str, SwmEnv]:
@@ -176,14 +175,14 @@ def collect(c: Collection, root: Path, progress: bool = True) -> tuple[Path, boo
     Returns:
         (the folder, whether it was collected now).
     """
+    from idaudit.core.atomic import make_temp_dir
     from idaudit.core.progress import ProgressBar
 
     target = root / c.key()
     if (target / "collection.json").is_file():
         return target, False
     swm = _swm()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{c.key()}.", dir=root))
+    tmp = make_temp_dir(target)  # a killed collection's temporary is removed by the next
     try:
         started = time.perf_counter()
         try:
@@ -277,8 +276,9 @@ class SwmKind(RecordedKind):
         except (KeyError, TypeError) as exc:
             raise IdauditError(f"world {spec.name!r}: its spec names no collection "
                                f"({first_line(exc)})") from None
-        require(c.version == _version(), f"world {spec.name!r} was collected with "
-                f"stable-worldmodel {c.version}; {_version()} is installed (its episodes may "
+        installed = _version()
+        require(c.version == installed, f"world {spec.name!r} was collected with "
+                f"stable-worldmodel {c.version}; {installed} is installed (its episodes may "
                 "differ): install that version")
         folder, rec, _ = self._read(spec.name, c, int(spec.extra.get("stride", 1)))
         return RecordedWorld(spec, rec, folder / "data")

@@ -43,9 +43,8 @@ def write_world(request: WorldRequest | str | None = None, /, *, progress: bool 
     if req.out is None:
         raise IdauditError("--out is required: the file (or Reacher directory) to write")
     check_seed(req.seed, "--seed")
-    if isinstance(req.world, str) and KINDS.family(req.world) is not None:
-        if not KINDS.get(req.world).writes:  # refused before its episodes are collected
-            raise not_writable(req.world)
+    if isinstance(req.world, str) and req.world in KINDS and not KINDS.get(req.world).writes:
+        raise not_writable(req.world)  # before anything is read, collected or rendered
     spec = make_spec(req.world, **req.world_options())
     kind = KINDS.get(spec.name)
     out = Path(req.out)

@@ -25,11 +25,11 @@ import numpy as np
 from idaudit.core.errors import EXIT_INTERNAL, IdauditError
 from idaudit.core.workers import exit_with_parent
 
-__all__ = ["GL_BACKENDS", "GL_TIMEOUT_S", "IMAGE_SIZE", "INSTALL_HINT", "REACHER_EXTRA",
-           "REACHER_PACKAGES", "ReacherRenderer", "RenderPool", "TARGET_POS", "TARGET_SIZE",
-           "WRIST_LIMIT", "fingertip", "last_line", "load_physics", "missing_packages",
-           "probe_backend", "render_settings", "require_packages", "require_renderer",
-           "simulate_controller"]
+__all__ = ["DM_CONTROL_VERSION", "GL_BACKENDS", "GL_TIMEOUT_S", "IMAGE_SIZE", "INSTALL_HINT",
+           "MUJOCO_VERSION", "REACHER_EXTRA", "REACHER_PACKAGES", "ReacherRenderer", "RenderPool",
+           "TARGET_POS", "TARGET_SIZE", "WRIST_LIMIT", "fingertip", "last_line", "load_physics",
+           "missing_packages", "probe_backend", "render_settings", "require_packages",
+           "require_renderer", "simulate_controller"]
 
 IMAGE_SIZE = 64
 TARGET_POS = (0.1, 0.1)
@@ -39,9 +39,13 @@ ARM_LENGTH = 0.12
 SHADOW_SIZE = 256  # shadow map texels (the offscreen buffer is the image size)
 OFF_SAMPLES = 0  # no multisampling
 GL_BACKENDS = ("egl", "osmesa")
-INSTALL_HINT = ('pip install "idaudit[reacher]" (mujoco==3.17.0, dm_control==1.0.50); headless '
-                "rendering needs EGL (apt-get install libegl1 libopengl0 libgl1-mesa-dri) or "
-                "OSMesa (apt-get install libosmesa6)")
+#: the versions of the ``reacher`` extra's packages (pyproject.toml pins the same)
+MUJOCO_VERSION = "3.17.0"
+DM_CONTROL_VERSION = "1.0.50"
+REACHER_EXTRA = (f'pip install "idaudit[reacher]" (mujoco=={MUJOCO_VERSION}, '
+                 f"dm_control=={DM_CONTROL_VERSION})")
+INSTALL_HINT = (f"{REACHER_EXTRA}; headless rendering needs EGL (apt-get install libegl1 "
+                "libopengl0 libgl1-mesa-dri) or OSMesa (apt-get install libosmesa6)")
 
 
 def fingertip(angles: np.ndarray) -> np.ndarray:
@@ -96,7 +100,6 @@ def probe_backend(backend: str, timeout: float = GL_TIMEOUT_S) -> tuple[bool, st
 
 #: the packages the Reacher world renders with, all of the ``reacher`` extra
 REACHER_PACKAGES = ("mujoco", "dm_control")
-REACHER_EXTRA = 'pip install "idaudit[reacher]" (mujoco==3.17.0, dm_control==1.0.50)'
 
 
 def missing_packages(names: tuple[str, ...] = REACHER_PACKAGES) -> list[str]:
