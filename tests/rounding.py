@@ -300,7 +300,7 @@ MARGINS = {
         "tests/test_action.py (ckpt, the 0.9 gate and < 0.999), tests/test_action_workflow.py, "
         "tests/test_cli.py (ckpt)", _spiral_300, {"r2_h_to_z_heldout": (0.9, 0.999)}),
     "readme-600": Margin(
-        "tests/test_doc_shell.py (README.md's block, --steps 600: three gates under bash -e)",
+        "tests/test_doc_shell.py (docs/commands.md's block, --steps 600: three gates under bash -e)",
         _readme_600, {"r2_h_to_z_heldout, worst of 3": (0.95, None),
                       "consistency_r2": (0.95, None), "canonical_spread": (None, 0.05)}),
     "vicreg-banana-400": Margin("tests/test_vicreg.py::test_a_short_run_beats_the_raw_mixing",

@@ -1,5 +1,11 @@
 """Every shell, Python and workflow example in README.md and docs/: which test runs it as
-written, or why none does (issue 40). A new example fails here until it is listed.
+written, or why none does (issue 40), and the install it needs (issue 57). A new example fails
+here until it is listed.
+
+Each block is preceded by a line ``Needs: … `idaudit[EXTRAS]` …`` (or `` `idaudit` `` for the
+base install): :func:`needs` reads it, and every test that runs a block runs it in a process
+that sees exactly that install (:func:`doc_env`, tests/installs.py), so a block that uses an
+extra it does not state fails.
 
 ``EXAMPLES`` maps (file, the block's first line) to the test that runs it, or to ``"not run:
 …"`` with the reason. Listed tests must exist and read that file; the blocks run here are
@@ -9,14 +15,21 @@ the README's Python ones. The shell blocks and the action's workflow run under t
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+import tomllib
 from collections import Counter
 from pathlib import Path
 
+import installs
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```(bash|python|yaml|sh)\n(.*?)^```", re.M | re.S)
+NEEDS = re.compile(r"^Needs: (.+)$")
+INSTALL = re.compile(r"`idaudit(?:\[([a-z0-9,]+)\])?`")
 
 SHRUNK = "tests/test_doc_shell.py::test_the_shell_examples_run_shrunk"  # run as written, sizes shrunk
 NEEDS_PROJECT = ("not run: imports the reader's own project (`src.models…`, `myproject`); "
@@ -27,13 +40,15 @@ EXAMPLES: dict[tuple[str, str], str] = {
                   "&& idaudit demo"): ".ci/run (stage 1, a fresh venv, word for word)",
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e "
                   "\".[dev,reacher]\" && pytest -q"): ".ci/run (stage 2, a fresh venv)",
-    ("README.md", "idaudit world spiral --rho 0.95 --pairs 10000 --out pairs.safetensors"):
-        f"{SHRUNK} (600 steps, a 2-run grid, 300 Reacher pairs)",
-    ("README.md", "idaudit audit jepa.pth.tar --key target_encoder --arch myproject:vit_small"):
-        NEEDS_PROJECT,
+    ("README.md", "idaudit train --world spiral --rho 0.95 --steps 6000 --seed 0 --out "
+                  "s0.safetensors"): f"{SHRUNK} (600 steps)",
     ("README.md", "import idaudit"): "tests/test_doc_examples.py::test_the_readme_python_runs",
-    ("README.md", "from idaudit.testing import assert_identifiable"):
-        "tests/test_doc_examples.py::test_the_readme_python_runs (given z, h)",
+    ("docs/commands.md", "idaudit world spiral --rho 0.95 --pairs 10000 --out pairs.safetensors"):
+        f"{SHRUNK} (600 steps, a 2-run grid, 300 Reacher pairs)",
+    ("docs/commands.md", "idaudit audit jepa.pth.tar --key target_encoder --arch "
+                         "myproject:vit_small"): NEEDS_PROJECT,
+    ("docs/commands.md", "import idaudit"):
+        "tests/test_doc_examples.py::test_the_readme_python_runs",
     ("docs/ci.md", "name: identifiability#1"):
         "tests/test_action_workflow.py::test_the_documented_workflow_runs_through_the_action",
     ("docs/ci.md", "IDAUDIT_TARGETS=\"ckpt/jepa.pth.tar\" IDAUDIT_MIN_R2=0.9 \\"):
@@ -137,6 +152,100 @@ def status(name: str, key: str) -> str | None:
     return None
 
 
+def needs_line(name: str, key: str) -> str | None:
+    """The ``Needs:`` line right above block ``key`` of ``name`` (None where there is none)."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    code = next(c for n, k, c in blocks() if n == name and k == key)
+    fence = re.search(r"^```\w+\n" + re.escape(code) + "^```", text, re.M)
+    above = [ln for ln in text[:fence.start()].splitlines() if ln.strip()]
+    found = NEEDS.match(above[-1]) if above else None
+    return found.group(1) if found else None
+
+
+def needs(name: str, key: str) -> frozenset[str]:
+    """The extras block ``key`` of ``name`` states it needs (empty: the base install).
+
+    Example:
+        >>> sorted(needs("docs/page.md", "idaudit train --world spiral --steps 800 --out s.safetensors"))
+        ['plot']
+    """
+    line = needs_line(name, key)
+    assert line is not None, f"{name}: the block {key!r} has no 'Needs:' line above it"
+    found = INSTALL.search(line)
+    assert found, f"{name}: {key!r}'s Needs line names no `idaudit` or `idaudit[EXTRAS]`: {line}"
+    return frozenset(e for e in (found.group(1) or "").split(",") if e)
+
+
+def doc_env(name: str, key: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that runs block ``key`` of ``name`` on exactly the install it states."""
+    return installs.env_for(needs(name, key), base)
+
+
+def run_python(name: str, key: str, cwd: Path, *, before: str = "", after: str = "",
+               timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run Python block ``key`` of ``name`` as written in a fresh interpreter on the install it
+    states, in ``cwd``; ``before`` and ``after`` run around it in the same scope (a test's
+    inputs and what it reads back). A non-zero exit fails with the block's stderr."""
+    code = next(c for n, k, c in blocks() if n == name and k == key)
+    (cwd / "_block.py").write_text(f"{before}\n{code}\n{after}\n")
+    done = subprocess.run([sys.executable, "_block.py"], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=doc_env(name, key))
+    assert done.returncode == 0, f"{name} {key!r}:\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_every_block_states_the_install_it_needs():
+    """Every block has a Needs line naming idaudit's extras that exist; a block that installs
+    idaudit itself installs the extras its line states."""
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"])
+    for name, key, code in blocks():
+        stated = needs(name, key)
+        assert stated <= extras, (name, key, stated - extras)
+        installed = re.search(r"pip install [^\n]*?(?:-e \"?\.|'?idaudit)(?:\[([a-z0-9,]+)\])?",
+                              code)
+        if installed:
+            assert frozenset(filter(None, (installed.group(1) or "").split(","))) <= stated, (
+                name, key)
+
+
+def test_a_block_that_uses_an_extra_it_does_not_state_fails(tmp_path):
+    """The install a block states is enforced: on the base install `--plot` is refused (the
+    plot extra's matplotlib cannot be imported), and with the plot extra it draws."""
+    base = installs.env_for(())
+    probe = "import importlib.util as u; print(u.find_spec('matplotlib') is None, " \
+            "u.find_spec('numpy') is None)"
+    done = subprocess.run([sys.executable, "-c", probe], env=base, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.split() == ["True", "False"]
+    train = subprocess.run([sys.executable, "-m", "idaudit", "train", "--world", "spiral",
+                            "--steps", "50", "--out", "s.safetensors", "-q"], cwd=tmp_path,
+                           env=base, capture_output=True, text=True)
+    assert train.returncode == 0, train.stderr
+    refused = subprocess.run([sys.executable, "-m", "idaudit", "audit", "s.safetensors", "--plot",
+                              "a.png"], cwd=tmp_path, env=base, capture_output=True, text=True)
+    assert refused.returncode == 2 and "needs matplotlib" in refused.stderr, refused.stderr
+    drawn = subprocess.run([sys.executable, "-m", "idaudit", "audit", "s.safetensors", "--plot",
+                            "a.png"], cwd=tmp_path, env=installs.env_for({"plot"}),
+                           capture_output=True, text=True)
+    assert drawn.returncode == 0 and (tmp_path / "a.png").stat().st_size > 1000, drawn.stderr
+
+
+def test_every_test_that_runs_a_block_runs_it_on_its_install():
+    """A test named in EXAMPLES runs its block through doc_env / run_python (or, for the
+    action's workflow, a fresh venv the workflow installs)."""
+    for (name, key), said in EXAMPLES.items():
+        if said.startswith("not run: ") or said.startswith(".ci/run"):
+            continue
+        file, test = said.split(" ")[0].split("::")
+        source = (ROOT / file).read_text()
+        body = re.search(rf"^def {re.escape(test)}\(.*?(?=^def |\Z)", source, re.M | re.S).group(0)
+        line = needs_line(name, next(k for n, k, _ in blocks() if n == name
+                                     and (k == key or k.startswith(key))))
+        assert "doc_env(" in body or "run_python(" in body or "GitHub runner" in line, (
+            f"{said} runs {name} {key!r} without the install its Needs line states")
+
+
 def test_every_example_is_run_or_says_why_not():
     found = blocks()
     assert len(found) >= 40
@@ -163,32 +272,28 @@ def test_every_example_is_run_or_says_why_not():
     assert not stale, stale
 
 
-def test_the_readme_python_runs(tmp_path, monkeypatch):
-    """README.md's two Python blocks as written (the second given arrays z, h of an orthogonal
-    encoder, which it names but cannot make), and docs/ci.md's pytest lines the same way."""
-    monkeypatch.chdir(tmp_path)
-    code = {key: c for name, key, c in blocks() if name == "README.md"}
-    scope: dict = {}
-    exec(compile(code["import idaudit"], "README.md", "exec"), scope)
-    assert scope["report"].verdict in ("pass", "fail")
-    assert scope["report"].metrics["r2_h_to_z_heldout"] > 0.5
-    assert 0.8 < scope["plans"].cost_ratio_median < 1.3
+def test_the_readme_python_runs(tmp_path):
+    """README.md's and docs/commands.md's Python blocks as written, each in its own interpreter
+    on the base install it states; docs/ci.md's pytest lines the same way, given arrays z, h of
+    an orthogonal encoder (it passes) and of noise (it fails), which it names but cannot make."""
+    done = run_python("README.md", "import idaudit", tmp_path)
+    verdict, r2, ratio = done.stdout.split()[-3:]
+    assert verdict in ("pass", "fail") and float(r2) > 0.5 and 0.8 < float(ratio) < 1.3
     assert (tmp_path / "s.safetensors").exists()
+    done = run_python("docs/commands.md", "import idaudit", tmp_path, after=(
+        "import json; print(json.dumps({'verdict': report.verdict, "
+        "'r2': report.metrics['r2_h_to_z_heldout'], 'ratio': plans.cost_ratio_median}))"))
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["r2"] > 0.5 and 0.8 < got["ratio"] < 1.3
     rng = np.random.default_rng(0)
     z = rng.standard_normal((2000, 2))
     q = np.linalg.qr(rng.standard_normal((2, 2)))[0]
-    for block in (code["from idaudit.testing import assert_identifiable"],
-                  next(c for n, k, c in blocks() if n == "docs/ci.md"
-                       and k == "from idaudit.testing import assert_identifiable")):
-        for h, passes in ((z @ q, True), (rng.standard_normal((2000, 2)), False)):
-            scope = {"z": z, "h": h}
-            try:
-                exec(compile(block, "doc", "exec"), scope)
-                for name, fn in list(scope.items()):  # a pytest function the block defines
-                    if name.startswith("test_") and callable(fn):
-                        fn()
-            except AssertionError:
-                assert not passes, block
-            else:
-                assert passes, block
-
+    for h, passes in ((z @ q, True), (rng.standard_normal((2000, 2)), False)):
+        np.savez(tmp_path / "zh.npz", z=z, h=h)
+        done = run_python("docs/ci.md", "from idaudit.testing import assert_identifiable",
+                          tmp_path, before="import numpy as np\nz, h = (np.load('zh.npz')[k] "
+                          "for k in 'zh')", after=(
+                              "try:\n    test_encoder_is_identifiable()\n"
+                              "except AssertionError:\n    print('raised')\nelse:\n"
+                              "    print('passed')"))
+        assert done.stdout.split()[-1] == ("passed" if passes else "raised")

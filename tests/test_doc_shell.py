@@ -4,7 +4,8 @@ Each block below runs in bash (-e: any non-zero exit fails it) in an empty direc
 commands, flags and files exactly as the doc writes them; the only changes are the
 substitutions listed with it, which shrink sizes (steps, epochs, pairs, suites cut with
 --only) so the block runs in seconds. A substitution that no longer matches fails the test,
-so the list follows the docs. tests/test_doc_examples.py lists every block with its test.
+so the list follows the docs. Each runs on exactly the install its Needs line states
+(test_doc_examples.doc_env). tests/test_doc_examples.py lists every block with its test.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_doc_examples import ROOT, blocks
+from test_doc_examples import ROOT, blocks, doc_env
 
 pytestmark = pytest.mark.examples  # CI stage 2d (pyproject: not in the default run)
 
 REACHER_SMALL = "--pairs 300 --n-eval 1000 --epochs 1"
 SHRUNK: dict[tuple[str, str], list[tuple[str, str]]] = {
-    ("README.md", "idaudit world spiral --rho 0.95 --pairs 10000 --out pairs.safetensors"): [
+    ("README.md", "idaudit train --world spiral --rho 0.95 --steps 6000 --seed 0 --out "
+                  "s0.safetensors"): [("--steps 6000", "--steps 600")],
+    ("docs/commands.md", "idaudit world spiral --rho 0.95 --pairs 10000 --out pairs.safetensors"): [
         ("--steps 6000", "--steps 600"),
         ("--epochs 50", "--epochs 1"),
         ("sweep grid --seeds 1 --steps 4000", "sweep grid --seeds 1 --steps 100 --only "
@@ -76,7 +79,7 @@ def test_the_shell_examples_run_shrunk(name, key, tmp_path):
     for (file, target), head in GIVEN.items():
         if file == name:
             (tmp_path / target).write_text(toml_block(name, head))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    env = {**doc_env(name, key), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
            "IDAUDIT_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
     if "reacher" in code:

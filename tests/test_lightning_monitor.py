@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -422,15 +423,16 @@ def test_the_guide_s_example_runs_as_it_says(tmp_path, monkeypatch, capsys):
     """docs/lightning.md's example, run as written: the line it prints (its numbers within
     the spread another CPU's kernels give them, tests/rounding.py; the epochs and the gate
     exactly) and the 49 columns it says the CSV gets."""
-    import runpy
-
     import rounding
+    from test_doc_examples import doc_env
 
     example = rounding.EXAMPLES["lightning"]
     (tmp_path / "example.py").write_text(example.code())
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path("example.py", run_name="__main__")
-    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900, env=doc_env("docs/lightning.md",
+                                                              "import lightning as L"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout.strip().splitlines()[-1]
     rounding.check_printed("lightning", printed + "\n")
     with open(tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv") as f:
         header = next(csv.reader(f))
@@ -453,18 +455,18 @@ def test_the_documented_command_gives_the_monitor_s_numbers(tmp_path, monkeypatc
     the CSV logger's hparams.yaml. On the rows of another stream (world_pairs, as the first
     example validates) the numbers differ, and the monitor says no command gives them."""
     from conftest import run
+    from test_doc_examples import run_python
 
     from idaudit.lightning import EvalRows
 
     (tmp_path / "encoders.py").write_text(doc_block("# encoders.py"))
-    (tmp_path / "example.py").write_text(doc_block("import shlex"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    import runpy
-
-    done = runpy.run_path("example.py", run_name="__main__")
-    monitor = done["monitor"]
-    printed = capsys.readouterr().out.strip().splitlines()[-2:]
+    ran = run_python("docs/lightning.md", "import shlex", tmp_path, after=(
+        "import json, pathlib\npathlib.Path('_monitor.json').write_text(json.dumps("
+        "{'metrics': monitor.metrics, 'rows': monitor.rows}))"))
+    monitor = types.SimpleNamespace(**json.loads((tmp_path / "_monitor.json").read_text()))
+    printed = ran.stdout.strip().splitlines()[-2:]
     assert printed == doc_block("validation loader 0:", "text").strip().splitlines()
     command = doc_block("idaudit audit", "bash").strip()
     assert printed[1] == command
@@ -490,6 +492,9 @@ def test_the_documented_command_gives_the_monitor_s_numbers(tmp_path, monkeypatc
     pairs = idaudit.world_pairs("spiral", 1024, 0)
     assert not torch.equal(pairs.z, EvalRows("spiral", n=1024, seed=0).eval.z)
     other = IdentifiabilityMonitor(pair_key="embedding_prime", rho=WORLD.rho)
+    done: dict = {}  # the block's definitions (its class Encoder), without its training
+    exec(compile(doc_block("import shlex").split("\ntrain = ")[0], "docs/lightning.md", "exec"),
+         done)
     net = done["Encoder"]()
     net.load_state_dict(torch.load(words[2], weights_only=True)["state_dict"])
     loader = torch.utils.data.DataLoader([{"x": pairs.x[i], "x_prime": pairs.x_prime[i],

@@ -6,8 +6,6 @@ LeJEPA-style example runs here as written."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import textwrap
@@ -192,27 +190,23 @@ def test_several_embed_functions_are_targets_side_by_side(views):
         idaudit.consistency(net, net, embed={"a": module.backbone}, **WORLD)
 
 
-def test_the_lejepa_style_example_runs_as_it_says(tmp_path, monkeypatch):
-    """docs/integrations.md's block as written: what it prints is the report's summary and
-    side-by-side table, and the lines the guide shows are those it prints, each trained number
-    within the spread another CPU's kernels give it (tests/rounding.py)."""
-    from test_doc_examples import blocks
+def test_the_lejepa_style_example_runs_as_it_says(tmp_path):
+    """docs/integrations.md's block as written, on the install it states: what it prints is the
+    report's summary and side-by-side table, and the lines the guide shows are those it prints,
+    each trained number within the spread another CPU's kernels give it (tests/rounding.py)."""
+    from test_doc_examples import run_python
 
-    monkeypatch.chdir(tmp_path)
-    code = next(c for name, key, c in blocks() if name == "docs/integrations.md"
-                and key == "import idaudit")
-    scope: dict = {}
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(compile(code, "docs/integrations.md", "exec"), scope)
-    report = scope["report"]
-    assert [r["source"] for r in report.runs] == ["backbone", "projector"]
-    assert printed.getvalue() == report.summary() + "\n" + report.side_by_side(
-        ["r2_h_to_z_heldout", "r2_h_to_z_heldout_floor_high", "orthogonality_error",
-         "procrustes_mse", "embed_dim"]) + "\n"
+    done = run_python("docs/integrations.md", "import idaudit", tmp_path, after=(
+        "import json, pathlib\npathlib.Path('_report.json').write_text(json.dumps({"
+        "'sources': [r['source'] for r in report.runs], 'printed': report.summary() + '\\n' + "
+        "report.side_by_side(['r2_h_to_z_heldout', 'r2_h_to_z_heldout_floor_high', "
+        "'orthogonality_error', 'procrustes_mse', 'embed_dim']) + '\\n'}))"))
+    report = json.loads((tmp_path / "_report.json").read_text())
+    assert report["sources"] == ["backbone", "projector"]
+    assert done.stdout == report["printed"]
     # the doc's lines, each number within what another CPU's kernels move it by (a simulation:
     # tests/rounding.py, docs/data/rounding-spread.json); the verdict and marks exactly
-    rounding.check_printed("integrations", printed.getvalue())
+    rounding.check_printed("integrations", done.stdout)
 
 
 def test_a_function_is_not_sent_into_a_program_s_cage(tmp_path):

@@ -371,8 +371,11 @@ def test_the_guide_runs_as_written(tmp_path):
     doc = (Path(__file__).resolve().parents[1] / "docs" / "own-world.md").read_text()
     python = re.search(r"^```python\n(.*?)^```", doc, re.M | re.S).group(1)
     shell = re.search(r"^```bash\n(.*?)^```", doc, re.M | re.S).group(1)
+    from test_doc_examples import doc_env
+
     done = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=600)
+                          cwd=tmp_path, timeout=600, env=doc_env("docs/own-world.md",
+                                                                 "import numpy as np"))
     assert done.returncode == 0, done.stderr
     rho_line, audit_line = done.stdout.strip().splitlines()
     assert float(rho_line.split(": ")[1]) == pytest.approx(0.95, abs=0.03)
@@ -382,7 +385,9 @@ def test_the_guide_runs_as_written(tmp_path):
         args = shlex.split(line)
         assert args[0] == "idaudit"
         ran = subprocess.run([sys.executable, "-m", "idaudit", *args[1:]], capture_output=True,
-                             text=True, cwd=tmp_path, timeout=600)
+                             text=True, cwd=tmp_path, timeout=600, env=doc_env(
+                                 "docs/own-world.md", "idaudit train --data mydot.npz --epochs 2 "
+                                 "--out mydot.safetensors"))
         assert ran.returncode == 0, (line, ran.stderr)
     report = json.loads((tmp_path / "mydot-audit.json").read_text())
     assert report["world"]["name"] == "recorded" and report["world"]["extra"]["label"] == "mydot"

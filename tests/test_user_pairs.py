@@ -123,8 +123,10 @@ def test_the_loop_in_the_docs_runs_on_public_names_and_beats_the_mixing(tmp_path
     used = set(re.findall(r"idaudit\.(\w+)", code))
     assert used <= set(idaudit.__all__), used - set(idaudit.__all__)
     (tmp_path / "loop.py").write_text(code)
+    from test_doc_examples import doc_env
+
     res = subprocess.run([sys.executable, "loop.py"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=900)
+                         text=True, timeout=900, env=doc_env("docs/user-loop.md", "import idaudit"))
     assert res.returncode == 0, res.stderr
     verdict, r2, mixing = res.stdout.split()[-3:]
     assert verdict == "pass" and float(r2) >= 0.9 and float(mixing) < 0.1
