@@ -8,14 +8,22 @@ venv's Python (``python -m idaudit …``, the same as the ``idaudit`` script) in
 directory with its own ``$IDAUDIT_CACHE``; the first renders the Reacher evaluation set
 (its time is printed apart), the table's times are with that cache warm.
 
-    python scripts/integration_table.py [--out FILE] [--image-size 224] [--n-eval 300]
+    python scripts/integration_table.py [--out FILE] [--record FILE.json] [--image-size 224]
+        [--n-eval 300]
+
+It also writes a JSON record (default docs/data/integration-table.json): the date, the
+versions (Python, torch, transformers, timm where it imports), and each row's format,
+command, exit code, held-out R² and wall time; tests/test_doc_truths.py checks the table in
+docs/integrations.md against it.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -149,16 +157,35 @@ def rows(size: int, n_eval: int, timm_reason: str | None) -> list[tuple[str, lis
     ]
 
 
-def r2_of(report: Path) -> str:
+def r2_value(report: Path) -> float | None:
     if not report.is_file():
-        return "—"
-    value = json.loads(report.read_text())["metrics"].get("r2_h_to_z_heldout")
+        return None
+    return json.loads(report.read_text())["metrics"].get("r2_h_to_z_heldout")
+
+
+def r2_of(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
+
+
+def versions(timm_ok: bool) -> dict[str, str]:
+    """The versions the table was measured with."""
+    import torch
+    import transformers
+
+    got = {"python": platform.python_version(), "torch": torch.__version__,
+           "transformers": transformers.__version__}
+    if timm_ok:
+        import timm
+
+        got["timm"] = timm.__version__
+    return got
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--record", type=Path, default=ROOT / "docs" / "data"
+                        / "integration-table.json", help="the JSON record of the table")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--n-eval", type=int, default=300)
     args = parser.parse_args()
@@ -173,19 +200,24 @@ def main() -> None:
         first = table[0][1]
         assert isinstance(first, list)
         code, cold, err = idaudit(first, d, env)  # renders the evaluation set into the cache
+        record: list[dict[str, object]] = []
         lines = ["| format | command | exit | R²(h → z) held-out | wall (s) |",
                  "|---|---|---|---|---|"]
         for name, argv in table:
             if isinstance(argv, str):
                 lines.append(f"| {name} | — | — | — | {argv} |")
+                record.append({"format": name, "skipped": argv})
                 continue
             report = d / f"report-{len(lines)}.json"
             extra = ["--json", report.name] if argv[0] == "audit" else []
             code_i, wall, err_i = idaudit([*argv, *extra], d, env)
             shown = " ".join(a if " " not in a and "{" not in a else f"'{a}'" for a in argv)
             note = f" ({err_i})" if err_i else ""
-            lines.append(f"| {name} | `idaudit {shown}` | {code_i}{note} | {r2_of(report)} | "
+            r2 = r2_value(report)
+            lines.append(f"| {name} | `idaudit {shown}` | {code_i}{note} | {r2_of(r2)} | "
                          f"{wall:.1f} |")
+            record.append({"format": name, "command": f"idaudit {shown}", "exit": code_i,
+                           "r2_h_to_z_heldout": r2, "wall_s": round(wall, 1)})
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     caption = (f"Reacher evaluation set: {args.n_eval} OU pairs at {args.image_size} px "
                f"(ρ = 0.95); stand-ins with random weights (HF ViT, hidden 64, 2 layers, "
@@ -199,6 +231,10 @@ def main() -> None:
     print(text)
     if args.out is not None:
         args.out.write_text(text)
+    args.record.write_text(json.dumps({
+        "date": datetime.date.today().isoformat(), "versions": versions(reason is None),
+        "image_size": args.image_size, "n_eval": args.n_eval, "rows": record,
+        "caption": caption}, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -219,7 +219,9 @@ def test_several_targets_side_by_side_and_label_free(tmp_path):
     for run_ in rep.runs:  # each target's own numbers, beside the other's
         assert ("r2_h_to_z_heldout", json.dumps(run_["metrics"]["r2_h_to_z_heldout"])) in shown
     widths = [decode_png(s)[0] for s in p.images]
-    assert widths[0] > 1.8 * 100 * 2.8 * 3  # two targets' panels in one row
+    # two targets' panels one above the other, each at its own size: 8.4 in at 120 dpi, within
+    # the page's 1400-px column (side by side they were 2016 px, shown shrunk)
+    assert widths[0] == 1008
     lf = tmp_path / "lf.html"
     rep = idaudit.audit(paths[0], label_free=True, html=lf)
     p = parse_page(lf.read_text())
@@ -263,9 +265,10 @@ def test_an_inconclusive_audit_still_says_why(tmp_path):
 
 
 def test_many_targets_wrap_and_the_page_says_which_are_drawn(tmp_path):
-    """Targets wrap PER_ROW to a row, so a figure's width does not grow with their number;
-    past MAX_DRAWN the page says how many the figures leave to the tables."""
-    from idaudit.evaluations.figures import MAX_DRAWN, PER_ROW, section_figure
+    """Targets wrap (a 4-latent target's predictions, 14 in, are wider than the page's
+    column, so one to a row), so a figure's width does not grow with their number; past
+    MAX_DRAWN the page says how many the figures leave to the tables."""
+    from idaudit.evaluations.figures import MAX_DRAWN, ROW_INCHES, section_figure
 
     reps = []
     for i in range(MAX_DRAWN + 2):
@@ -275,8 +278,9 @@ def test_many_targets_wrap_and_the_page_says_which_are_drawn(tmp_path):
     assert len(drawn) == MAX_DRAWN
     one = section_figure(pred, drawn[:1]).get_size_inches()
     many = section_figure(pred, drawn).get_size_inches()
-    assert many[0] == pytest.approx(PER_ROW * one[0])
-    assert many[1] == pytest.approx(MAX_DRAWN // PER_ROW * one[1])
+    assert one[0] == pytest.approx(14.0) and one[0] > ROW_INCHES
+    assert many[0] == pytest.approx(one[0])
+    assert many[1] == pytest.approx(MAX_DRAWN * one[1])
     paths = []
     for i in range(MAX_DRAWN + 1):
         z, h, _, _ = arrays(n=300, seed=i)

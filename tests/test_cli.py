@@ -157,7 +157,9 @@ def test_sweep_then_report(tmp_path):
     assert res.exit_code == 0, res.output
     csv = (out / "summary.csv").read_text().splitlines()
     assert len(csv) == 2 and "r2_h_to_z_mean" in csv[0]  # two seeds of one recipe: one row
-    assert (out / "summary.md").read_text().startswith("|")
+    md = (out / "summary.md").read_text()
+    assert md.startswith("# idaudit sweep: suite ") and "seeds per configuration: mean ± std over seeds" in md
+    assert "\n\n| " in md
     assert f"wrote {out / 'summary.csv'}" in " ".join(res.output.split())
 
 

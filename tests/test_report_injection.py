@@ -312,9 +312,12 @@ def test_summary_csv_prefixes_formula_text_and_keeps_negative_numbers(tmp_path):
         ("'" + planted, "'" + planted, "-0.5", "0.9"),
         ("'@SUM(A1)|<b>", "'@SUM(A1)|<b>", "0.5", "0.9")]
     md = (tmp_path / "summary.md").read_text().splitlines()
-    assert md[0] == "| lamb | method | objective | seeds | R²(h→z) | orthogonality error | " \
+    assert md[:3] == ["# idaudit sweep (sweep.json names no suite)", "",
+                      "Fixed in every run: world = spiral. 1 seed per configuration, so no ± "
+                      "(one seed has no spread)."]
+    assert md[4] == "| lamb | method | objective | seeds | R²(h→z) | orthogonality error | " \
                     "mixing R²(x→z) |"
-    assert md[3].startswith("| 0.5 | @SUM(A1)\\|&lt;b&gt; | @SUM(A1)\\|&lt;b&gt; | 1 | ")
+    assert md[7].startswith("| 0.5 | @SUM(A1)\\|&lt;b&gt; | @SUM(A1)\\|&lt;b&gt; | 1 | ")
 
 
 @pytest.mark.parametrize(("seconds", "shown"), [("1e308", "1e+308"), ("Infinity", "inf"),

@@ -63,7 +63,8 @@ def test_sweep_resumes_and_reports(tmp_path):
     res = runner.invoke(app, ["report", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "out" / "summary.md").read_text()
-    assert md.startswith("| N | mixing R²(x→z) |") and "| 2 |" in md and "| 4 |" in md
+    assert md.startswith("# idaudit sweep (sweep.json names no suite)\n\nFixed in every run: ")
+    assert "\n\n| N | mixing R²(x→z) |" in md and "| 2 |" in md and "| 4 |" in md
     # beside the paper's Table 1: its numbers for N = 2 and 4, our mean over the two seeds,
     # and the minutes per run from the records' seconds
     side = md.split("Beside the paper's Table 1", 1)[1].splitlines()

@@ -27,6 +27,7 @@ def report(
         aggregate,
         load_results,
         record_paths,
+        sweep_suite,
         write_tables,
     )
 
@@ -40,7 +41,7 @@ def report(
         outputs += [(out_dir / "figures" / name, "the figure") for name in FIGURES]
     check_outputs(outputs, [(p, "the run record") for p in record_paths(out_dir)])
     rows = aggregate(ok)
-    paths = write_tables(rows, out_dir, ok)
+    paths = write_tables(rows, out_dir, ok, suite=sweep_suite(out_dir))
     out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)
     if failed:
         err.print(f"{len(failed)} failed runs are not in the tables (see *.failed.json)")

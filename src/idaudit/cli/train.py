@@ -12,7 +12,7 @@ from idaudit.cli.options import option_flags
 from idaudit.core.options import TRAIN, WORLD
 from idaudit.core.requests import TrainRequest
 
-__all__: list[str] = []  # the command registers itself with the app; nothing to import
+__all__ = ["rate_text", "summary_line"]  # the command registers itself with the app
 
 
 def _train_fields(given: dict[str, Any]) -> dict[str, Any]:
@@ -21,6 +21,23 @@ def _train_fields(given: dict[str, Any]) -> dict[str, Any]:
 
     return {**given, "encoder_kwargs": parse_json_object(given["encoder_kwargs"],
                                                          "--encoder-kwargs")}
+
+
+def rate_text(per_second: float) -> str:
+    """A rate to two significant digits below 10 (0.012, 5.3), whole above: never "0"."""
+    return f"{per_second:.0f}" if per_second >= 10 else f"{per_second:.2g}"
+
+
+def summary_line(metrics: dict[str, Any], steps_per_second: float, device: str,
+                 checkpoint: Any, log: Any) -> str:
+    """The line after the training table: R²(h → z) in-sample and held-out, the speed, the
+    files written."""
+    r2 = [f"{label} {metrics[key]:.4f}" for key, label in (("r2_h_to_z", "in-sample"),
+                                                           ("r2_h_to_z_heldout", "held-out"))
+          if isinstance(metrics.get(key), (int, float))]
+    head = f"R²(h → z) {', '.join(r2)}; " if r2 else ""
+    return (f"{head}{rate_text(steps_per_second)} steps/s on {device}; checkpoint {checkpoint}; "
+            f"log {log}")
 
 
 @app.command(short_help="Train an encoder on a world; write a checkpoint and a log.")
@@ -61,6 +78,7 @@ def train(
     record = run_train(req, resolved, progress=not quiet, say=None if quiet else say)
     objective, seed = resolved.train.objective, resolved.train.seed
     out.print(metrics_table(record.metrics,
-                            title=f"{record.world['name']} · {objective} · seed {seed}"))
-    out.print(f"{record.steps_per_second:.0f} steps/s on {record.device}; "
-              f"checkpoint {record.checkpoint}; log {record.log}")
+                            title=f"{record.world['name']} · {objective} · seed {seed} · "
+                                  "in-sample (fitted and scored on the same rows)"))
+    out.print(summary_line(record.metrics, record.steps_per_second, record.device,
+                           record.checkpoint, record.log))

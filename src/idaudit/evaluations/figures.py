@@ -35,8 +35,8 @@ from idaudit.evaluations.inputs import AuditInputs
 from idaudit.maths.linear import fit_linear_map
 from idaudit.maths.moments import split_rows
 
-__all__ = ["Drawn", "MATPLOTLIB_EXTRA", "MAX_DRAWN", "PER_ROW", "PLOT_MISSING", "audit_figure",
-           "embedding_panels", "have_matplotlib", "new_figure", "png_bytes", "rgb_array",
+__all__ = ["Drawn", "MATPLOTLIB_EXTRA", "MAX_DRAWN", "PER_ROW", "PLOT_MISSING", "ROW_INCHES",
+           "audit_figure", "embedding_panels", "have_matplotlib", "new_figure", "png_bytes", "rgb_array",
            "section_figure", "sections"]
 
 MATPLOTLIB_EXTRA = 'matplotlib: pip install "idaudit[plot]"'  # what a figure needs
@@ -44,6 +44,9 @@ PLOT_MISSING = f"needs {MATPLOTLIB_EXTRA}"
 MAX_POINTS = 2000  # scatter points drawn per panel (a seeded sample of the rows)
 MAX_LATENTS = 4  # latents drawn as scatter panels (every latent gets its bar)
 PER_ROW = 4  # targets side by side in a section; more wrap onto further rows
+#: the widest row of targets in inches: the page's column, 1400 px, at its 120 dpi; a wider
+#: pair of targets wraps (one target keeps its own width)
+ROW_INCHES = 1400 / 120
 MAX_DRAWN = 16  # targets drawn (the first ones; the tables hold every target)
 
 
@@ -242,7 +245,8 @@ def _bound(fig: Any, d: Drawn) -> None:
     if m.get("bound_trivial") is not None:
         ax.axvline(m["bound_trivial"], color="grey", ls="--", lw=1,
                    label=f"E‖z − z̄‖² = {m['bound_trivial']:.4g} (a constant h)")
-        ax.legend(fontsize=6, loc="lower right")
+        # outside the axes, to their right: no bar or bar label lies under it
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
     ax.set_xscale("log")
     ax.set_xlim(min(vals) / 3, max(vals + [m.get("bound_trivial") or 0]) * 8)
@@ -347,19 +351,30 @@ def sections(drawn: list[Drawn]) -> list[tuple[Section, list[Drawn]]]:
     return [(s, got) for s in SECTIONS if (got := [d for d in ok if s.applies(d)])]
 
 
-def _rows(targets: list[Drawn]) -> list[list[Drawn]]:
-    return [targets[i:i + PER_ROW] for i in range(0, len(targets), PER_ROW)]
+def _rows(section: Section, targets: list[Drawn]) -> list[list[Drawn]]:
+    """The targets in rows: at most :data:`PER_ROW` to a row, and a second one joins a row
+    only while the row stays within :data:`ROW_INCHES` (so the page, whose column is that
+    wide, never shrinks a figure to fit two targets side by side)."""
+    rows: list[list[Drawn]] = []
+    for d in targets:
+        row = rows[-1] if rows else None
+        if row is not None and len(row) < PER_ROW and \
+                sum(section.width(t) for t in row) + section.width(d) <= ROW_INCHES:
+            row.append(d)
+        else:
+            rows.append([d])
+    return rows
 
 
 def _size(section: Section, targets: list[Drawn]) -> tuple[float, float]:
-    """(width, height) in inches of a section's targets, :data:`PER_ROW` to a row."""
-    rows = _rows(targets)
+    """(width, height) in inches of a section's targets, in :func:`_rows`."""
+    rows = _rows(section, targets)
     return (max(sum(section.width(d) for d in row) for row in rows),
             section.height * len(rows))
 
 
 def _fill(fig: Any, section: Section, targets: list[Drawn]) -> None:
-    rows = _rows(targets)
+    rows = _rows(section, targets)
     width = _size(section, targets)[0]
     for place, row in zip(fig.subfigures(len(rows), 1, squeeze=False).flat, rows):
         widths = [section.width(d) for d in row]
@@ -371,7 +386,7 @@ def _fill(fig: Any, section: Section, targets: list[Drawn]) -> None:
 
 
 def section_figure(section: Section, targets: list[Drawn]) -> Any:
-    """One section's figure: its targets side by side, :data:`PER_ROW` to a row."""
+    """One section's figure: its targets side by side, in :func:`_rows`."""
     fig, _ = new_figure(0, figsize=_size(section, targets))
     _fill(fig, section, targets)
     return fig

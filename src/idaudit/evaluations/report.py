@@ -433,7 +433,7 @@ def bound_note(metrics: dict[str, Any]) -> str | None:
     if metrics.get("bound_vacuous"):
         return ("the bound is vacuous: it exceeds E‖z − z̄‖², the error of a constant embedding")
     if metrics.get("bound_floor_dominated"):
-        return ("the bound is dominated by the finite-sample floor of ε (√(m(m+1)/n)): a perfect "
+        return ("the bound is dominated by the finite-sample floor of ε (√(m(m+1)/(n−1))): a perfect "
                 "encoder would get nearly the same bound")
     return None
 

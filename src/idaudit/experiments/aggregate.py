@@ -19,7 +19,7 @@ from idaudit.maths.catalogue import entries
 from idaudit.training.collapse import COLLAPSE_VARIANCE, record_collapsed
 
 __all__ = ["REPORT_METRICS", "TABLES", "aggregate", "grid_cells", "load_results", "method_label",
-           "record_paths", "rho_trends", "write_tables"]
+           "record_paths", "rho_trends", "SWEEP_FILE", "sweep_suite", "write_tables"]
 
 # the metrics the sweep tables average over seeds (their columns)
 REPORT_METRICS = tuple(m.key for m in entries("sweep"))
@@ -432,8 +432,46 @@ def csv_cell(value: Any) -> Any:
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
+#: what ``idaudit sweep`` writes beside ``runs/``: the suite it ran (summary.md's title)
+SWEEP_FILE = "sweep.json"
+
+# run options summary.md's heading names by a symbol
+_SYMBOLS = {"lamb": "λ", "rho": "ρ", "sigma": "σ", "alpha": "α", "dim": "N"}
+
+
+def sweep_suite(out_dir: str | Path) -> str | None:
+    """The suite a sweep's directory was made by (``DIR/sweep.json``), or None where the
+    directory has no such file (made before idaudit wrote one) or it names none."""
+    path = Path(out_dir) / SWEEP_FILE
+    try:
+        suite = json.loads(path.read_text()).get("suite")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return suite if isinstance(suite, str) else None
+
+
+def _heading(rows: list[dict[str, Any]], suite: str | None) -> list[str]:
+    """summary.md's title (the suite), the options every run shares, and the seeds."""
+    title = f"# idaudit sweep: suite {markdown_text(suite)}" if suite else \
+        f"# idaudit sweep ({SWEEP_FILE} names no suite)"
+    fixed = [k for k in sorted({k for r in rows for k in r})
+             if not k.endswith(("_mean", "_std")) and k not in ("n_seeds", "n_collapsed")
+             and all(k in r for r in rows) and len({json.dumps(r[k]) for r in rows}) == 1]
+    shared = ", ".join(f"{_SYMBOLS.get(k, markdown_text(k))} = {markdown_text(rows[0][k])}"
+                       for k in fixed)
+    seeds = sorted({r["n_seeds"] for r in rows})
+    if seeds == [1]:
+        per = "1 seed per configuration, so no ± (one seed has no spread)"
+    else:
+        span = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
+        per = (f"{span} seeds per configuration: mean ± std over seeds (a configuration "
+               "of one seed shows no ±)")
+    return [title, "", f"Fixed in every run: {shared or '—'}. {per}.", ""]
+
+
 def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
-                 records: list[dict[str, Any]] | None = None) -> dict[str, Path]:
+                 records: list[dict[str, Any]] | None = None,
+                 suite: str | None = None) -> dict[str, Path]:
     """summary.csv (every configuration) and summary.md (the paper's Table 1 layout when the
     runs vary the dimension: N, raw-mixing R², then R²(h → z) per method; with ``records``
     from a Ray sweep, the runs per node). Text read from records is written inert: CSV cells
@@ -444,6 +482,7 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
         rows: :func:`aggregate`'s rows.
         out_dir: the sweep's directory, where the tables go.
         records: the finished runs' records (for the runs per Ray node), or None.
+        suite: the suite the sweep ran (:func:`sweep_suite`), summary.md's title.
 
     Returns:
         {"csv": summary.csv, "markdown": summary.md}, the paths written.
@@ -461,7 +500,8 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
     w.writerows([csv_cell(r.get(c, "")) for c in cols] for r in rows)
     text_csv = buf.getvalue()
     atomic_write(out_dir / TABLES["csv"], lambda tmp: Path(tmp).write_text(text_csv))
-    text_md = "\n".join(_summary_lines(rows) + runs_per_node(records or [])) + "\n"
+    text_md = "\n".join(_heading(rows, suite) + _summary_lines(rows)
+                        + runs_per_node(records or [])) + "\n"
     atomic_write(out_dir / TABLES["markdown"], lambda tmp: Path(tmp).write_text(text_md))
     return {kind: out_dir / name for kind, name in TABLES.items()}
 
@@ -471,6 +511,8 @@ def _summary_lines(rows: list[dict[str, Any]]) -> list[str]:
     def pm(row: dict[str, Any] | None, m: str) -> str:
         if row is None or f"{m}_mean" not in row:
             return "—"
+        if row.get("n_seeds") == 1:  # one seed: no spread to show
+            return f"{row[f'{m}_mean']:.6f}"
         return f"{row[f'{m}_mean']:.6f} ± {row[f'{m}_std']:.1e}"
 
     lines = []

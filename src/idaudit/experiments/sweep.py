@@ -11,6 +11,7 @@ collapsed is recorded with the status ``collapsed`` (:data:`FINISHED`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -234,6 +235,16 @@ def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
     return runs
 
 
+def _note_suite(out: Path, suite: str) -> None:
+    """``OUT/sweep.json``: the suite this sweep runs (``idaudit report``'s title)."""
+    from idaudit.core.atomic import atomic_write
+    from idaudit.experiments.aggregate import SWEEP_FILE
+
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"suite": suite}) + "\n"
+    atomic_write(out / SWEEP_FILE, lambda tmp: Path(tmp).write_text(text))
+
+
 def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = None,
                       progress: bool = False) -> dict[str, int]:
     """Run the sweep of ``req`` (``runs``: its :func:`sweep_runs`, when the caller has them)
@@ -257,6 +268,7 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
     runs = runs if runs is not None else sweep_runs(req)
     reads = sweep_inputs(runs, req.suite)
     check_outputs([(Path(req.out), "--out")], reads, directory=True)
+    _note_suite(Path(req.out), str(req.suite))
     return run_sweep(runs, req.out, workers=req.workers, progress=progress,
                      executor=req.executor, address=req.address, checkpoints=req.checkpoints,
                      reads=reads, shape=shape)

@@ -104,7 +104,7 @@ _LINEAR = MetricGroup("linear", lambda f: True, _linear, core=True, metrics=(
               "or z used as it is (a world that draws it white)", row=False),
     Metric.of("whitening_error", "ε = ‖Cov(h) − I‖_F", "lower", "",
               "audit label_free train sweep", "‖Cov(h) − I‖_F", short="ε"),
-    Metric.of("whitening_floor", "ε floor √(m(m+1)/n)", None, "", "audit label_free",
+    Metric.of("whitening_floor", "ε floor √(m(m+1)/(n−1))", None, "", "audit label_free",
               "the ε a white h of this size shows by chance"),
     Metric.of("whitening_error_corrected", "ε, floor-corrected", "lower", "", "audit label_free",
               "√max(ε² − floor², 0)"),

@@ -307,7 +307,7 @@ def _train_init(init: int, source: PairSource, encoder: tuple[str, dict[str, Any
             curve.append({"step": it + 1, "loss": loss_now,
                           "r2_h_to_z": m["r2_h_to_z"],
                           "orthogonality_error": m["orthogonality_error"]})
-            bar.show(f"init {init}  loss {loss_now:.4g}  R² {m['r2_h_to_z']:.4f}")
+            bar.show(f"init {init}  loss {loss_now:.4g}  R² in-sample {m['r2_h_to_z']:.4f}")
         bar.advance(1)
     return model, losses, curve
 
