@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -325,6 +326,7 @@ def measure(m: Measurement) -> dict[str, object]:
         if m.empty_cache:
             env["IDAUDIT_CACHE"] = str(cache)
         argv = [sys.executable, "-m", "idaudit", *m.argv]
+        commit = _git_commit()  # at the start: the code that runs
         load_start = os.getloadavg()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
@@ -350,7 +352,7 @@ def measure(m: Measurement) -> dict[str, object]:
         "loadavg_start": [round(x, 2) for x in load_start],
         "loadavg_end": [round(x, 2) for x in load_end],
         "cores": os.cpu_count(),
-        "commit": _git_commit(),
+        "commit": commit,
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "torch": _torch_version(),
         "mujoco_gl": os.environ.get("MUJOCO_GL", ""),
@@ -360,9 +362,11 @@ def measure(m: Measurement) -> dict[str, object]:
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    """Hold an exclusive lock beside ``path`` (read-modify-write of the record)."""
+    """Hold an exclusive lock for ``path`` (read-modify-write of the record); the lock file
+    lies in the temporary directory, not in the repository."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as fh:
+    lock = Path(tempfile.gettempdir()) / f"idaudit_doc_times_{zlib.crc32(str(path).encode()):08x}.lock"
+    with open(lock, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
