@@ -93,8 +93,8 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("docs/reacher.md", "idaudit train --world reacher --rho 0.95#1"):
         f"{SHRUNK} (300 pairs, 1 epoch, 1 000 evaluation images)",
     ("docs/reacher.md", "idaudit train --world reacher --rho 0.95#2"):
-        "not run: the card twice (13 min each) with its timings; the card's line runs shrunk "
-        "in the block above and as .ci/run stage 3's short card line",
+        "not run: the card twice, an earlier record (scripts/doc_times.py times the card); the "
+        "card's line runs shrunk in the block above and as .ci/run stage 3's short card line",
     ("docs/page.md", "idaudit train --world spiral --steps 800 --out s.safetensors"):
         f"{SHRUNK} (as written: nothing to shrink)",
     ("docs/reacher.md", "idaudit train --world reacher --recipe paper --rho 0.95 --epochs 12"):
