@@ -42,7 +42,7 @@ from idaudit.evaluations.report import (
 )
 from idaudit.maths.catalogue import BY_KEY, catalogue
 
-__all__ = ["check_views", "write_views"]
+__all__ = ["PAGE_DPI", "check_views", "write_views"]
 
 VIEW_FLAGS = (("plot", "--plot"), ("html", "--html"))
 PAGE_DPI = 120

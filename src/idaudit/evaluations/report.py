@@ -13,7 +13,7 @@ from idaudit.core.errors import one_line, printable
 from idaudit.maths.catalogue import BY_KEY, NEEDS, catalogue, table_rows
 
 __all__ = ["METRICS_DOC", "NO_GATE_NOTE", "VERDICTS", "audit_junit", "audit_markdown", "audit_table",
-           "catalogue_table", "ceiling_note", "comparability_notes", "consistency_table",
+           "bound_note", "catalogue_table", "ceiling_note", "comparability_notes", "consistency_table",
            "few_rows_warning", "fmt",
            "gated_of", "markdown_text",
            "metrics_table", "notes", "plan_table", "side_by_side_markdown", "side_by_side_rows",
