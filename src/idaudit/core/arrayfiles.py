@@ -30,8 +30,9 @@ from idaudit.core.errors import IdauditError, first_line
 from idaudit.core.limits import check_elements
 from idaudit.core.npzfiles import ZIP_MAGIC, Check, Declared, Entry, npy_header, npz_declared, read_npz
 
-__all__ = ["ARRAY_FILE_FORMS", "Declared", "array_file_kind", "array_names", "check_arrays_fit",
-           "npz_declared", "read_arrays", "read_npz", "safetensors_declared"]
+__all__ = ["ARRAY_FILE_FORMS", "NUMPY_SAFETENSORS_DTYPES", "Declared", "array_file_kind",
+           "array_names", "check_arrays_fit", "npz_declared", "read_arrays", "read_npz",
+           "safetensors_declared", "safetensors_dtypes"]
 
 #: the forms :func:`read_arrays` reads, as messages name them
 ARRAY_FILE_FORMS = (".npz, a folder of .npy files, .safetensors, HDF5 (.h5, needs h5py) or a "
@@ -86,6 +87,8 @@ SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF1
                       "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
                       "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
                       "BOOL": "bool"}
+#: the safetensors dtypes numpy reads as they are (it has no bfloat16)
+NUMPY_SAFETENSORS_DTYPES = frozenset(SAFETENSORS_DTYPES) - {"BF16"}
 
 
 def _safetensors_header(path: Path) -> tuple[dict[str, Any], int] | None:
@@ -100,6 +103,23 @@ def _safetensors_header(path: Path) -> tuple[dict[str, Any], int] | None:
     except (OSError, ValueError, IdauditError):  # UnicodeDecodeError is a ValueError
         return None
     return None if header is None else (header, n)
+
+
+def safetensors_dtypes(path: Path) -> set[str] | None:
+    """The dtype names (``"F32"``, ``"BF16"``, …) a safetensors header declares, read without
+    mapping the file; None where the header is not one.
+
+    Example:
+        >>> safetensors_dtypes(Path("no-such-file.safetensors")) is None
+        True
+    """
+    found = _safetensors_header(path)
+    if found is None:
+        return None
+    entries = [e for k, e in found[0].items() if k != "__metadata__"]
+    if not all(isinstance(e, dict) and isinstance(e.get("dtype"), str) for e in entries):
+        return None
+    return {e["dtype"] for e in entries}
 
 
 def safetensors_declared(path: Path) -> tuple[dict[str, str], Declared, int] | None:

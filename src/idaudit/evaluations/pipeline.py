@@ -295,9 +295,8 @@ def files_read(targets: list[Any], options: dict[str, Any] | EncoderOptions,
     ``gate`` file. ``options``: the encoder options (:class:`EncoderOptions`, or flat as the
     CLI's flags name them). Known before any output is touched; nothing here raises for bad
     input (the evaluation then refuses it, before reading any of these)."""
+    from idaudit.core.metadata import is_checkpoint
     from idaudit.loading.architectures import module_files
-    from idaudit.models.checkpoint import checkpoint_world
-    from idaudit.worlds import KINDS, World, WorldSpec, make_spec
 
     opts = flat_options(options) if isinstance(options, EncoderOptions) else options
     paths = [t for t in targets if isinstance(t, (str, os.PathLike))]
@@ -313,6 +312,8 @@ def files_read(targets: list[Any], options: dict[str, Any] | EncoderOptions,
     if data is not None:
         files.append((Path(data), "--data"))
     elif world is not None:
+        from idaudit.worlds import KINDS, World, WorldSpec, make_spec
+
         choice = WorldChoice(**{f.name: opts.get(f.name) for f in fields(WorldChoice)})
         try:
             spec = world.spec if isinstance(world, World) else world \
@@ -323,6 +324,11 @@ def files_read(targets: list[Any], options: dict[str, Any] | EncoderOptions,
             pass
     else:
         for t in paths:
+            if not is_checkpoint(t):  # arrays, other projects' files: no world (and no torch)
+                continue
+            from idaudit.models.checkpoint import checkpoint_world
+            from idaudit.worlds import KINDS
+
             spec = checkpoint_world(t)
             if spec is not None and spec.name in KINDS:
                 files += [(p, f"the data {t} was trained on") for p in

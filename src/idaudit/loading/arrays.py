@@ -13,7 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from idaudit.core.arrayfiles import Declared, read_npz
+from idaudit.core.arrayfiles import (
+    NUMPY_SAFETENSORS_DTYPES,
+    Declared,
+    read_npz,
+    safetensors_dtypes,
+)
 from idaudit.core.errors import IdauditError, check_seed, latent_indices
 from idaudit.core.errors import first_line as _first_line
 from idaudit.core.limits import check_elements, check_view
@@ -220,9 +225,14 @@ def load_array_file(path: Path, kind: str | None = None) -> Arrays:
 
 
 def _read_safetensors_arrays(path: Path) -> dict[str, Any]:
-    """The tensors of a safetensors file, read with the torch backend (numpy's has no
-    bfloat16); :func:`numeric_array` makes half precision float32."""
-    from safetensors.torch import load_file
+    """The tensors of a safetensors file: with numpy's backend where the header declares
+    only dtypes numpy has (no torch imported), else torch's (numpy has no bfloat16);
+    :func:`numeric_array` makes half precision float32."""
+    dtypes = safetensors_dtypes(path)
+    if dtypes is not None and dtypes <= NUMPY_SAFETENSORS_DTYPES:
+        from safetensors.numpy import load_file
+    else:
+        from safetensors.torch import load_file
 
     try:
         return load_file(str(path))
@@ -234,7 +244,7 @@ def _safetensors_keys(path: Path) -> set[str]:
     from safetensors import safe_open
 
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="numpy") as f:
             return set(f.keys())
     except Exception as exc:
         raise IdauditError(f"cannot read the tensors in {path} ({_first_line(exc)})") from None
