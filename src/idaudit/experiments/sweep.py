@@ -218,14 +218,21 @@ def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str |
             if Path(path).resolve().is_relative_to(data_root):
                 prepare.setdefault(str(path), (world, Path(path).resolve()))
     runs, ids = [r for r, _ in todo], [rid for _, rid in todo]
+    avoided: dict[str, str] = {}  # {node id: why}: nodes that joined with another idaudit
     # entered once the cluster is reached, its nodes checked and the datasets rendered: then
     # the bar
-    with ray_results(runs, ids, address, data_root,
-                     None if ckpt_dir is None else Path(ckpt_dir), shape,
-                     list(prepare.values()), progress) as results, \
-            ProgressBar(progress, len(todo), "sweep on Ray") as bar:
-        for i, rec in results:  # filed under the id this driver gave todo[i]
-            _record(out, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
+    try:
+        with ray_results(runs, ids, address, data_root,
+                         None if ckpt_dir is None else Path(ckpt_dir), shape,
+                         list(prepare.values()), progress, avoided) as results, \
+                ProgressBar(progress, len(todo), "sweep on Ray") as bar:
+            for i, rec in results:  # filed under the id this driver gave todo[i]
+                _record(out, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
+    finally:  # the sweep's last lines: each node avoided, and why
+        import sys
+
+        for why in avoided.values():
+            print(f"avoided {why}: its runs went to the other nodes", file=sys.stderr)
 
 
 def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
