@@ -133,11 +133,14 @@ class Cluster:
 
     def __init__(self, workers: int = 2, cpus_per_worker: int = 1, env: dict[str, str] | None = None,
                  node_python: dict[int, str] | None = None,
-                 node_env: dict[int, dict[str, str]] | None = None):
+                 node_env: dict[int, dict[str, str]] | None = None, later: set[int] | None = None):
         """``node_python``: worker i's nodes run ``ray start`` with that Python (its tasks run
-        in it too) instead of this one's; ``node_env``: worker i's extra environment."""
+        in it too) instead of this one's; ``node_env``: worker i's extra environment; ``later``:
+        workers started only by :meth:`add_node` (a node joining a running cluster)."""
         self.node_python = node_python or {}
         self.node_env = node_env or {}
+        self.later = set(later or ())
+        self.alive_wanted = workers + 1 - len(self.later)
         n = next(_counter)
         self.prefix = f"idr{os.getpid()}-{n}"
         self.hub = f"{self.prefix}-hub"
@@ -232,26 +235,39 @@ class Cluster:
                         "--port", str(PORT), "--num-cpus", "0", "--temp-dir", str(self.root / "head"),
                         "--include-dashboard=false", *common])
         for i in range(1, self.workers + 1):
-            d = self.node_dir(i)
-            launcher = ([self.node_python[i], "-c", "import sys; from ray.scripts.scripts import "
-                         "main; sys.argv[0] = 'ray'; sys.exit(main())"]
-                        if i in self.node_python else [str(RAY)])
-            extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.node_env.get(i, {}).items())
-            ray = extra + " " + shlex.join([*launcher, "start", "--address", self.address,
-                                            "--node-ip-address", self.ips[i], "--num-cpus",
-                                            str(self.cpus_per_worker), "--temp-dir",
-                                            str(d / "ray"), *common])
-            script = (f"mount -t tmpfs -o mode=0755 idr-node{i} {shlex.quote(str(self.root))} && "
-                      f"mkdir -p {shlex.quote(str(d / 'tmp'))} && "
-                      f"exec env TMPDIR={shlex.quote(str(d / 'tmp'))} {ray}")
-            self._spawn(i, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
+            if i not in self.later:
+                self._start_worker(i, common)
         self._wait_alive(time.monotonic() + 90)
         self.startup_s = time.monotonic() - t0
         for ns in self.namespaces:
             self.seen_pids.update(_ns_pids(ns))
+        self._common = common
+
+    def _start_worker(self, i: int, common: list[str]) -> None:
+        d = self.node_dir(i)
+        launcher = ([self.node_python[i], "-c", "import sys; from ray.scripts.scripts import "
+                     "main; sys.argv[0] = 'ray'; sys.exit(main())"]
+                    if i in self.node_python else [str(RAY)])
+        extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.node_env.get(i, {}).items())
+        ray = extra + " " + shlex.join([*launcher, "start", "--address", self.address,
+                                        "--node-ip-address", self.ips[i], "--num-cpus",
+                                        str(self.cpus_per_worker), "--temp-dir",
+                                        str(d / "ray"), *common])
+        script = (f"mount -t tmpfs -o mode=0755 idr-node{i} {shlex.quote(str(self.root))} && "
+                  f"mkdir -p {shlex.quote(str(d / 'tmp'))} && "
+                  f"exec env TMPDIR={shlex.quote(str(d / 'tmp'))} {ray}")
+        self._spawn(i, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
+
+    def add_node(self, i: int) -> None:
+        """Start worker ``i`` of ``later`` on the running cluster; wait (≤ 90 s) until it is alive."""
+        self.later.discard(i)
+        self.alive_wanted += 1
+        self._start_worker(i, self._common)
+        self._wait_alive(time.monotonic() + 90)
+        self.seen_pids.update(_ns_pids(self.namespaces[i]))
 
     def _wait_alive(self, deadline: float) -> None:
-        want, last = self.workers + 1, ""
+        want, last = self.alive_wanted, ""
         while time.monotonic() < deadline:
             dead = [i for i, p in enumerate(self._procs) if p.poll() is not None]
             if dead:

@@ -114,6 +114,37 @@ def test_a_worker_that_dies_natively_is_one_line_and_exit_5(monkeypatch) -> None
     assert "\n" not in message and "render worker crashed (signal 11)" in message, message
 
 
+def test_a_worker_that_cannot_enter_its_directory_gives_its_python_error(tmp_path,
+                                                                          monkeypatch) -> None:
+    """A spawned worker first enters the parent's working directory; one removed by then is
+    the worker's own FileNotFoundError in the pool's one line (it used to read as a native
+    crash inside MuJoCo or GL, the cause only on the worker's stderr: a Ray node's log)."""
+    import multiprocessing
+    import threading
+    import time
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    pool = render_mujoco.RenderPool(1)  # the GL backend chosen here, before the removal
+
+    def remove_once_spawned() -> None:
+        deadline = time.monotonic() + 60
+        while not multiprocessing.active_children() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        gone.rmdir()
+
+    remover = threading.Thread(target=remove_once_spawned, daemon=True)
+    remover.start()
+    with pytest.raises(IdauditError) as info:
+        with pool:
+            pass
+    remover.join()
+    assert info.value.exit_code == EXIT_INTERNAL
+    assert str(info.value) == ("a Reacher render worker failed (exit code 1): FileNotFoundError: "
+                               f"[Errno 2] No such file or directory: '{gone}'")
+
+
 def test_the_cli_says_so_too(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(render_mujoco, "_worker_render", standins.segfault)
     res = run("world", "reacher", "--pairs", "20", "--n-eval", "10", "--out",

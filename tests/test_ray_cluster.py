@@ -165,10 +165,11 @@ def test_sweep_across_nodes_with_a_node_killed_matches_the_local_pool(cluster, t
         assert rec["checkpoint"] == str(ckpt) and ckpt.stat().st_size > 10_000
         log = json.loads((driver / "sw" / "checkpoints" / f"{rid}.log.json").read_text())
         assert log["checkpoint"] == str(ckpt)
-    # no half-written or duplicated file: exactly a record, a checkpoint and a log per run
+    # no half-written or duplicated file: exactly a record, a checkpoint and a log per run (and
+    # the suite's name, sweep.json)
     assert sorted(p.name for p in (driver / "sw").rglob("*") if p.is_file()) == sorted(
         [f"{rid}.json" for rid in recs] + [f"{rid}.safetensors" for rid in recs]
-        + [f"{rid}.log.json" for rid in recs])
+        + [f"{rid}.log.json" for rid in recs] + ["sweep.json"])
     # the local pool of the same runs gives the same numbers
     runs = load_suite(str(suite))
     run_sweep(runs, tmp_path / "pool", workers=1)
@@ -189,15 +190,21 @@ def test_sweep_across_nodes_with_a_node_killed_matches_the_local_pool(cluster, t
         assert any(li.startswith("| ") and f"({ip}) | {n} |" in li for li in md.splitlines()), md
 
 
-def test_a_node_without_idaudit_or_with_another_version_is_one_line(tmp_path):
-    other = tmp_path / "other"
-    shutil.copytree(Path(__import__("idaudit").__file__).parent, other / "idaudit")
-    version = other / "idaudit" / "core" / "version.py"
-    text = version.read_text()
+def _other_idaudit(tmp_path: Path) -> Path:
+    """A directory holding this idaudit as version 0.0.0+other (a node's PYTHONPATH)."""
     import idaudit
 
+    other = tmp_path / "other"
+    shutil.copytree(Path(idaudit.__file__).parent, other / "idaudit")
+    version = other / "idaudit" / "core" / "version.py"
+    text = version.read_text()
     assert idaudit.__version__ in text
     version.write_text(text.replace(idaudit.__version__, "0.0.0+other"))
+    return other
+
+
+def test_a_node_without_idaudit_or_with_another_version_is_one_line(tmp_path):
+    other = _other_idaudit(tmp_path)
     site = next(p for p in sys.path if p.endswith("site-packages"))
     base = str(Path(sys.base_prefix) / "bin" / "python3")  # no venv: no idaudit, Ray by path
     suite = _suite(tmp_path / "s.toml", 40, "[0]")
@@ -214,3 +221,31 @@ def test_a_node_without_idaudit_or_with_another_version_is_one_line(tmp_path):
     assert f"node {c.node_ip(3)} " in msg and "has no idaudit" in msg, msg
     assert c.node_ip(1) not in msg
     assert not list((tmp_path / "o" / "runs").glob("*"))
+
+
+def test_a_node_that_joins_with_another_idaudit_is_avoided_and_its_runs_go_elsewhere(tmp_path):
+    """Node 2 joins after the sweep checked its nodes, with another idaudit: the runs it is
+    given go back to the queue (none fails), Ray's scheduler keeps it out from then on, and
+    the sweep's last line names it."""
+    import socket
+
+    import idaudit
+
+    suite = _suite(tmp_path / "s.toml", 300, "[0, 1, 2, 3, 4, 5]")
+    ids = sorted(run_id(r) for r in load_suite(str(suite)))
+    runs_dir = tmp_path / "o" / "runs"
+    with Cluster(workers=2, cpus_per_worker=1, later={2},
+                 node_env={2: {"PYTHONPATH": str(_other_idaudit(tmp_path))}}) as c:
+        proc = c.popen_driver([*IDAUDIT, "sweep", str(suite), "--out", str(tmp_path / "o"),
+                               "--executor", "ray", "--address", c.address])
+        _wait_for(lambda: sorted(runs_dir.glob("*.json")), 300, "the first record")
+        c.add_node(2)
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, (out, err)
+    assert " ".join(out.split()) == (  # (the console wraps the long path)
+        f"6 runs: 0 already done, 6 ok, 0 failed; results in {runs_dir}"), out
+    assert sorted(p.name for p in runs_dir.iterdir()) == [f"{i}.json" for i in ids]
+    assert {rec["node"]["ip"] for rec in _records(tmp_path / "o").values()} == {c.node_ip(1)}
+    assert err.strip().splitlines()[-1] == (
+        f"avoided node {c.node_ip(2)} ({socket.gethostname()}) has idaudit 0.0.0+other, this "
+        f"machine {idaudit.__version__}: its runs went to the other nodes"), err

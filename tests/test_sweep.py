@@ -124,6 +124,44 @@ def test_out_of_range_options_are_refused_before_any_run(tmp_path):
     assert not list((tmp_path / "o").glob("runs/*.json"))
 
 
+def test_a_refused_sweep_leaves_no_directory_it_made(tmp_path):
+    suite = _write(tmp_path, TINY)
+    refused = ["sweep", str(suite), "--executor", "ray", "--cpus-per-run", "0", "--out"]
+    res = runner.invoke(app, [*refused, str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.strip() == (
+        "error: --cpus-per-run 0 needs --gpus-per-run > 0 (a run must ask for something)")
+    assert not (tmp_path / "o").exists()  # neither OUT nor OUT/runs
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine\n")
+    res = runner.invoke(app, [*refused, str(tmp_path / "kept")])
+    assert res.exit_code == 2
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt", "sweep.json"]
+
+
+def test_a_run_that_failed_once_and_then_finished_leaves_only_its_record(tmp_path):
+    """The first attempt fails for real (its checkpoint's place is taken by a directory); the
+    rerun finishes it and removes its .failed.json, so the report counts no failed run."""
+    suite = _write(tmp_path, TINY.replace("dim = [2, 4]", "dim = [2]"))
+    sweep_cmd = ["sweep", str(suite), "--out", str(tmp_path / "o"), "--workers", "1",
+                 "--checkpoints"]
+    first, second = (run_id(r) for r in load_suite(str(suite)))
+    blocker = tmp_path / "o" / "checkpoints" / f"{second}.safetensors"
+    blocker.mkdir(parents=True)
+    res = runner.invoke(app, sweep_cmd)
+    assert res.exit_code == 4 and "0 already done, 1 ok, 1 failed" in res.output, res.output
+    runs = tmp_path / "o" / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == [f"{first}.json", f"{second}.failed.json"]
+    error = json.loads((runs / f"{second}.failed.json").read_text())["error"]
+    assert error == f"UsageError: --out {blocker}: is a directory, not a file"
+    blocker.rmdir()
+    res = runner.invoke(app, sweep_cmd)
+    assert res.exit_code == 0 and "1 already done, 1 ok, 0 failed" in res.output, res.output
+    assert sorted(p.name for p in runs.iterdir()) == [f"{first}.json", f"{second}.json"]
+    res = runner.invoke(app, ["report", str(tmp_path / "o"), "--no-figures"])
+    assert res.exit_code == 0, res.output
+    assert "failed runs" not in res.output
+
+
 def test_failed_runs_are_recorded_and_retried(tmp_path, monkeypatch):
     import idaudit.experiments.execute as sweep
 

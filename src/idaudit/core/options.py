@@ -54,6 +54,8 @@ from idaudit.core.errors import IdauditError
 KINDS = {"integer": ("int | None", "integer"), "number": ("float | None", "number"),
          "string": ("str | None", "string"), "flag": ("bool | None", None),
          "path": ("Path | None", "path"), "json": ("str | None", "object"),
+         # a directory a command makes, kept as typed (Path would read "s3://b" as "s3:/b")
+         "directory": ("str | None", "path"),
          "number-or-rule": ("str | None", None), "list": ("list[str]", None)}
 
 

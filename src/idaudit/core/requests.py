@@ -166,6 +166,7 @@ class _TrainRequestMethods:
 
 #: how a request holds an option of each kind (the command line's text becomes this)
 _REQUEST_TYPES = {"json": "dict[str, Any] | None", "path": "str | Path | None",
+                  "directory": "str | Path | None",
                   "number-or-rule": "float | str | None"}
 
 

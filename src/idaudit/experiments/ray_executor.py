@@ -9,11 +9,13 @@ path to its dataset, relative to the checkpoint, is the same on the node and on 
 
 Datasets not yet rendered are rendered by one cluster task each (its render pool sized to the
 task's CPUs) and written under the driver's ``OUT/data``. Every alive node is first asked for
-its idaudit version (one line naming the node on a mismatch); a task that Ray cannot finish (a
+its idaudit version (one line naming the node on a mismatch), and each task checks its own
+node's (one that joined later with another version is avoided, its runs sent elsewhere); a
+task that Ray cannot finish (a
 node lost past its retries, a crashed worker, an OOM kill) becomes that run's
 ``ID.failed.json`` and the sweep goes on. Records are filed under the driver's run ids.
 
-Size: ≈ 560 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
+Size: ≈ 590 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
 (``_cluster``, ``_ship_inputs``, ``_render_missing``, ``_collect``); the task run on a node
 (``run_on_node``) stays here beside the version it is compared with, which the cluster tests
 patch on this module.
@@ -44,6 +46,10 @@ __all__ = ["TaskShape", "check_shape", "ray_results"]
 MAX_RETRIES = 3
 _PROBE_TIMEOUT = 120.0  # seconds every node has to answer the version probe
 _WAIT_SLICE = 0.5  # seconds ray.wait blocks, so that SIGTERM and Ctrl-C are handled promptly
+#: the key of what a task answers on a node whose idaudit is not the driver's (one that joined
+#: after the sweep checked its nodes): the run goes back to the queue, that node avoided
+WRONG_NODE = "wrong_node"
+_NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label of every node: its id
 
 
 @dataclass(frozen=True)
@@ -201,10 +207,9 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
 
     t0, started = time.perf_counter(), time.time()
     where = node_info()
-    if __version__ != version:
-        return {"run": run, "id": rid, "status": "failed", "node": where, "seconds": 0.0,
-                "error": f"node {where['ip']} ({where['host']}) has idaudit "
-                         f"{__version__}, the driver {version}"}
+    if __version__ != version:  # not this run's failure: the driver sends it elsewhere
+        return {"id": rid, "node": where, WRONG_NODE: f"node {where['ip']} ({where['host']}) "
+                f"has idaudit {__version__}, this machine {version}"}
     try:
         local = dict(run)
         for driver_path, ref_box in inputs:
@@ -399,7 +404,8 @@ def _first_line(exc: BaseException) -> str:
 @contextlib.contextmanager
 def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                 data_root: Path, checkpoint_dir: Path | None, shape: TaskShape,
-                prepare: list[tuple[Any, Path]], progress: bool = False
+                prepare: list[tuple[Any, Path]], progress: bool = False,
+                avoided: dict[str, str] | None = None
                 ) -> Iterator[Iterator[tuple[int, dict[str, Any]]]]:
     """The runs ``todo`` on the cluster at ``address``, in three phases. Entering: the
     cluster reached and its nodes checked (:func:`_cluster`), then the datasets rendered and
@@ -409,12 +415,13 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
     ``ids[i]`` (:func:`idaudit.experiments.sweep.own_record`), never under an id the record
     names. ``prepare``: (world spec, the driver's dataset directory) for every dataset the
     runs read under ``data_root``, rendered on the cluster when missing on the driver.
-    Leaving early (an error, Ctrl-C, SIGTERM) cancels the runs still on the cluster."""
+    Leaving early (an error, Ctrl-C, SIGTERM) cancels the runs still on the cluster.
+    ``avoided`` gets ``{node id: why}`` of each node a task found with another idaudit."""
     with _cluster(address, shape) as (ray, stop):
         token = hashlib.sha1(f"{socket.gethostname()}:{data_root}".encode()).hexdigest()[:12]
         inputs = _ship_inputs(ray, stop, todo, data_root, shape, prepare, token, progress)
         results = _collect(ray, stop, todo, ids, inputs, data_root, checkpoint_dir, shape,
-                           token)
+                           token, {} if avoided is None else avoided)
         with contextlib.closing(results):
             yield results
 
@@ -489,21 +496,30 @@ def _render_missing(ray, stop: Stop, prepare: list[tuple[Any, Path]], data_root:
 
 def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
              inputs: list[list[tuple[str, list]]], data_root: Path,
-             checkpoint_dir: Path | None, shape: TaskShape, token: str
-             ) -> Iterator[tuple[int, dict[str, Any]]]:
+             checkpoint_dir: Path | None, shape: TaskShape, token: str,
+             avoided: dict[str, str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """Phase 3: the runs submitted as :func:`run_on_node` tasks (at most
     ``shape.in_flight`` at once), ``(i, record)`` yielded as each finishes (a task Ray
-    could not finish: a failed record); the nodes' copies removed once all are in."""
-    task = ray.remote(run_on_node).options(**shape.options())
+    could not finish: a failed record); the nodes' copies removed once all are in. A task
+    that found another idaudit on its node (:data:`WRONG_NODE`) is no failure: its run goes
+    back to the queue, and that node, noted in ``avoided`` ({node id: why}), is kept out of
+    every later task by Ray's scheduler (a label selector on the node id)."""
+    import re
+
+    task = ray.remote(run_on_node)
     queue = list(range(len(todo)))
     pending: dict[Any, int] = {}
+    sent_back = [0] * len(todo)
     with _cancelled_on_exit(ray, pending):
         while queue or pending:
             while queue and (shape.in_flight is None or len(pending) < shape.in_flight):
                 i = queue.pop(0)
-                pending[task.remote(todo[i], ids[i], __version__, inputs[i], str(data_root),
-                                    None if checkpoint_dir is None else str(checkpoint_dir),
-                                    shape.device, shape.threads, token)] = i
+                where = {} if not avoided else {
+                    "label_selector": {_NODE_ID_LABEL: f"!in({','.join(sorted(avoided))})"}}
+                pending[task.options(**shape.options(), **where).remote(
+                    todo[i], ids[i], __version__, inputs[i], str(data_root),
+                    None if checkpoint_dir is None else str(checkpoint_dir), shape.device,
+                    shape.threads, token)] = i
             done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
             stop.check()
             for ref in done:
@@ -513,6 +529,17 @@ def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
                 except Exception as exc:  # Ray could not finish it: recorded, go on
                     rec = {"run": todo[i], "id": ids[i], "status": "failed",
                            "error": _first_line(exc), "seconds": None}
+                node = rec.get("node") if isinstance(rec, dict) else None
+                node_id = node.get("id") if isinstance(node, dict) else None
+                if (isinstance(rec, dict) and WRONG_NODE in rec and sent_back[i] < MAX_RETRIES
+                        and isinstance(node_id, str) and re.fullmatch(r"[0-9a-f]{8,64}", node_id)):
+                    avoided.setdefault(node_id, one_line(rec[WRONG_NODE], 300))
+                    sent_back[i] += 1
+                    queue.insert(0, i)
+                    continue
+                if isinstance(rec, dict) and WRONG_NODE in rec:  # sent back too often
+                    rec = {"run": todo[i], "id": ids[i], "status": "failed", "seconds": None,
+                           "error": one_line(rec[WRONG_NODE], 300)}
                 yield i, rec
     _clean_nodes(ray, token)
 

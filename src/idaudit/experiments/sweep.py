@@ -124,6 +124,32 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     ids = [run_id(r) for r in runs]  # every run checked before any starts
     refuse_clashes(run_files(out_dir, ids, checkpoints),
                    sweep_inputs(runs) if reads is None else reads)
+    with _unmade_on_refusal(out_dir / "runs", out_dir / "checkpoints"):
+        return _sweep_into(runs, ids, out_dir, workers, progress, executor, address,
+                           checkpoints, shape)
+
+
+@contextlib.contextmanager
+def _unmade_on_refusal(*dirs: Path, note: Path | None = None):
+    """A sweep refused inside (:class:`IdauditError`, exit 2) leaves none of ``dirs`` that it
+    made and that are still empty (no run recorded in them); ``note``, a file it wrote in
+    the last of them, goes too where it is all that directory holds."""
+    made = [d for d in dirs if not d.exists()]
+    try:
+        yield
+    except IdauditError:
+        for d in made:
+            with contextlib.suppress(OSError):
+                if note is not None and note.parent == d and list(d.iterdir()) == [note]:
+                    note.unlink()
+                d.rmdir()
+        raise
+
+
+def _sweep_into(runs: list[dict[str, Any]], ids: list[str], out_dir: Path,
+                workers: int | None, progress: bool, executor: str, address: str | None,
+                checkpoints: bool, shape: Any) -> dict[str, int]:
+    """:func:`run_sweep` once its runs are checked: into ``out_dir``'s ``runs/``."""
     out = out_dir / "runs"
     out.mkdir(parents=True, exist_ok=True)
     data_root = out_dir / "data"
@@ -192,14 +218,21 @@ def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str |
             if Path(path).resolve().is_relative_to(data_root):
                 prepare.setdefault(str(path), (world, Path(path).resolve()))
     runs, ids = [r for r, _ in todo], [rid for _, rid in todo]
+    avoided: dict[str, str] = {}  # {node id: why}: nodes that joined with another idaudit
     # entered once the cluster is reached, its nodes checked and the datasets rendered: then
     # the bar
-    with ray_results(runs, ids, address, data_root,
-                     None if ckpt_dir is None else Path(ckpt_dir), shape,
-                     list(prepare.values()), progress) as results, \
-            ProgressBar(progress, len(todo), "sweep on Ray") as bar:
-        for i, rec in results:  # filed under the id this driver gave todo[i]
-            _record(out, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
+    try:
+        with ray_results(runs, ids, address, data_root,
+                         None if ckpt_dir is None else Path(ckpt_dir), shape,
+                         list(prepare.values()), progress, avoided) as results, \
+                ProgressBar(progress, len(todo), "sweep on Ray") as bar:
+            for i, rec in results:  # filed under the id this driver gave todo[i]
+                _record(out, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
+    finally:  # the sweep's last lines: each node avoided, and why
+        import sys
+
+        for why in avoided.values():
+            print(f"avoided {why}: its runs went to the other nodes", file=sys.stderr)
 
 
 def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
@@ -254,7 +287,8 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
 
     from idaudit.core.outputs import check_outputs
 
-    # a URI (Path("s3://b") reads "s3:/b"), not a path: a directory named "s3:" would be made
+    # a URI, not a path: a directory named "s3:" would be made (a Path reads "s3://b" as
+    # "s3:/b"; the command line gives --out as typed)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", str(req.out)):
         raise IdauditError(f"--out {req.out}: a URI; --out is a directory on this machine (a "
                            "Ray sweep's results come back to it through Ray, see "
@@ -268,10 +302,13 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
     runs = runs if runs is not None else sweep_runs(req)
     reads = sweep_inputs(runs, req.suite)
     check_outputs([(Path(req.out), "--out")], reads, directory=True)
-    _note_suite(Path(req.out), str(req.suite))
-    return run_sweep(runs, req.out, workers=req.workers, progress=progress,
-                     executor=req.executor, address=req.address, checkpoints=req.checkpoints,
-                     reads=reads, shape=shape)
+    from idaudit.experiments.aggregate import SWEEP_FILE
+
+    with _unmade_on_refusal(Path(req.out), note=Path(req.out) / SWEEP_FILE):
+        _note_suite(Path(req.out), str(req.suite))
+        return run_sweep(runs, req.out, workers=req.workers, progress=progress,
+                         executor=req.executor, address=req.address,
+                         checkpoints=req.checkpoints, reads=reads, shape=shape)
 
 
 def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[str, int]:
@@ -383,9 +420,10 @@ def own_record(rid: str, run: dict[str, Any], rec: Any, checkpoint_dir: str | No
 def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str, int], bar,
             checkpoint_dir: str | None = None) -> None:
     """File what a worker returned for ``run``, submitted under the id ``rid``
-    (:func:`own_record`): a finished run is ``OUT/runs/RID.json`` (skipped on rerun), a
-    failed one ``RID.failed.json`` (retried). A record from another machine brings its
-    checkpoint files, written first, whole or not at all.
+    (:func:`own_record`): a finished run is ``OUT/runs/RID.json`` (skipped on rerun; an
+    earlier attempt's ``RID.failed.json`` removed once it is in place), a failed one
+    ``RID.failed.json`` (retried). A record from another machine brings its checkpoint
+    files, written first, whole or not at all.
 
     Args:
         out: the sweep's ``runs/`` directory.
@@ -412,6 +450,8 @@ def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str
         else:
             atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data))
     write_json(out / (f"{rid}.json" if finished else f"{rid}.failed.json"), rec)
+    if finished:  # its record in place: an earlier attempt's failure is no longer this run's
+        (out / f"{rid}.failed.json").unlink(missing_ok=True)
     node, seconds = rec.get("node"), rec.get("seconds")
     where = (f"; last on {printable(str(node.get('host')))} ({printable(str(node.get('ip')))}) "
              f"in {seconds:.0f} s") if isinstance(node, dict) and isinstance(

@@ -16,13 +16,15 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from functools import cache
+from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 
 import numpy as np
 
-from idaudit.core.errors import EXIT_INTERNAL, IdauditError
+from idaudit.core.errors import EXIT_INTERNAL, IdauditError, one_line
 from idaudit.core.workers import exit_with_parent
 
 __all__ = ["DM_CONTROL_VERSION", "GL_BACKENDS", "GL_TIMEOUT_S", "IMAGE_SIZE", "INSTALL_HINT",
@@ -294,8 +296,9 @@ def _worker_init(gl: str, size: int = IMAGE_SIZE) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         _WORKER = ReacherRenderer(size)
-    except IdauditError as exc:
-        _WORKER_ERROR = str(exc)
+    except Exception as exc:  # any: the parent shows it in one line (a crash shows nothing)
+        _WORKER_ERROR = str(exc) if isinstance(exc, IdauditError) else one_line(
+            f"a Reacher render worker could not start: {type(exc).__name__}: {exc}", 500)
 
 
 def _worker_render(angles: np.ndarray) -> np.ndarray | str:
@@ -313,7 +316,12 @@ def _worker_call(fn, args: tuple):
         return str(exc)
 
 
-def _worker_crash_line(processes: list) -> str:
+def _worker_crash_line(processes: list, stderr: bytes = b"") -> str:
+    """Why the pool broke, in one line: a worker killed by a signal crashed natively (inside
+    MuJoCo or the GL library); one that exited is a Python error, its last line on the
+    workers' standard error (``stderr``: before any idaudit code runs, e.g. a directory it
+    could not enter)."""
+    import re
     import time
 
     deadline = time.monotonic() + 2.0  # a dead worker's exit code is known once it is reaped,
@@ -322,9 +330,49 @@ def _worker_crash_line(processes: list) -> str:
         time.sleep(0.02)
     codes = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
     how = ", ".join(f"signal {-c}" if c < 0 else f"exit code {c}" for c in codes) or "it died"
+    errors = re.findall(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*$",
+                        stderr.decode("utf-8", "replace"), re.MULTILINE)
+    if errors and not any(c < 0 for c in codes):
+        return one_line(f"a Reacher render worker failed ({how}): {errors[-1]}", 500)
     return (f"a Reacher render worker crashed ({how}) inside MuJoCo or the GL library "
             f"MUJOCO_GL={os.environ.get('MUJOCO_GL')} loads; idaudit doctor checks the GL "
             "install (rerun with IDAUDIT_TRACEBACK=1 and please report it)")
+
+
+_STDERR_SWAP = threading.Lock()  # one pool at a time lends this process's stderr to a worker
+
+
+class _WorkerProcess(SpawnProcess):
+    """A render worker whose standard error is its pool's ``stderr_fd`` from its first
+    instruction on, so that a Python error raised before any idaudit code runs in it reaches
+    the parent (:func:`_worker_crash_line`)."""
+
+    stderr_fd = -1
+
+    def start(self) -> None:
+        with _STDERR_SWAP:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            try:
+                os.dup2(self.stderr_fd, 2)
+                super().start()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+
+
+class _WorkerContext(SpawnContext):
+    """The spawn context of one pool: its processes are :class:`_WorkerProcess` writing to
+    ``stderr_fd``."""
+
+    def __init__(self, stderr_fd: int) -> None:
+        super().__init__()
+        self.stderr_fd = stderr_fd
+
+    def Process(self, *args, **kwargs) -> _WorkerProcess:  # noqa: N802 (multiprocessing's name)
+        process = _WorkerProcess(*args, **kwargs)
+        process.stderr_fd = self.stderr_fd
+        return process
 
 
 class RenderPool:
@@ -334,7 +382,9 @@ class RenderPool:
     compiler stack (``import triton``, which ``torch.optim`` and ``torch.compile`` reach)
     segfaults in a process that holds one. A worker that fails to start gives its one-line
     reason (exit 2); a worker that dies natively (a segfault in MuJoCo or the GL driver) ends
-    the pool with one line and exit 5, never a silent signal.
+    the pool with one line and exit 5, never a silent signal, and so does one that exits on a
+    Python error before any idaudit code runs in it (a directory it cannot enter), the line
+    then giving that error. The workers' standard error is shown when the pool closes.
     """
 
     def __init__(self, workers: int | None = None, chunk: int = 256,
@@ -345,12 +395,16 @@ class RenderPool:
         self.gl = _ensure_gl()
         self._pool = None
         self._processes: list = []
+        self._stderr = None
+        self._broken = False
 
     def __enter__(self) -> RenderPool:
-        import multiprocessing as mp
+        import tempfile
         from concurrent.futures import ProcessPoolExecutor
 
-        self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+        self._stderr = tempfile.TemporaryFile()  # the workers' stderr, shown when they end
+        self._pool = ProcessPoolExecutor(self.workers,
+                                         mp_context=_WorkerContext(self._stderr.fileno()),
                                          initializer=_worker_init, initargs=(self.gl, self.size))
         # fail fast, with the worker's one-line message, before any output is written
         self._check(self._submit(_worker_render, np.zeros((0, 2))))
@@ -371,6 +425,16 @@ class RenderPool:
             for p in self._processes:
                 p.terminate()  # don't wait for chunks nobody will read
             pool.shutdown(wait=True, cancel_futures=True)
+        if self._stderr is not None:
+            if not self._broken:  # what the workers wrote (GL warnings), as they would have
+                sys.stderr.write(self._written().decode("utf-8", "replace"))
+            stderr, self._stderr = self._stderr, None
+            stderr.close()
+
+    def _written(self) -> bytes:
+        """What the workers wrote to their standard error so far."""
+        fd = self._stderr.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0)
 
     def _check(self, future):
         from concurrent.futures.process import BrokenProcessPool
@@ -378,7 +442,9 @@ class RenderPool:
         try:
             out = future.result()
         except BrokenProcessPool:
-            raise IdauditError(_worker_crash_line(self._processes), EXIT_INTERNAL) from None
+            self._broken = True
+            raise IdauditError(_worker_crash_line(self._processes, self._written()),
+                               EXIT_INTERNAL) from None
         if isinstance(out, str):
             raise IdauditError(out)
         return out
