@@ -22,8 +22,8 @@ def demo(
     seed: int = typer.Option(1337, "--seed"),
 ) -> None:
     """The whole loop on the spiral world: world → train → audit (gated on held-out R² ≥ 0.95,
-    exit codes as audit's) → plan; measured at 210 CPU-s (8.6 min wall on a shared 2-core
-    machine) by scripts/doc_times.py."""
+    exit codes as audit's) → plan; measured at 160 CPU-s (1.7 min wall on 2 cores) by
+    scripts/doc_times.py."""
     from idaudit.core.jsontext import write_json
     from idaudit.evaluations.audit import audit
     from idaudit.evaluations.plan import plan
