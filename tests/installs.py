@@ -16,10 +16,12 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.metadata as md
 import os
 import re
+import shutil
 import tempfile
 import tomllib
 from collections.abc import Iterable
@@ -133,6 +135,7 @@ _machinery.PathFinder.find_distributions = staticmethod(_distributions)
 def _hider_dir(extras: tuple[str, ...]) -> str:
     dists, modules = hidden(extras)
     where = Path(tempfile.mkdtemp(prefix="idaudit-install-"))
+    atexit.register(shutil.rmtree, where, True)  # this test process's own, removed at its exit
     (where / "sitecustomize.py").write_text(HIDER.format(
         extras=",".join(extras), dists=sorted(dists), modules=sorted(modules)))
     return str(where)
