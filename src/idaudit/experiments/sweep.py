@@ -11,7 +11,6 @@ collapsed is recorded with the status ``collapsed`` (:data:`FINISHED`).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -270,12 +269,10 @@ def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
 
 def _note_suite(out: Path, suite: str) -> None:
     """``OUT/sweep.json``: the suite this sweep runs (``idaudit report``'s title)."""
-    from idaudit.core.atomic import atomic_write
     from idaudit.experiments.aggregate import SWEEP_FILE
 
     out.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"suite": suite}) + "\n"
-    atomic_write(out / SWEEP_FILE, lambda tmp: Path(tmp).write_text(text))
+    write_json(out / SWEEP_FILE, {"suite": suite})
 
 
 def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = None,
