@@ -110,6 +110,25 @@ def test_pool_matches_in_process_renderer(renderer: ReacherRenderer) -> None:
     assert np.array_equal(pooled, renderer.render(angles))
 
 
+def test_pool_workers_rasterise_in_one_thread_with_the_same_pixels(
+        renderer: ReacherRenderer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A render worker runs llvmpipe without rasteriser threads (LP_NUM_THREADS=0) unless
+    the environment says otherwise; the pixels are byte-identical to a renderer with
+    llvmpipe's default threads (this process's) and to a worker told to use two."""
+    assert "LP_NUM_THREADS" not in os.environ  # this process: llvmpipe's default, a thread per core
+    angles = np.random.default_rng(2).standard_normal((16, 2))  # (a str is what an error gives:
+    # the worker's environment is read as bytes)
+    with RenderPool(workers=1) as pool:
+        assert pool.call(os.getenvb, b"LP_NUM_THREADS") == b"0" == reacher.RENDER_WORKER_LP_THREADS.encode()
+        single = pool.render(angles)
+    monkeypatch.setenv("LP_NUM_THREADS", "2")
+    with RenderPool(workers=1) as pool:
+        assert pool.call(os.getenvb, b"LP_NUM_THREADS") == b"2"  # the user's value is kept
+        threaded = pool.render(angles)
+    assert single.dtype == np.uint8 and single.shape == (16, IMAGE_SIZE, IMAGE_SIZE, 3)
+    assert single.tobytes() == threaded.tobytes() == renderer.render(angles).tobytes()
+
+
 def test_missing_dm_control_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "dm_control", None)
     monkeypatch.setitem(sys.modules, "dm_control.suite", None)

@@ -282,6 +282,9 @@ class ReacherRenderer:
         return out
 
 
+#: llvmpipe's rasteriser threads in a render worker (``LP_NUM_THREADS``; 0: none besides the
+#: worker's own), unless the environment sets it
+RENDER_WORKER_LP_THREADS = "0"
 _WORKER: ReacherRenderer | None = None
 _WORKER_ERROR = ""  # why this render worker has no renderer ("" in a working worker)
 
@@ -294,6 +297,11 @@ def _worker_init(gl: str, size: int = IMAGE_SIZE) -> None:
     IN_RENDER_WORKER = True
     os.environ["MUJOCO_GL"] = gl
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # llvmpipe (Mesa's CPU rasteriser) rasterises in this process's own thread, not in a
+    # thread per core: the pool already has a process per core, and the handing over costs
+    # 4-14 % of the CPU per frame; the pixels are the same (tests/test_reacher_render.py).
+    # Read when the GL context is made; a value the user set is kept.
+    os.environ.setdefault("LP_NUM_THREADS", RENDER_WORKER_LP_THREADS)
     try:
         _WORKER = ReacherRenderer(size)
     except Exception as exc:  # any: the parent shows it in one line (a crash shows nothing)
