@@ -27,6 +27,7 @@ from pathlib import Path
 
 RAY = Path(sys.executable).parent / "ray"
 PORT = 6379
+DASHBOARD_PORT = 8265  # Ray's default: the dashboard and the job API (Cluster(dashboard=True))
 # a killed node is declared dead after about period × threshold (defaults: 3 s × 5, 5 s delay)
 HEALTH_ENV = {
     "RAY_health_check_period_ms": "1000",
@@ -133,10 +134,14 @@ class Cluster:
 
     def __init__(self, workers: int = 2, cpus_per_worker: int = 1, env: dict[str, str] | None = None,
                  node_python: dict[int, str] | None = None,
-                 node_env: dict[int, dict[str, str]] | None = None, later: set[int] | None = None):
+                 node_env: dict[int, dict[str, str]] | None = None, later: set[int] | None = None,
+                 dashboard: bool = False):
         """``node_python``: worker i's nodes run ``ray start`` with that Python (its tasks run
         in it too) instead of this one's; ``node_env``: worker i's extra environment; ``later``:
-        workers started only by :meth:`add_node` (a node joining a running cluster)."""
+        workers started only by :meth:`add_node` (a node joining a running cluster);
+        ``dashboard``: the head serves Ray's dashboard, and with it the job API
+        (``ray job submit``), at :attr:`dashboard_url`."""
+        self.dashboard = dashboard
         self.node_python = node_python or {}
         self.node_env = node_env or {}
         self.later = set(later or ())
@@ -159,6 +164,7 @@ class Cluster:
         self.ips = [str(hosts[i]) for i in range(workers + 1)]
         self.head_ip = self.ips[0]
         self.address = f"{self.head_ip}:{PORT}"
+        self.dashboard_url = f"http://{self.head_ip}:{DASHBOARD_PORT}"
         self.seen_pids: set[int] = set()  # every pid ever found in (or started into) our namespaces
         self.startup_s: float | None = None
         self._made: list[str] = []  # namespaces actually created, in order
@@ -233,7 +239,9 @@ class Cluster:
                   "--block"]
         self._spawn(0, [str(RAY), "start", "--head", "--node-ip-address", self.head_ip,
                         "--port", str(PORT), "--num-cpus", "0", "--temp-dir", str(self.root / "head"),
-                        "--include-dashboard=false", *common])
+                        *(["--include-dashboard=true", "--dashboard-host", self.head_ip,
+                           "--dashboard-port", str(DASHBOARD_PORT)] if self.dashboard
+                          else ["--include-dashboard=false"]), *common])
         for i in range(1, self.workers + 1):
             if i not in self.later:
                 self._start_worker(i, common)

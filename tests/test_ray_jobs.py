@@ -1,0 +1,68 @@
+"""A sweep submitted as a Ray job (``ray job submit``) to a real cluster of network namespaces
+(tests/netns_cluster.py): the head serves Ray's job API; the submitting process sends the suite
+as the job's working directory and exits; the sweep runs on the head, joins the cluster it
+runs in (no ``--address``: Ray's job sets ``RAY_ADDRESS``) and writes its results there."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from netns_cluster import Cluster, skip_unless_available
+from spiral_suite import write_suite
+
+from idaudit.experiments.suites import load_suite
+from idaudit.experiments.sweep import run_id
+
+pytestmark = pytest.mark.cluster
+
+pytest.importorskip("ray")
+pytest.importorskip("ray.dashboard.modules.job.sdk")  # ray[default]: the job API
+skip_unless_available()
+
+RAY = str(Path(sys.executable).parent / "ray")
+STATUS = ("import sys; from ray.job_submission import JobSubmissionClient; "
+          "print(JobSubmissionClient(sys.argv[1]).get_job_status(sys.argv[2]).value)")
+
+
+def _job_status(c: Cluster, job: str) -> str:
+    """The job's status, as Ray's job API gives it (``JobStatus``: PENDING … SUCCEEDED)."""
+    res = c.run_driver([sys.executable, "-c", STATUS, c.dashboard_url, job], timeout=60)
+    return res.stdout.strip() or f"unknown: {res.stderr[-300:]}"
+
+
+def test_a_sweep_submitted_as_a_ray_job_runs_on_the_cluster_after_the_submitter_left(tmp_path):
+    work = tmp_path / "job"
+    work.mkdir()
+    suite = write_suite(work / "s.toml", 300, "[0, 1, 2, 3]")
+    ids = sorted(run_id(r) for r in load_suite(str(suite)))
+    out = tmp_path / "out"  # on the head's disk, where the job's driver runs
+    with Cluster(workers=2, cpus_per_worker=1, dashboard=True) as c:
+        t0 = time.monotonic()
+        submit = c.run_driver(
+            [RAY, "job", "submit", "--address", c.dashboard_url, "--submission-id", "sweep-1",
+             "--working-dir", str(work), "--no-wait", "--", sys.executable, "-m", "idaudit",
+             "sweep", "s.toml", "--out", str(out), "--executor", "ray"], timeout=120)
+        assert submit.returncode == 0, (submit.stdout, submit.stderr)
+        submitted_s = time.monotonic() - t0  # the submitter is gone from here on
+        deadline, status = time.monotonic() + 600, ""
+        while time.monotonic() < deadline:
+            status = _job_status(c, "sweep-1")
+            if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                break
+            time.sleep(2)
+        logs = c.run_driver([RAY, "job", "logs", "--address", c.dashboard_url, "sweep-1"],
+                            timeout=60).stdout
+    assert status == "SUCCEEDED", logs[-3000:]
+    assert submitted_s < 60, submitted_s
+    assert " ".join(logs.split()).endswith(
+        f"4 runs: 0 already done, 4 ok, 0 failed; results in {out / 'runs'}"), logs[-2000:]
+    records = {p.name.removesuffix(".json"): json.loads(p.read_text())
+               for p in (out / "runs").glob("*.json")}
+    assert sorted(records) == ids
+    assert {r["status"] for r in records.values()} == {"ok"}
+    assert {r["node"]["ip"] for r in records.values()} <= set(c.worker_ips)
+    assert all(r["metrics"]["r2_h_to_z_heldout"] > 0.5 for r in records.values()), records
