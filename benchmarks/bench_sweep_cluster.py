@@ -1,19 +1,22 @@
-"""Sweep throughput (runs per minute) on a Ray cluster of 1 and 2 one-CPU worker nodes, side by
-side with the local pool of 1 and 2 workers, in one invocation (root only: the nodes live in
-network namespaces of their own, tests/netns_cluster.py).
+"""Sweep throughput (runs per minute) on Ray clusters of 1, 2 and 3 one-CPU worker nodes
+(``--nodes``), side by side with the local pool of 1 and 2 workers, in one invocation (root
+only: the nodes live in network namespaces of their own, tests/netns_cluster.py). On a 2-core
+machine three one-CPU nodes share two cores: their figure shows the scheduling's overhead, not
+a third core's gain.
 
 Each measurement is one whole ``idaudit sweep`` command on a fresh OUT (the Ray ones include
 connecting and the node check, the pool ones spawning its workers), of the same small 2D suite;
-the four setups alternate within each round and the figure is the median over rounds. The
+the setups alternate within each round and the figure is the median over rounds. The
 clusters stay up across rounds (their start-up is printed, not counted). The ratios are each
 setup's runs/min against the local pool of 1 worker.
 
-    python benchmarks/bench_sweep_cluster.py --runs 6 --steps 600 --rounds 3
+    python benchmarks/bench_sweep_cluster.py --runs 6 --steps 600 --rounds 3 [--nodes 1,2,3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -42,13 +45,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=6, help="runs in the suite")
     ap.add_argument("--steps", type=int, default=600, help="training steps per run")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--nodes", default="1,2,3", help="the clusters' sizes: one-CPU worker "
+                    "nodes, comma-separated")
     args = ap.parse_args()
     if (why := unavailable()) is not None:
         sys.exit(f"no namespace cluster here: {why}")
     work = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     suite = write_suite(work / "suite.toml", args.steps, str(list(range(args.runs))), n_eval=1000)
-    with Cluster(workers=1, cpus_per_worker=1) as one, Cluster(workers=2, cpus_per_worker=1) as two:
-        print(f"cluster start-up: 1 node {one.startup_s:.1f} s, 2 nodes {two.startup_s:.1f} s")
+    counts = sorted({int(n) for n in args.nodes.split(",")})
+    with contextlib.ExitStack() as stack:
+        clusters = {n: stack.enter_context(Cluster(workers=n, cpus_per_worker=1)) for n in counts}
+        print("cluster start-up: " + ", ".join(f"{n} node(s) {c.startup_s:.1f} s"
+                                               for n, c in clusters.items()))
 
         def local(workers: int):
             def go(r: int) -> float:
@@ -67,7 +75,8 @@ def main() -> None:
             return go
 
         setups = {"local pool, 1 worker": local(1), "local pool, 2 workers": local(2),
-                  "Ray, 1 node x 1 CPU": on(one, 1), "Ray, 2 nodes x 1 CPU": on(two, 2)}
+                  **{f"Ray, {n} node{'s' if n > 1 else ''} x 1 CPU": on(c, n)
+                     for n, c in clusters.items()}}
         times: dict[str, list[float]] = {k: [] for k in setups}
         for r in range(args.rounds):
             order = list(setups) if r % 2 == 0 else list(reversed(setups))
