@@ -102,8 +102,8 @@ def test_sigma_auto_is_the_ou_channels_density_ratio_width():
         sigma_for("auto", 8, None)
 
 
-def test_threaded_numba_sweeps_agree_and_leave_no_thread():
-    """A large problem splits its slices across threads; the sums and gradients equal the
+def test_threaded_numba_kernel_agrees_and_leaves_no_thread():
+    """A large problem splits its slices across threads; the statistic and gradient equal the
     one-thread kernel's and the closed forms, and no thread outlives the call. One torch thread
     (a sweep worker) means one thread here too."""
     import threading
@@ -112,32 +112,32 @@ def test_threaded_numba_sweeps_agree_and_leave_no_thread():
     import numpy as np
 
     rng = np.random.default_rng(0)
-    theta = rng.standard_normal((129, 8192)) * 0.2  # ≥ PARALLEL_MIN samples × slices
-    c1, s1 = np.cos(theta), np.sin(theta)
-    a, b = rng.standard_normal((16, 129)), rng.standard_normal((16, 129))
+    proj = rng.standard_normal((129, 8192))  # ≥ PARALLEL_MIN samples × slices
+    kk, dt = 16, 0.2
+    k = np.arange(1, kk + 1)[:, None, None]
+    phi, w = np.exp(-0.5 * (k[:, 0, 0] * dt) ** 2), rng.uniform(0.5, 1.5, kk)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        assert _numba._parallel_ok(c1)
+        assert _numba._parallel_ok(proj)
         before = threading.active_count()
-        out_p = _numba.sums(c1, s1, 16)
-        g_p = _numba.grad(c1, s1, a, b)
+        loss_p, g_p = _numba.loss_grad(proj, phi, w, dt)
         assert threading.active_count() == before
-        out_s = np.empty((2, 16, 129))
-        _numba.ep_sums_serial(c1, s1, 16, out_s[0], out_s[1])
-        np.testing.assert_array_equal(out_p, out_s)  # the same kernel on each slice
-        g_s = np.empty_like(c1)
-        _numba.ep_grad_serial(c1, s1, a, b, g_s)
-        np.testing.assert_array_equal(g_p, g_s)
-        k = np.arange(1, 17)[:, None, None]
-        sub = theta[:7, :300]  # the closed forms on a corner
-        o = _numba.sums(np.cos(sub), np.sin(sub), 16)
-        np.testing.assert_allclose(o[0], np.cos(k * sub[None]).sum(-1), rtol=1e-9, atol=1e-8)
-        g = _numba.grad(np.cos(sub), np.sin(sub), a[:, :7], b[:, :7])
-        want = (a[:, :7, None] * np.cos(k * sub[None])
-                + b[:, :7, None] * np.sin(k * sub[None])).sum(0)
-        np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-8)
         torch.set_num_threads(1)
-        assert _numba._threads() == 1 and not _numba._parallel_ok(c1)
+        assert _numba._threads() == 1 and not _numba._parallel_ok(proj)
+        loss_s, g_s = _numba.loss_grad(proj, phi, w, dt)
+        assert loss_p == loss_s  # the same kernel on each slice, the parts summed alike
+        np.testing.assert_array_equal(g_p, g_s)
+        sub = proj[:7, :300]  # the closed forms on a corner: M = 7, n = 300
+        loss, g = _numba.loss_grad(sub, phi, w, dt)
+        _, g_none = _numba.loss_grad(sub, phi, w, dt, need_grad=False)
+        assert g_none is None
+        th = k * dt * sub[None]  # (K, M, n)
+        ec, sm = np.cos(th).mean(-1) - phi[:, None], np.sin(th).mean(-1)  # (K, M)
+        m, n = sub.shape
+        assert loss == pytest.approx((w[:, None] * (ec ** 2 + sm ** 2)).sum() * n / m, rel=1e-12)
+        coef = (2.0 / m) * w[:, None, None] * k * dt  # the derivative of the formula in p_ji
+        want = (coef * (sm[..., None] * np.cos(th) - ec[..., None] * np.sin(th))).sum(0)
+        np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-12)
     finally:
         torch.set_num_threads(threads)

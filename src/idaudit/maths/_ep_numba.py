@@ -14,54 +14,74 @@ import os
 import numba as nb
 import numpy as np
 
-__all__ = ["grad", "sums"]
+__all__ = ["loss_grad"]
 
 
-def _sums_impl(c1, s1, knots_minus_one, out_c, out_s):  # pragma: no cover - compiled
-    """out_c[k, j] = Σ_i cos((k+1)θ_ji), out_s likewise, from c1 = cos θ, s1 = sin θ (m, n)."""
-    m, n = c1.shape
-    zero = np.zeros(1, c1.dtype)[0]  # accumulate in the arrays' dtype: float32 stays 8-wide
-    c = np.empty(n, c1.dtype)
-    s = np.empty(n, c1.dtype)
+def _loss_grad_impl(p, phi, w, dt, n_total, m_total, need_grad, loss_parts,
+                    out):  # pragma: no cover - compiled
+    """SIGReg's statistic and its gradient, slice by slice, in one pass over memory: for slice
+    j, the sums S_kj = Σ_i (cos, sin)(kθ_ji) (k = 1 … K by the rotation recurrence, as
+    the recurrence below), then its share of the statistic loss_parts[j] = Σ_k w_k
+    [(S^c_kj/n − φ_k)² + (S^s_kj/n)²], then (``need_grad``) the row
+    out[j, i] = Σ_k c_k [sm_kj cos(kθ_ji) − ec_kj sin(kθ_ji)], c_k = (2/M) w_k k Δt, while
+    the slice's samples are still in cache. θ_ji = Δt·p_ji: its cos
+    and sin are computed here, per slice, into buffers that stay in cache. ``n_total``,
+    ``m_total``: the samples and slices of the whole problem (a thread's block has fewer
+    slices)."""
+    m, n = p.shape
+    kk = phi.shape[0]
+    zero = np.zeros(1, p.dtype)[0]
+    step = p.dtype.type(dt)
+    cj = np.empty(n, p.dtype)
+    sj = np.empty(n, p.dtype)
+    c = np.empty(n, p.dtype)
+    s = np.empty(n, p.dtype)
+    a = np.empty(kk, p.dtype)
+    b = np.empty(kk, p.dtype)
+    inv_n = 1.0 / n_total
     for j in range(m):
-        cj = c1[j]
-        sj = s1[j]
-        c[:] = cj
-        s[:] = sj
-        out_c[0, j] = c.sum()
-        out_s[0, j] = s.sum()
-        for k in range(1, knots_minus_one):
-            acc_c = zero
-            acc_s = zero
-            for i in range(n):
-                x, y, cc, ss = cj[i], sj[i], c[i], s[i]
-                cn = cc * x - ss * y
-                sn = ss * x + cc * y
-                c[i] = cn
-                s[i] = sn
-                acc_c += cn
-                acc_s += sn
-            out_c[k, j] = acc_c
-            out_s[k, j] = acc_s
-
-
-def _grad_impl(c1, s1, a, b, out):  # pragma: no cover - compiled
-    """out[j, i] = Σ_k a[k, j] cos((k+1)θ_ji) + b[k, j] sin((k+1)θ_ji)."""
-    m, n = c1.shape
-    kk = a.shape[0]
-    for j in range(m):
-        cj = c1[j]
-        sj = s1[j]
-        c = cj.copy()
-        s = sj.copy()
-        g = out[j]
-        a0 = a[0, j]
-        b0 = b[0, j]
+        pj = p[j]
         for i in range(n):
-            g[i] = a0 * c[i] + b0 * s[i]
+            theta = pj[i] * step
+            cj[i] = np.cos(theta)
+            sj[i] = np.sin(theta)
+        acc_c = zero
+        acc_s = zero
+        for i in range(n):
+            c[i] = cj[i]
+            s[i] = sj[i]
+            acc_c += cj[i]
+            acc_s += sj[i]
+        part = 0.0
+        for k in range(kk):
+            if k > 0:
+                acc_c = zero
+                acc_s = zero
+                for i in range(n):
+                    x, y, cc, ss = cj[i], sj[i], c[i], s[i]
+                    cn = cc * x - ss * y
+                    sn = ss * x + cc * y
+                    c[i] = cn
+                    s[i] = sn
+                    acc_c += cn
+                    acc_s += sn
+            ec = acc_c * inv_n - phi[k]
+            sm = acc_s * inv_n
+            part += w[k] * (ec * ec + sm * sm)
+            coef = 2.0 / m_total * w[k] * (k + 1) * dt
+            a[k] = coef * sm
+            b[k] = -coef * ec
+        loss_parts[j] = part
+        if not need_grad:
+            continue
+        g = out[j]
+        for i in range(n):
+            c[i] = cj[i]
+            s[i] = sj[i]
+            g[i] = a[0] * cj[i] + b[0] * sj[i]
         for k in range(1, kk):
-            ak = a[k, j]
-            bk = b[k, j]
+            ak = a[k]
+            bk = b[k]
             for i in range(n):
                 cn = c[i] * cj[i] - s[i] * sj[i]
                 sn = s[i] * cj[i] + c[i] * sj[i]
@@ -71,8 +91,7 @@ def _grad_impl(c1, s1, a, b, out):  # pragma: no cover - compiled
 
 
 _serial = nb.njit(fastmath=True, cache=True, nogil=True)  # nogil: threads run it side by side
-ep_sums_serial = _serial(_sums_impl)
-ep_grad_serial = _serial(_grad_impl)
+ep_loss_grad_serial = _serial(_loss_grad_impl)
 
 
 def _threads() -> int:
@@ -117,32 +136,40 @@ def _parallel_ok(c1: np.ndarray) -> bool:
     return c1.size >= PARALLEL_MIN and _threads() > 1
 
 
-def sums(c1: np.ndarray, s1: np.ndarray, knots_minus_one: int) -> np.ndarray:
-    m = c1.shape[0]
-    out = np.empty((2, knots_minus_one, m), dtype=c1.dtype)
+def loss_grad(proj_t: np.ndarray, phi: np.ndarray, w: np.ndarray, dt: float,
+              need_grad: bool = True) -> tuple[float, np.ndarray | None]:
+    """SIGReg's statistic and its gradient from the projections Pᵀ (M slices × n samples) in
+    one kernel call (:func:`_loss_grad_impl`; θ = PᵀΔt): (Σ_k w_k[(c̄_k − φ_k)² + s̄_k²]
+    summed over slices × n/M, the gradient ∂/∂Pᵀ (M, n) or None). ``phi``, ``w``: the grid's
+    φ(kΔt) and weights for k = 1 … K.
 
-    def work(rows: slice) -> None:  # the kernel writes contiguous blocks, copied into place
-        part = np.empty((2, knots_minus_one, rows.stop - rows.start), c1.dtype)
-        ep_sums_serial(c1[rows], s1[rows], knots_minus_one, part[0], part[1])
-        out[:, :, rows] = part
+    Args:
+        proj_t: (M, n) float32 or float64 array, C-contiguous.
+        phi, w: (K,) arrays.
+        dt: the knots' spacing Δt.
+        need_grad: compute the gradient too.
 
-    if _parallel_ok(c1):
-        _run(m, work)
-    else:  # one thread, in place (a training step's size: no copies)
-        ep_sums_serial(c1, s1, knots_minus_one, out[0], out[1])
-    return out
+    Returns:
+        (the statistic, the gradient or None).
 
-
-def grad(c1: np.ndarray, s1: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    out = np.empty(c1.shape, dtype=c1.dtype)
-    a, b = a.astype(c1.dtype), b.astype(c1.dtype)
+    Example:
+        >>> import numpy as np
+        >>> p = np.random.default_rng(0).standard_normal((4, 64))
+        >>> k = np.arange(1, 4) * 0.25
+        >>> loss, g = loss_grad(p, np.exp(-0.5 * k ** 2), np.full(3, 0.25), 0.25)
+        >>> g.shape, loss > 0
+        ((4, 64), True)
+    """
+    m, n = proj_t.shape
+    phi, w = phi.astype(proj_t.dtype), w.astype(proj_t.dtype)
+    parts = np.empty(m, dtype=np.float64)
+    out = np.empty(proj_t.shape, proj_t.dtype) if need_grad else np.empty((m, 0), proj_t.dtype)
 
     def work(rows: slice) -> None:
-        ep_grad_serial(c1[rows], s1[rows], np.ascontiguousarray(a[:, rows]),
-                       np.ascontiguousarray(b[:, rows]), out[rows])
+        ep_loss_grad_serial(proj_t[rows], phi, w, dt, n, m, need_grad, parts[rows], out[rows])
 
-    if _parallel_ok(c1):
-        _run(c1.shape[0], work)
+    if _parallel_ok(proj_t):
+        _run(m, work)
     else:
-        ep_grad_serial(c1, s1, a, b, out)
-    return out
+        work(slice(0, m))
+    return float(parts.sum()) * n / m, (out if need_grad else None)
