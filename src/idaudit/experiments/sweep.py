@@ -492,6 +492,10 @@ def _record(store: Store, rid: str, run: dict[str, Any], rec: Any, counts: dict[
     from idaudit.core.errors import printable
 
     if isinstance(rec, dict) and rec.get("stored") is True:  # a node filed it in the store
+        if rec.get("already"):  # another attempt (an earlier driver's task) recorded it
+            counts["skipped"] = counts.get("skipped", 0) + 1
+            bar.advance(1, outcome_text(counts))
+            return
         rec = {"status": rec.get("status"), "node": rec.get("node"),
                "seconds": rec.get("seconds")}
         finished = rec["status"] in FINISHED
