@@ -82,9 +82,11 @@ def test_relative_out_checkpoints_and_node_land_on_the_driver(local_ray, tmp_pat
         rid = run_id(r)
         rec = json.loads((tmp_path / "rel" / "runs" / f"{rid}.json").read_text())
         ckpt = tmp_path / "rel" / "checkpoints" / f"{rid}.safetensors"
-        assert rec["checkpoint"] == str(ckpt) and ckpt.stat().st_size > 10_000
+        # named relative to OUT (the sweep's directory, or its URI), in the log too
+        assert rec["checkpoint"] == f"checkpoints/{rid}.safetensors"
+        assert ckpt.stat().st_size > 10_000
         log = json.loads((tmp_path / "rel" / "checkpoints" / f"{rid}.log.json").read_text())
-        assert log["checkpoint"] == str(ckpt) and log["node"] == rec["node"]
+        assert log["checkpoint"] == rec["checkpoint"] and log["node"] == rec["node"]
         assert rec["node"]["ip"] and rec["node"]["host"] and rec["seconds"] > 0
         assert rec["finished"] >= rec["started"]
         pool = json.loads((tmp_path / "pool" / "runs" / f"{rid}.json").read_text())
