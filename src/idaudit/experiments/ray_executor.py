@@ -307,7 +307,7 @@ def store_on_node(store_uri: str, rid: str, rec: dict[str, Any], node_ckpt: str 
     """
     from idaudit.core.storage import open_store
     from idaudit.experiments.execute import FINISHED
-    from idaudit.experiments.sweep import file_run
+    from idaudit.experiments.filing import file_run
 
     outcome = {"id": rid, "status": rec["status"], "node": rec.get("node"),
                "seconds": rec.get("seconds"), "stored": True}
@@ -690,12 +690,9 @@ def _clean_nodes(ray, token: str, timeout: float = 5.0) -> None:
 
 def _complete(path: Path) -> bool:
     """Whether a rendered dataset directory is complete (its ``meta.json`` says so)."""
-    import json
+    from idaudit.experiments.filing import dataset_complete
 
-    try:
-        return json.loads((Path(path) / "meta.json").read_text()).get("status") == "complete"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return dataset_complete(path)
 
 
 def _run_reads(run: dict[str, Any], data_root: Path, device: str) -> list[Path]:

@@ -187,7 +187,7 @@ def _sweep_into(runs: list[dict[str, Any]], ids: list[str], store: Store, local:
 def _store_datasets(runs: list[ResolvedRun], store: Store, data_root: Path) -> list[Path]:
     """The datasets under ``data_root`` that ``runs`` read, each complete one in ``store``
     (``data/NAME``) copied to ``data_root`` first; returns those still to be put there."""
-    from idaudit.experiments.ray_executor import _complete
+    from idaudit.experiments.filing import dataset_complete as _complete
 
     missing: list[Path] = []
     for path in dict.fromkeys(p for r in runs for p in _dataset_dirs(r, data_root)):
@@ -490,6 +490,7 @@ def _record(store: Store, rid: str, run: dict[str, Any], rec: Any, counts: dict[
         checkpoint_dir: where ``--checkpoints`` keeps the run's files on this machine, or None.
     """
     from idaudit.core.errors import printable
+    from idaudit.experiments.filing import file_run, local_files
 
     if isinstance(rec, dict) and rec.get("stored") is True:  # a node filed it in the store
         if rec.get("already"):  # another attempt (an earlier driver's task) recorded it
@@ -503,7 +504,7 @@ def _record(store: Store, rid: str, run: dict[str, Any], rec: Any, counts: dict[
         rec, files = own_record(rid, run, rec, checkpoint_dir)
         finished = rec["status"] in FINISHED
         if finished and checkpoint_dir is not None and not files:  # a local worker's
-            files = _local_files(rid, checkpoint_dir)
+            files = local_files(rid, checkpoint_dir)
         file_run(store, rid, rec, files)
     counts["ok" if finished else "failed"] += 1  # a collapsed run finished: ok, and counted
     if rec["status"] == "collapsed":
@@ -513,63 +514,6 @@ def _record(store: Store, rid: str, run: dict[str, Any], rec: Any, counts: dict[
              f"in {seconds:.0f} s") if isinstance(node, dict) and isinstance(
         seconds, (int, float)) else ""
     bar.advance(1, f"{outcome_text(counts)}{where}")
-
-
-CHECKPOINTS = "checkpoints"  # OUT's folder of --checkpoints files
-
-
-def _local_files(rid: str, checkpoint_dir: str) -> dict[Path, bytes | dict[str, Any]]:
-    """The checkpoint and log a worker on this machine left in ``checkpoint_dir`` for the
-    run ``rid`` ({its path: the checkpoint's bytes (None: already where it goes), the log
-    as an object})."""
-    from idaudit.core.jsontext import parse_json_object
-
-    files: dict[Path, Any] = {}
-    ckpt, log = Path(checkpoint_dir) / f"{rid}.safetensors", Path(checkpoint_dir) / f"{rid}.log.json"
-    if ckpt.is_file():
-        files[ckpt] = None
-    if log.is_file():
-        files[log] = parse_json_object(log.read_text(), "the run's log") or {}
-    return files
-
-
-def file_run(store: Store, rid: str, rec: dict[str, Any],
-             files: dict[Path, bytes | dict[str, Any] | None]) -> None:
-    """Write the run ``rid``'s checkpoint files, then its record (the commit point), into
-    ``store``; a finished run's earlier ``RID.failed.json`` removed after.
-
-    Args:
-        store: the sweep's OUT.
-        rid: the run id.
-        rec: the record (its ``checkpoint`` and ``log`` set here, relative to OUT).
-        files: {a path whose name is the file's: its bytes (None: read from that path on
-            this machine), or the log as an object}.
-    """
-    from idaudit.core.jsontext import json_text
-
-    finished = rec["status"] in FINISHED
-    keys = {}
-    for path in files:
-        key = store.join(CHECKPOINTS, Path(path).name)
-        keys["log" if Path(path).name.endswith(".log.json") else "checkpoint"] = key
-    rec.update(keys)
-    for path, data in sorted(files.items(), key=lambda kv: isinstance(kv[1], dict)):
-        key = store.join(CHECKPOINTS, Path(path).name)
-        if isinstance(data, dict):  # the log names the checkpoint where it now lies
-            data.update(checkpoint=rec.get("checkpoint"), log=rec.get("log"),
-                        node=rec.get("node"))
-            store.write_text(key, json_text(data))
-        elif data is not None:
-            store.write_bytes(key, data)
-        elif not (store.is_local and Path(store.path(key)).resolve() == Path(path).resolve()):
-            store.upload(path, key)
-    if not store.is_local:  # what this machine kept of them goes once they are in the store
-        for path in files:
-            Path(path).unlink(missing_ok=True)
-    store.write_text(store.join("runs", f"{rid}.json" if finished else f"{rid}.failed.json"),
-                     json_text(rec))
-    if finished:  # its record in place: an earlier attempt's failure is no longer this run's
-        store.remove(store.join("runs", f"{rid}.failed.json"))
 
 
 def outcome_text(counts: dict[str, int]) -> str:
