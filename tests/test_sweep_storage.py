@@ -187,3 +187,43 @@ def test_a_sweep_killed_mid_run_records_each_run_once(s3, tmp_path, where):
         runs = sorted(p.name for p in (tmp_path / "out" / "runs").iterdir())
         assert runs == sorted(f"{rid}.json" for rid in after)  # no temporaries, no failures
         assert all((tmp_path / "out" / rec["checkpoint"]).is_file() for rec in after.values())
+
+
+@pytest.mark.parametrize("kind", ["local", "memory", "s3"])
+def test_a_store_writes_whole_files_lists_removes_and_copies_trees(s3, tmp_path, kind):
+    from idaudit.core.storage import open_store
+
+    where = {"local": str(tmp_path / "st"), "memory": f"memory://{unique_prefix()}/st",
+             "s3": f"s3://{BUCKET}/{unique_prefix()}"}[kind]
+    store = open_store(where)
+    assert store.is_local == (kind == "local") and store.listdir("runs") == []
+    store.write_text("runs/a.json", '{"x": 1}')
+    store.write_bytes("runs/b.bin", bytes(range(256)))
+    assert store.listdir("runs") == ["a.json", "b.bin"] and store.exists("runs/a.json")
+    assert store.read_text("runs/a.json") == '{"x": 1}'
+    assert store.read_bytes("runs/b.bin") == bytes(range(256))
+    store.remove("runs/a.json")
+    store.remove("runs/a.json")  # a missing file: no error
+    assert store.listdir("runs") == ["b.bin"] and not store.exists("runs/a.json")
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "meta.json").write_text('{"status": "complete"}')
+    (tree / "sub" / "f.npy").write_bytes(b"\0" * 1000)
+    store.upload(tree, "data/ds")
+    assert store.listdir("data/ds") == ["meta.json", "sub"]
+    back = store.download("data/ds", tmp_path / "back" / "ds")
+    assert sorted(p.relative_to(back).as_posix() for p in back.rglob("*") if p.is_file()) == \
+        ["meta.json", "sub/f.npy"]
+    assert (back / "sub" / "f.npy").read_bytes() == b"\0" * 1000
+    if kind == "local":  # no temporaries left beside what was written
+        assert sorted(os.listdir(tmp_path / "st" / "runs")) == ["b.bin"]
+
+
+def test_importing_idaudit_imports_no_fsspec():
+    code = ("import sys, idaudit, idaudit.cli, idaudit.experiments.sweep, "
+            "idaudit.experiments.aggregate, idaudit.core.storage\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fsspec', 's3fs', "
+            "'botocore', 'aiobotocore')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=_env())
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
