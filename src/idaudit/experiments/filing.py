@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from idaudit.core.errors import first_line
 from idaudit.core.storage import Store
 from idaudit.experiments.execute import FINISHED
 
-__all__ = ["CHECKPOINTS", "dataset_complete", "file_run", "local_files"]
+__all__ = ["CHECKPOINTS", "already_stored", "dataset_complete", "file_run", "local_files",
+           "store_on_node"]
 
 
 def dataset_complete(path: Path) -> bool:
@@ -94,3 +96,66 @@ def file_run(store: Store, rid: str, rec: dict[str, Any],
                      json_text(rec))
     if finished:  # its record in place: an earlier attempt's failure is no longer this run's
         store.remove(store.join("runs", f"{rid}.failed.json"))
+
+
+def already_stored(store_uri: str, rid: str) -> bool:
+    """Whether the sweep's store at ``store_uri`` holds the run ``rid``'s record.
+
+    Args:
+        store_uri: the sweep's OUT (a URI).
+        rid: the run id.
+
+    Returns:
+        True where the record is there; False where it is not or the store cannot be asked
+        (the run goes on, and its filing says what is wrong).
+    """
+    from idaudit.core.storage import open_store
+
+    try:
+        return open_store(store_uri).exists(f"runs/{rid}.json")
+    except Exception:
+        return False
+
+
+def store_on_node(store_uri: str, rid: str, rec: dict[str, Any], node_ckpt: str | None
+                  ) -> dict[str, Any]:
+    """File the run ``rid`` from this node into the sweep's store at ``store_uri``: its
+    checkpoint and log (from ``node_ckpt``) first, the record last — the commit point: a node
+    killed before it leaves no record, and the run is done again on a rerun. A record that
+    another attempt put there meanwhile is kept, not overwritten. Returns the outcome the
+    driver counts (``stored``), or, where the store refused, the run's failure for the
+    driver to file.
+
+    Args:
+        store_uri: the sweep's OUT (a URI).
+        rid: the run id the driver gave.
+        rec: the run's record, as :func:`~idaudit.experiments.execute.execute` made it.
+        node_ckpt: where this node left the run's checkpoint and log, or None.
+
+    Returns:
+        ``{"id", "status", "node", "seconds", "stored": True}``, or a failed record.
+    """
+    from idaudit.core.storage import open_store
+
+    outcome = {"id": rid, "status": rec["status"], "node": rec.get("node"),
+               "seconds": rec.get("seconds"), "stored": True}
+    files: dict[Path, Any] = {}
+    try:
+        store = open_store(store_uri)
+        if rec["status"] in FINISHED and node_ckpt is not None:
+            import json
+
+            ckpt, log = Path(node_ckpt) / f"{rid}.safetensors", Path(node_ckpt) / f"{rid}.log.json"
+            files = {ckpt: None, log: json.loads(log.read_text())}
+        if store.exists(f"runs/{rid}.json"):  # another attempt recorded it meanwhile
+            for path in files:
+                Path(path).unlink(missing_ok=True)
+            return {**outcome, "status": "ok", "already": True}
+        file_run(store, rid, rec, files)
+    except Exception as exc:  # the driver files it (as a failure: retried on a rerun)
+        for path in files:
+            Path(path).unlink(missing_ok=True)
+        return {"run": rec.get("run"), "id": rid, "status": "failed", "node": rec.get("node"),
+                "seconds": rec.get("seconds"),
+                "error": f"writing to {store_uri}: {type(exc).__name__}: {first_line(exc)}"}
+    return outcome

@@ -15,7 +15,13 @@ task that Ray cannot finish (a
 node lost past its retries, a crashed worker, an OOM kill) becomes that run's
 ``ID.failed.json`` and the sweep goes on. Records are filed under the driver's run ids.
 
-Size: ≈ 590 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
+With ``OUT`` in object storage (``--out s3://bucket/prefix``) nothing comes back through Ray:
+a render task puts its dataset in the store (``data/NAME``, its ``meta.json`` last) and the
+nodes fetch it from there into their mirror; each node files its own run into the store
+(:func:`idaudit.experiments.filing.store_on_node`: checkpoint and log, then the record, the
+commit point), so the driver may die and any machine with access resumes the sweep.
+
+Size: ≈ 650 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
 (``_cluster``, ``_ship_inputs``, ``_render_missing``, ``_collect``); the task run on a node
 (``run_on_node``) stays here beside the version it is compared with, which the cluster tests
 patch on this module.
@@ -246,7 +252,9 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
     if __version__ != version:  # not this run's failure: the driver sends it elsewhere
         return {"id": rid, "node": where, WRONG_NODE: f"node {where['ip']} ({where['host']}) "
                 f"has idaudit {__version__}, this machine {version}"}
-    if store_uri is not None and _already_stored(store_uri, rid):  # another attempt's
+    from idaudit.experiments.filing import already_stored, store_on_node
+
+    if store_uri is not None and already_stored(store_uri, rid):  # another attempt's
         return {"id": rid, "node": where, "stored": True, "already": True, "status": "ok"}
     try:
         local = dict(run)
@@ -274,63 +282,6 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
             rec[key] = str(Path(checkpoint_dir) / name)
         rec["files"] = files
     return rec
-
-
-def _already_stored(store_uri: str, rid: str) -> bool:
-    """Whether the sweep's store at ``store_uri`` holds the run ``rid``'s record (False
-    where it cannot be asked: the run goes on, and its filing says what is wrong)."""
-    from idaudit.core.storage import open_store
-
-    try:
-        return open_store(store_uri).exists(f"runs/{rid}.json")
-    except Exception:
-        return False
-
-
-def store_on_node(store_uri: str, rid: str, rec: dict[str, Any], node_ckpt: str | None
-                  ) -> dict[str, Any]:
-    """File the run ``rid`` from this node into the sweep's store at ``store_uri``: its
-    checkpoint and log (from ``node_ckpt``) first, the record last — the commit point: a node
-    killed before it leaves no record, and the run is done again on a rerun. A record that
-    another attempt put there meanwhile is kept, not overwritten. Returns the outcome the
-    driver counts (``stored``), or, where the store refused, the run's failure for the
-    driver to file.
-
-    Args:
-        store_uri: the sweep's OUT (a URI).
-        rid: the run id the driver gave.
-        rec: the run's record, as :func:`~idaudit.experiments.execute.execute` made it.
-        node_ckpt: where this node left the run's checkpoint and log, or None.
-
-    Returns:
-        ``{"id", "status", "node", "seconds", "stored": True}``, or a failed record.
-    """
-    from idaudit.core.storage import open_store
-    from idaudit.experiments.execute import FINISHED
-    from idaudit.experiments.filing import file_run
-
-    outcome = {"id": rid, "status": rec["status"], "node": rec.get("node"),
-               "seconds": rec.get("seconds"), "stored": True}
-    files: dict[Path, Any] = {}
-    try:
-        store = open_store(store_uri)
-        if rec["status"] in FINISHED and node_ckpt is not None:
-            import json
-
-            ckpt, log = Path(node_ckpt) / f"{rid}.safetensors", Path(node_ckpt) / f"{rid}.log.json"
-            files = {ckpt: None, log: json.loads(log.read_text())}
-        if store.exists(f"runs/{rid}.json"):  # another attempt recorded it meanwhile
-            for path in files:
-                Path(path).unlink(missing_ok=True)
-            return {**outcome, "status": "ok", "already": True}
-        file_run(store, rid, rec, files)
-    except Exception as exc:  # the driver files it (as a failure: retried on a rerun)
-        for path in files:
-            Path(path).unlink(missing_ok=True)
-        return {"run": rec.get("run"), "id": rid, "status": "failed", "node": rec.get("node"),
-                "seconds": rec.get("seconds"),
-                "error": f"writing to {store_uri}: {type(exc).__name__}: {first_line(exc)}"}
-    return outcome
 
 
 # ---- the driver --------------------------------------------------------------------------
