@@ -62,7 +62,9 @@ def local_files(rid: str, checkpoint_dir: str) -> dict[Path, bytes | dict[str, A
 def file_run(store: Store, rid: str, rec: dict[str, Any],
              files: dict[Path, bytes | dict[str, Any] | None]) -> None:
     """Write the run ``rid``'s checkpoint files, then its record (the commit point), into
-    ``store``; a finished run's earlier ``RID.failed.json`` removed after.
+    ``store``; a finished run's earlier ``RID.failed.json`` removed after. A failure is not
+    filed where the run's finished record is already there (a Ray node filed it and was lost
+    before it answered).
 
     Args:
         store: the sweep's OUT.
@@ -74,6 +76,8 @@ def file_run(store: Store, rid: str, rec: dict[str, Any],
     from idaudit.core.jsontext import json_text
 
     finished = rec["status"] in FINISHED
+    if not finished and store.exists(store.join("runs", f"{rid}.json")):
+        return  # a node filed it, then was lost before it answered: no failure beside it
     keys = {}
     for path in files:
         key = store.join(CHECKPOINTS, Path(path).name)
