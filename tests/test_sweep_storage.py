@@ -227,3 +227,42 @@ def test_importing_idaudit_imports_no_fsspec():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env=_env())
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+def test_a_reacher_sweep_into_s3_puts_its_dataset_there_and_a_rerun_fetches_it(s3, tmp_path):
+    pytest.importorskip("mujoco")
+    from idaudit.experiments.suites import SUITES, shrink
+    from idaudit.experiments.sweep import run_sweep
+
+    def runs(lambdas: list[float]) -> list[dict]:
+        return shrink(SUITES["reacher"](), seeds=1,
+                      only={"rho": [0.9], "mode": ["ou"], "lamb": lambdas},
+                      overrides={"pairs": 120, "epochs": 1, "n_eval": 60, "batch": 64})
+
+    prefix = unique_prefix()
+    uri = f"s3://{BUCKET}/{prefix}"
+    assert run_sweep(runs([5e-3]), uri, workers=1, checkpoints=True)["ok"] == 1
+    name = "reacher-ou-rho0.9-n120-s0-px32-e60"
+    data = [k.removeprefix(f"{prefix}/data/{name}/") for k in keys(s3, BUCKET, f"{prefix}/data/")]
+    assert "meta.json" in data and len(data) > 1, data
+    import boto3
+
+    meta = boto3.client("s3", endpoint_url=s3).get_object(
+        Bucket=BUCKET, Key=f"{prefix}/data/{name}/meta.json")["Body"].read()
+    assert json.loads(meta)["status"] == "complete"
+    before = _objects_etags(s3, f"{prefix}/data/")
+    # a second run reading the same dataset: fetched from the store, not rendered and put again
+    counts = run_sweep(runs([5e-3, 1e-2]), uri, workers=1, checkpoints=True)
+    assert (counts["skipped"], counts["ok"], counts["failed"]) == (1, 1, 0), counts
+    assert _objects_etags(s3, f"{prefix}/data/") == before
+    assert len(_records(s3, prefix)) == 2
+
+
+def _objects_etags(endpoint: str, prefix: str) -> dict[str, tuple[str, str]]:
+    """{key: (ETag, last modified)} of every object under ``prefix``."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    return {o["Key"]: (o["ETag"], str(o["LastModified"]))
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+            for o in page.get("Contents", [])}
