@@ -255,7 +255,14 @@ def test_a_reacher_sweep_into_s3_puts_its_dataset_there_and_a_rerun_fetches_it(s
     counts = run_sweep(runs([5e-3, 1e-2]), uri, workers=1, checkpoints=True)
     assert (counts["skipped"], counts["ok"], counts["failed"]) == (1, 1, 0), counts
     assert _objects_etags(s3, f"{prefix}/data/") == before
-    assert len(_records(s3, prefix)) == 2
+    recs = _records(s3, prefix)
+    assert len(recs) == 2
+    # the audit of an S3 checkpoint fetches the dataset it names (../data/NAME) beside it
+    rid, rec = sorted(recs.items())[0]
+    res = run("audit", f"{uri}/{rec['checkpoint']}", "--json", tmp_path / "a.json")
+    assert res.exit_code in (0, 1, 3), res.output  # a verdict (two steps may collapse h)
+    audited = json.loads((tmp_path / "a.json").read_text())["metrics"]["r2_h_to_z"]
+    assert audited == pytest.approx(rec["metrics"]["r2_h_to_z"], abs=1e-9)
 
 
 def _objects_etags(endpoint: str, prefix: str) -> dict[str, tuple[str, str]]:

@@ -40,7 +40,7 @@ def fetched(targets: list[str]) -> Iterator[list[Path]]:
             if not name or parent.endswith(":/"):
                 raise IdauditError(f"{target}: a URI of a file (PROTOCOL://bucket/path/FILE)")
             store = open_store(parent, "the target")
-            dest = Path(tmp) / str(i) / name
+            dest = Path(tmp) / str(i) / "file" / name
             try:
                 store.download(name, dest)
             except FileNotFoundError:
@@ -49,5 +49,37 @@ def fetched(targets: list[str]) -> Iterator[list[Path]]:
                 log = name.removesuffix(".safetensors") + ".log.json"
                 with contextlib.suppress(FileNotFoundError):
                     store.download(log, dest.parent / log)
+                _fetch_dataset(parent, dest)
             local.append(dest)
         yield local
+
+
+def _fetch_dataset(parent: str, checkpoint: Path) -> None:
+    """The dataset an idaudit checkpoint fetched from the directory URI ``parent`` names
+    relative to itself (``world.extra.data``: ``../data/NAME`` in a sweep's OUT), fetched
+    beside it at the same relative place, where the store has it; a checkpoint that names
+    none, or one outside the fetch's own folder, is left as it is (audit then says to pass
+    --data)."""
+    import json
+    import posixpath
+
+    from idaudit.core.errors import IdauditError
+    from idaudit.core.metadata import read_metadata
+    from idaudit.core.storage import open_store
+
+    try:
+        world = json.loads(read_metadata(checkpoint).get("world") or "{}")
+        rel = world.get("extra", {}).get("data")
+    except (IdauditError, ValueError, AttributeError):
+        return
+    if not isinstance(rel, str) or not rel or posixpath.isabs(rel):
+        return
+    scheme, _, path = parent.partition("://")
+    full = posixpath.normpath(posixpath.join(path, rel))
+    local = (checkpoint.parent / rel).resolve()
+    top = checkpoint.parent.parent.resolve()  # the fetch's own folder (the tmp/i/)
+    if not local.is_relative_to(top) or local == top or "/" not in full:
+        return
+    folder, _, name = full.rpartition("/")
+    with contextlib.suppress(FileNotFoundError):
+        open_store(f"{scheme}://{folder}", "the target").download(name, local)
