@@ -318,11 +318,14 @@ def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
     return runs
 
 
-def _note_suite(store: Store, suite: str) -> None:
-    """``OUT/sweep.json``: the suite this sweep runs (``idaudit report``'s title)."""
+def _note_suite(store: Store | Path, suite: str) -> None:
+    """``OUT/sweep.json``: the suite this sweep runs (``idaudit report``'s title); ``store``
+    the sweep's OUT (a directory, or a :class:`~idaudit.core.storage.Store`)."""
     from idaudit.core.jsontext import json_text
+    from idaudit.core.storage import open_store
     from idaudit.experiments.aggregate import SWEEP_FILE
 
+    store = store if isinstance(store, Store) else open_store(Path(store))
     if store.is_local:
         Path(store.root).mkdir(parents=True, exist_ok=True)
     store.write_text(SWEEP_FILE, json_text({"suite": suite}))
