@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from idaudit.core.storage import open_store
 from idaudit.experiments.aggregate import aggregate, write_tables
 from idaudit.experiments.figures import bound_counts
 from idaudit.experiments.sweep import _record
@@ -89,11 +90,12 @@ def test_a_collapsed_run_is_filed_finished_and_counted_apart(tmp_path):
     rec = {"status": "collapsed", "id": "r1", "metrics": {"total_variance_h": 0.0},
            "collapsed": True}
     bar = Bar()
-    _record(tmp_path, "r1", {"world": "spiral"}, rec, counts, bar)
-    assert (tmp_path / "r1.json").exists() and not (tmp_path / "r1.failed.json").exists()
+    _record(open_store(tmp_path), "r1", {"world": "spiral"}, rec, counts, bar)
+    runs = tmp_path / "runs"
+    assert (runs / "r1.json").exists() and not (runs / "r1.failed.json").exists()
     assert counts == {"total": 2, "skipped": 0, "ok": 1, "failed": 0, "collapsed": 1}
     assert bar.info == "1 ok (1 collapsed), 0 failed"
-    assert json.loads((tmp_path / "r1.json").read_text())["status"] == "collapsed"
+    assert json.loads((runs / "r1.json").read_text())["status"] == "collapsed"
 
 
 def _rec(seed, collapsed, bound, mse):

@@ -17,6 +17,7 @@ from conftest import one_line, run
 from test_action import action_env, one_line_error, run_script, step_outputs, summary
 
 import idaudit
+from idaudit.core.storage import open_store
 from idaudit.evaluations.report import audit_markdown, markdown_text, xml_text
 from idaudit.experiments.sweep import _record
 
@@ -248,7 +249,7 @@ def test_a_record_naming_another_id_is_filed_as_this_runs_failure(tmp_path):
     run_opts, counts, bar = {"world": "spiral", "seed": 0}, {"ok": 0, "failed": 0}, _Bar()
     rec = {"run": {"world": "evil"}, "id": "../../X", "status": "ok", "metrics": {},
            "node": {"host": "h\x1b[2J", "ip": "1.2.3.4"}, "seconds": 3.0}
-    _record(out, "abc123", run_opts, rec, counts, bar)
+    _record(open_store(out.parent), "abc123", run_opts, rec, counts, bar)
     assert files_under(tmp_path) == ["OUT/runs/abc123.failed.json"]
     filed = json.loads((out / "abc123.failed.json").read_text())
     assert filed == {"run": run_opts, "id": "abc123", "status": "failed", "seconds": None,
@@ -264,7 +265,7 @@ def test_a_record_brings_only_its_own_checkpoint_files(tmp_path):
     counts, bar = {"ok": 0, "failed": 0}, _Bar()
     evil = str(tmp_path / "OUT" / "checkpoints" / ".." / ".." / "evil.safetensors")
     rec = {"id": "r1", "status": "ok", "metrics": {}, "files": {evil: b"x"}}
-    _record(out, "r1", {"seed": 1}, rec, counts, bar, str(ckpt))
+    _record(open_store(out.parent), "r1", {"seed": 1}, rec, counts, bar, str(ckpt))
     assert files_under(tmp_path) == ["OUT/runs/r1.failed.json"]
     assert "brings files other than this run's checkpoint and log" in \
         json.loads((out / "r1.failed.json").read_text())["error"]
@@ -272,14 +273,14 @@ def test_a_record_brings_only_its_own_checkpoint_files(tmp_path):
     own = {str(ckpt / "r2.safetensors"): b"weights", str(ckpt / "r2.log.json"): b'{"steps": 3}'}
     rec = {"id": "r2", "status": "ok", "metrics": {}, "files": own, "seconds": 2.0,
            "node": {"host": "n1", "ip": "10.0.0.1"}}
-    _record(out, "r2", {"seed": 2}, rec, counts, bar, str(ckpt))
+    _record(open_store(out.parent), "r2", {"seed": 2}, rec, counts, bar, str(ckpt))
     assert (ckpt / "r2.safetensors").read_bytes() == b"weights"
     assert json.loads((ckpt / "r2.log.json").read_text()) == {
-        "steps": 3, "checkpoint": str(ckpt / "r2.safetensors"), "log": str(ckpt / "r2.log.json"),
+        "steps": 3, "checkpoint": "checkpoints/r2.safetensors", "log": "checkpoints/r2.log.json",
         "node": {"host": "n1", "ip": "10.0.0.1"}}
     filed = json.loads((out / "r2.json").read_text())
     assert (filed["id"], filed["run"], filed["checkpoint"]) == ("r2", {"seed": 2},
-                                                                str(ckpt / "r2.safetensors"))
+                                                                "checkpoints/r2.safetensors")
     assert counts == {"ok": 1, "failed": 1}
     assert bar.lines[-1] == "1 ok, 1 failed; last on n1 (10.0.0.1) in 2 s"
 

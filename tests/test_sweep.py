@@ -393,7 +393,7 @@ def test_checkpoints_are_kept_for_audit_and_failed_runs_exit_4(tmp_path, monkeyp
     assert res.exit_code == 0, res.output
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "o" / "runs").glob("*.json")]
     ckpt = tmp_path / "o" / "checkpoints" / f"{rec['id']}.safetensors"
-    assert ckpt.exists() and rec["checkpoint"] == str(ckpt)
+    assert ckpt.exists() and rec["checkpoint"] == f"checkpoints/{rec['id']}.safetensors"
     res = runner.invoke(app, ["audit", str(ckpt), "--json", str(tmp_path / "a.json")])
     assert res.exit_code == 0, res.output
     audited = json.loads((tmp_path / "a.json").read_text())["metrics"]["r2_h_to_z"]

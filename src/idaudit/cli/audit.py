@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from idaudit.cli.application import app, cli_errors
@@ -23,9 +21,9 @@ __all__: list[str] = []  # the command registers itself with the app; nothing to
 @report_flags
 @encoder_flags
 def audit(
-    targets: list[Path] = typer.Argument(..., help="encoders or arrays to audit: "
-                                         + encoder_forms() + "; several (e.g. seeds of one "
-                                         "recipe) are gated together, see --reduce"),
+    targets: list[str] = typer.Argument(..., help="encoders or arrays to audit: "
+                                        + encoder_forms() + "; several (e.g. seeds of one "
+                                        "recipe) are gated together, see --reduce"),
     options: dict = None,  # audit's own options (core/options.AUDIT)
     report: dict = None,  # the REPORT_FLAGS (report_flags)
     encoder: dict = None,  # the encoder flags (core/options.ENCODER)
@@ -35,16 +33,18 @@ def audit(
     Exit codes: 0 pass, 1 a threshold failed, 2 bad input or usage, 3 inconclusive
     (collapsed or degenerate embedding, NaN/Inf, too few samples).
     """
+    from idaudit.cli.fetched import fetched
     from idaudit.evaluations.audit import run_audit
     from idaudit.evaluations.pipeline import files_read
     from idaudit.evaluations.report import audit_table, side_by_side_table, verdict_lines
 
     check_seed(options["seed"])
-    check_reports(report, files_read(list(targets), encoder, report["gate"], "the input"),
-                  [(options["plot"], "--plot"), (options["html"], "--html")])
-    result = run_audit(AuditRequest.from_options(
-        targets=list(targets), **encoder, **{**options, "circular": options["circular"] or ()},
-        min=report["min"], max=report["max"], gate=report["gate"]))
+    with fetched(targets) as local:
+        check_reports(report, files_read(local, encoder, report["gate"], "the input"),
+                      [(options["plot"], "--plot"), (options["html"], "--html")])
+        result = run_audit(AuditRequest.from_options(
+            targets=local, **encoder, **{**options, "circular": options["circular"] or ()},
+            min=report["min"], max=report["max"], gate=report["gate"]))
     table = audit_table(result, report["keys"])
     if result.runs:
         say_which_value(table, result)

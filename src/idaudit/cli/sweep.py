@@ -53,8 +53,11 @@ def sweep(
     if list_only:
         _print_runs(suite, runs)
         return
+    from idaudit.core.storage import is_uri
+
     counts = run_sweep_request(req, runs, progress=True)
+    where = f"{str(req.out).rstrip('/')}/runs" if is_uri(str(req.out)) else Path(req.out) / "runs"
     out.print(f"{counts['total']} runs: {counts['skipped']} already done, "
-              f"{outcome_text(counts)}; results in {Path(req.out) / 'runs'}")
+              f"{outcome_text(counts)}; results in {where}")
     if counts["failed"]:  # not 1: that code means a gate failed
         raise typer.Exit(EXIT_RUNS_FAILED)

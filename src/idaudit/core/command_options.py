@@ -127,7 +127,8 @@ WRITE: tuple[Option, ...] = (
 
 #: ``idaudit sweep``'s own options (its --list only prints)
 SWEEP: tuple[Option, ...] = (
-    Option("out", "directory", "results directory", ("--out", "-o"), default="sweeps"),
+    Option("out", "directory", "results directory, or a URI (s3://bucket/prefix: the s3 "
+           "extra)", ("--out", "-o"), default="sweeps"),
     Option("seeds", "integer", "keep the first N seeds", limit="seeds"),
     Option("steps", "integer", "cap the training steps", limit="steps"),
     Option("dims", "string", "comma-separated dims to keep"),

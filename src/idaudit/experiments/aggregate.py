@@ -60,15 +60,25 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
         (the finished runs' records, the failed runs' records), each by file name.
     """
     from idaudit.core.jsontext import parse_json_object
+    from idaudit.core.storage import is_uri, open_store
 
-    runs_dir = Path(out_dir) / "runs"
-    if not runs_dir.is_dir():
-        raise IdauditError(f"{out_dir} has no runs/ directory (run `idaudit sweep` first)")
+    store = open_store(str(out_dir), "the sweep") if is_uri(str(out_dir)) else None
+    if store is None:
+        runs_dir = Path(out_dir) / "runs"
+        if not runs_dir.is_dir():
+            raise IdauditError(f"{out_dir} has no runs/ directory (run `idaudit sweep` first)")
+        paths: list[Any] = record_paths(out_dir)
+    else:
+        paths = [store.join("runs", n) for n in store.listdir("runs") if n.endswith(".json")]
+        if not paths:
+            raise IdauditError(f"{out_dir} has no run records under runs/ (run `idaudit "
+                               "sweep` first)")
     ok, failed = [], []
-    for path in record_paths(out_dir):
-        is_failed = path.name.endswith(".failed.json")
+    for path in paths:
+        is_failed = str(path).endswith(".failed.json")
         try:
-            text = _read_record(path)
+            text = _read_record(path) if store is None else _read_stored(store, path)
+            path = path if store is None else store.shown(path)
             rec = parse_json_object(text, str(path))
             if not is_failed:
                 check_record(rec, str(path))
@@ -77,6 +87,15 @@ def load_results(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[s
                                "rerun the sweep to redo that run") from None
         (failed if is_failed else ok).append(rec)
     return ok, failed
+
+
+def _read_stored(store: Any, key: str) -> str:
+    """The text of the run record ``key`` in the remote ``store`` (an object store has no
+    symbolic links to refuse)."""
+    try:
+        return store.read_text(key)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IdauditError(f"cannot read {store.shown(key)} ({exc})") from None
 
 
 def _read_record(path: Path) -> str:
@@ -442,10 +461,14 @@ _SYMBOLS = {"lamb": "λ", "rho": "ρ", "sigma": "σ", "alpha": "α", "dim": "N"}
 def sweep_suite(out_dir: str | Path) -> str | None:
     """The suite a sweep's directory was made by (``DIR/sweep.json``), or None where the
     directory has no such file (made before idaudit wrote one) or it names none."""
-    path = Path(out_dir) / SWEEP_FILE
+    from idaudit.core.storage import is_uri, open_store
+
     try:
-        suite = json.loads(path.read_text()).get("suite")
-    except (OSError, ValueError, AttributeError):
+        if is_uri(str(out_dir)):
+            suite = json.loads(open_store(str(out_dir)).read_text(SWEEP_FILE)).get("suite")
+        else:
+            suite = json.loads((Path(out_dir) / SWEEP_FILE).read_text()).get("suite")
+    except (OSError, ValueError, AttributeError, IdauditError):
         return None
     return suite if isinstance(suite, str) else None
 
@@ -471,7 +494,7 @@ def _heading(rows: list[dict[str, Any]], suite: str | None) -> list[str]:
 
 def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
                  records: list[dict[str, Any]] | None = None,
-                 suite: str | None = None) -> dict[str, Path]:
+                 suite: str | None = None) -> dict[str, Path | str]:
     """summary.csv (every configuration) and summary.md (the paper's Table 1 layout when the
     runs vary the dimension: N, raw-mixing R², then R²(h → z) per method; with ``records``
     from a Ray sweep, the runs per node). Text read from records is written inert: CSV cells
@@ -485,25 +508,28 @@ def write_tables(rows: list[dict[str, Any]], out_dir: str | Path,
         suite: the suite the sweep ran (:func:`sweep_suite`), summary.md's title.
 
     Returns:
-        {"csv": summary.csv, "markdown": summary.md}, the paths written.
+        {"csv": summary.csv, "markdown": summary.md}, the paths written (for a sweep in
+        object storage, their URIs).
     """
     import csv
     import io
 
-    from idaudit.core.atomic import atomic_write
+    from idaudit.core.storage import is_uri, open_store
 
-    out_dir = Path(out_dir)
+    store = open_store(str(out_dir) if is_uri(str(out_dir)) else Path(out_dir), "the sweep")
     cols = sorted({k for r in rows for k in r}, key=lambda k: (k.endswith(("_mean", "_std")), k))
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow([csv_cell(c) for c in cols])
     w.writerows([csv_cell(r.get(c, "")) for c in cols] for r in rows)
     text_csv = buf.getvalue()
-    atomic_write(out_dir / TABLES["csv"], lambda tmp: Path(tmp).write_text(text_csv))
+    store.write_text(TABLES["csv"], text_csv)
     text_md = "\n".join(_heading(rows, suite) + _summary_lines(rows)
                         + runs_per_node(records or [])) + "\n"
-    atomic_write(out_dir / TABLES["markdown"], lambda tmp: Path(tmp).write_text(text_md))
-    return {kind: out_dir / name for kind, name in TABLES.items()}
+    store.write_text(TABLES["markdown"], text_md)
+    if store.is_local:
+        return {kind: Path(store.root) / name for kind, name in TABLES.items()}
+    return {kind: store.shown(name) for kind, name in TABLES.items()}
 
 
 def _summary_lines(rows: list[dict[str, Any]]) -> list[str]:

@@ -15,7 +15,13 @@ task that Ray cannot finish (a
 node lost past its retries, a crashed worker, an OOM kill) becomes that run's
 ``ID.failed.json`` and the sweep goes on. Records are filed under the driver's run ids.
 
-Size: ≈ 590 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
+With ``OUT`` in object storage (``--out s3://bucket/prefix``) nothing comes back through Ray:
+a render task puts its dataset in the store (``data/NAME``, its ``meta.json`` last) and the
+nodes fetch it from there into their mirror; each node files its own run into the store
+(:func:`idaudit.experiments.filing.store_on_node`: checkpoint and log, then the record, the
+commit point), so the driver may die and any machine with access resumes the sweep.
+
+Size: ≈ 650 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
 (``_cluster``, ``_ship_inputs``, ``_render_missing``, ``_collect``); the task run on a node
 (``run_on_node``) stays here beside the version it is compared with, which the cluster tests
 patch on this module.
@@ -143,12 +149,12 @@ def mirrored(driver_path: str | Path, token: str) -> Path:
     return mirror_root(token) / Path(driver_path).relative_to(Path(driver_path).anchor)
 
 
-def _materialize(driver_path: str, ref_box: list, token: str) -> Path:
-    """The node's copy of ``driver_path``, fetched from the object store once per node (a
-    file lock keeps concurrent tasks on one node from fetching it twice)."""
+def _materialize(driver_path: str, ref_box: list | dict[str, str], token: str) -> Path:
+    """The node's copy of ``driver_path``, fetched once per node (a file lock keeps
+    concurrent tasks on one node from fetching it twice): from Ray's object store
+    (``ref_box``: [the object]) or from the sweep's store (``{"uri": OUT, "key":
+    "data/NAME"}``, :func:`stored_input`)."""
     import fcntl
-
-    import ray
 
     dest = mirrored(driver_path, token)
     key = hashlib.sha1(driver_path.encode()).hexdigest()[:16]
@@ -158,9 +164,36 @@ def _materialize(driver_path: str, ref_box: list, token: str) -> Path:
     with open(root / f".lock-{key}", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
-            unpack(ray.get(ref_box[0]), dest)
+            if isinstance(ref_box, dict):
+                from idaudit.core.storage import open_store
+
+                open_store(ref_box["uri"]).download(ref_box["key"], dest)
+            else:
+                import ray
+
+                unpack(ray.get(ref_box[0]), dest)
             done.touch()
     return dest
+
+
+def stored_input(uri: str, path: Path) -> dict[str, str]:
+    """What :func:`_materialize` fetches from the sweep's store at ``uri``: the dataset
+    directory ``path`` (under the driver's ``OUT/data``) as the store's ``data/NAME``."""
+    return {"uri": uri, "key": f"data/{Path(path).name}"}
+
+
+def _stored_complete(uri: str, path: Path) -> bool:
+    """Whether the store at ``uri`` holds the dataset ``path`` complete (its meta.json,
+    put last, says so)."""
+    import json
+
+    from idaudit.core.storage import open_store
+
+    try:
+        meta = open_store(uri).read_text(f"data/{Path(path).name}/meta.json")
+        return json.loads(meta).get("status") == "complete"
+    except (OSError, ValueError, AttributeError, IdauditError):
+        return False
 
 
 # ---- what runs on a node -----------------------------------------------------------------
@@ -182,24 +215,33 @@ def probe() -> dict[str, str]:
 
 
 def render_on_node(spec_dict: dict[str, Any], name: str, driver_data_root: str, token: str,
-                   workers: int) -> dict[str, bytes]:
+                   workers: int, store_uri: str | None = None) -> dict[str, bytes]:
     """Render (or resume) one dataset into the node's mirror of the driver's ``OUT/data``
-    with ``workers`` render processes; return its files."""
+    with ``workers`` render processes; return its files, or, with ``store_uri`` (the
+    sweep's OUT in object storage), put it there as ``data/NAME`` (its meta.json last) and
+    return nothing: the other nodes fetch it from there."""
     from idaudit.worlds import KINDS
     from idaudit.worlds.spec import WorldSpec
 
     spec = WorldSpec.from_dict(spec_dict)
     root = mirrored(driver_data_root, token)
     KINDS.get(spec.name).prepare(spec, root, workers, False)
+    if store_uri is not None:
+        from idaudit.core.storage import open_store
+
+        open_store(store_uri).upload(root / name, f"data/{name}")
+        return {}
     return pack(root / name)
 
 
-def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[str, list]],
+def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[str, Any]],
                 data_root: str, checkpoint_dir: str | None, device: str, threads: int,
-                token: str) -> dict[str, Any]:
+                token: str, store_uri: str | None = None) -> dict[str, Any]:
     """One run on this node: its inputs fetched into the node's mirror, trained there, its
     checkpoint and log (with ``checkpoint_dir``) read back into the record as ``files``
-    (``{driver path: bytes}``) and removed from the node. Never raises."""
+    (``{driver path: bytes}``) and removed from the node. With ``store_uri`` (the sweep's
+    OUT in object storage) the node files the run there itself (:func:`store_on_node`) and
+    returns only its outcome. Never raises."""
     from idaudit.core.threads import share_cpu
 
     share_cpu()  # as the idaudit command does, before this worker first loads torch
@@ -210,6 +252,10 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
     if __version__ != version:  # not this run's failure: the driver sends it elsewhere
         return {"id": rid, "node": where, WRONG_NODE: f"node {where['ip']} ({where['host']}) "
                 f"has idaudit {__version__}, this machine {version}"}
+    from idaudit.experiments.filing import already_stored, store_on_node
+
+    if store_uri is not None and already_stored(store_uri, rid):  # another attempt's
+        return {"id": rid, "node": where, "stored": True, "already": True, "status": "ok"}
     try:
         local = dict(run)
         for driver_path, ref_box in inputs:
@@ -225,6 +271,8 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
     rec.update(run=run, id=rid, node=where, started=started, finished=time.time())
     from idaudit.experiments.execute import FINISHED
 
+    if store_uri is not None:
+        return store_on_node(store_uri, rid, rec, node_ckpt)
     if rec["status"] in FINISHED and node_ckpt is not None:  # a collapsed run's files too
         files = {}
         for key, name in (("checkpoint", f"{rid}.safetensors"), ("log", f"{rid}.log.json")):
@@ -405,7 +453,7 @@ def _first_line(exc: BaseException) -> str:
 def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                 data_root: Path, checkpoint_dir: Path | None, shape: TaskShape,
                 prepare: list[tuple[Any, Path]], progress: bool = False,
-                avoided: dict[str, str] | None = None
+                avoided: dict[str, str] | None = None, store: Any = None
                 ) -> Iterator[Iterator[tuple[int, dict[str, Any]]]]:
     """The runs ``todo`` on the cluster at ``address``, in three phases. Entering: the
     cluster reached and its nodes checked (:func:`_cluster`), then the datasets rendered and
@@ -416,12 +464,17 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
     names. ``prepare``: (world spec, the driver's dataset directory) for every dataset the
     runs read under ``data_root``, rendered on the cluster when missing on the driver.
     Leaving early (an error, Ctrl-C, SIGTERM) cancels the runs still on the cluster.
-    ``avoided`` gets ``{node id: why}`` of each node a task found with another idaudit."""
+    ``avoided`` gets ``{node id: why}`` of each node a task found with another idaudit.
+    ``store``: the sweep's OUT in object storage (:class:`~idaudit.core.storage.Store`), or
+    None: with one, the nodes read the datasets from it and file their runs into it
+    themselves (the records then say ``stored``)."""
+    uri = None if store is None else store.uri
     with _cluster(address, shape) as (ray, stop):
         token = hashlib.sha1(f"{socket.gethostname()}:{data_root}".encode()).hexdigest()[:12]
-        inputs = _ship_inputs(ray, stop, todo, data_root, shape, prepare, token, progress)
+        inputs = _ship_inputs(ray, stop, todo, data_root, shape, prepare, token, progress,
+                              uri)
         results = _collect(ray, stop, todo, ids, inputs, data_root, checkpoint_dir, shape,
-                           token, {} if avoided is None else avoided)
+                           token, {} if avoided is None else avoided, uri)
         with contextlib.closing(results):
             yield results
 
@@ -439,15 +492,18 @@ def _cluster(address: str | None, shape: TaskShape) -> Iterator[tuple[Any, Stop]
 
 def _ship_inputs(ray, stop: Stop, todo: list[dict[str, Any]], data_root: Path,
                  shape: TaskShape, prepare: list[tuple[Any, Path]], token: str,
-                 progress: bool) -> list[list[tuple[str, list]]]:
-    """Phase 2: the datasets of ``prepare`` missing on the driver rendered on the cluster
-    (:func:`_render_missing`), every other dataset of ``prepare`` and every run's own
-    ``data`` file put in the object store; returns, for each run of ``todo``, the inputs
-    :func:`run_on_node` fetches: (driver path, [the object holding its files])."""
-    refs = _render_missing(ray, stop, prepare, data_root, shape, token, progress)
+                 progress: bool, uri: str | None = None) -> list[list[tuple[str, Any]]]:
+    """Phase 2: the datasets of ``prepare`` missing on the driver (with ``uri``, the sweep's
+    store: missing there) rendered on the cluster (:func:`_render_missing`), every other
+    dataset of ``prepare`` and every run's own ``data`` file put in the object store;
+    returns, for each run of ``todo``, the inputs :func:`run_on_node` fetches: (driver path,
+    [the object holding its files]), or, for a dataset in the sweep's store, (driver path,
+    :func:`stored_input`)."""
+    refs: dict[str, Any] = _render_missing(ray, stop, prepare, data_root, shape, token,
+                                           progress, uri)
     for _, path in prepare:
         if str(path) not in refs:
-            refs[str(path)] = ray.put(pack(path))
+            refs[str(path)] = stored_input(uri, path) if uri is not None else ray.put(pack(path))
     for r in todo:
         if r.get("data") is not None and str(Path(r["data"]).resolve()) not in refs:
             data = Path(r["data"]).resolve()
@@ -458,25 +514,30 @@ def _ship_inputs(ray, stop: Stop, todo: list[dict[str, Any]], data_root: Path,
         reads = _run_reads(r, data_root, shape.device)
         needs = [str(Path(r["data"]).resolve())] if r.get("data") is not None else [
             str(p) for _, p in prepare if p in reads]
-        inputs.append([(p, [refs[p]]) for p in needs if p in refs])
+        inputs.append([(p, refs[p] if isinstance(refs[p], dict) else [refs[p]])
+                       for p in needs if p in refs])
     return inputs
 
 
 def _render_missing(ray, stop: Stop, prepare: list[tuple[Any, Path]], data_root: Path,
-                    shape: TaskShape, token: str, progress: bool) -> dict[str, Any]:
+                    shape: TaskShape, token: str, progress: bool, uri: str | None = None
+                    ) -> dict[str, Any]:
     """The datasets of ``prepare`` not complete on the driver rendered by one cluster task
     each (:func:`render_on_node`) and written at their driver paths; returns {driver path:
-    the object holding its files}. A render that fails raises :class:`IdauditError`."""
+    the object holding its files}. With ``uri`` (the sweep's store): those not complete
+    there, put there by the task that rendered them ({driver path: :func:`stored_input`}),
+    nothing written on the driver. A render that fails raises :class:`IdauditError`."""
     from idaudit.core.progress import ProgressBar
 
     refs: dict[str, Any] = {}
-    renders = [(spec, path) for spec, path in prepare if not _complete(path)]
+    renders = [(spec, path) for spec, path in prepare
+               if not (_complete(path) if uri is None else _stored_complete(uri, path))]
     if not renders:
         return refs
     render = ray.remote(render_on_node).options(
         num_cpus=shape.cpus or 1, max_retries=MAX_RETRIES, retry_exceptions=False)
     pending = {render.remote(spec.to_dict(), path.name, str(data_root), token,
-                             shape.threads): path for spec, path in renders}
+                             shape.threads, uri): path for spec, path in renders}
     with ProgressBar(progress, len(pending), "render on the cluster") as bar, \
             _cancelled_on_exit(ray, pending):
         while pending:
@@ -485,11 +546,13 @@ def _render_missing(ray, stop: Stop, prepare: list[tuple[Any, Path]], data_root:
             for ref in done:
                 path = pending.pop(ref)
                 try:
-                    unpack(ray.get(ref), path)
+                    files = ray.get(ref)
+                    if uri is None:
+                        unpack(files, path)
                 except Exception as exc:
                     raise IdauditError(f"rendering {path.name} on the cluster failed: "
                                        f"{_first_line(exc)}") from None
-                refs[str(path)] = ref
+                refs[str(path)] = ref if uri is None else stored_input(uri, path)
                 bar.advance(1)
     return refs
 
@@ -497,13 +560,15 @@ def _render_missing(ray, stop: Stop, prepare: list[tuple[Any, Path]], data_root:
 def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
              inputs: list[list[tuple[str, list]]], data_root: Path,
              checkpoint_dir: Path | None, shape: TaskShape, token: str,
-             avoided: dict[str, str]) -> Iterator[tuple[int, dict[str, Any]]]:
+             avoided: dict[str, str], uri: str | None = None
+             ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Phase 3: the runs submitted as :func:`run_on_node` tasks (at most
     ``shape.in_flight`` at once), ``(i, record)`` yielded as each finishes (a task Ray
     could not finish: a failed record); the nodes' copies removed once all are in. A task
     that found another idaudit on its node (:data:`WRONG_NODE`) is no failure: its run goes
     back to the queue, and that node, noted in ``avoided`` ({node id: why}), is kept out of
-    every later task by Ray's scheduler (a label selector on the node id)."""
+    every later task by Ray's scheduler (a label selector on the node id). With ``uri``
+    each task files its run into the sweep's store itself (:func:`store_on_node`)."""
     import re
 
     task = ray.remote(run_on_node)
@@ -519,7 +584,7 @@ def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
                 pending[task.options(**shape.options(), **where).remote(
                     todo[i], ids[i], __version__, inputs[i], str(data_root),
                     None if checkpoint_dir is None else str(checkpoint_dir), shape.device,
-                    shape.threads, token)] = i
+                    shape.threads, token, uri)] = i
             done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
             stop.check()
             for ref in done:
@@ -576,12 +641,9 @@ def _clean_nodes(ray, token: str, timeout: float = 5.0) -> None:
 
 def _complete(path: Path) -> bool:
     """Whether a rendered dataset directory is complete (its ``meta.json`` says so)."""
-    import json
+    from idaudit.experiments.filing import dataset_complete
 
-    try:
-        return json.loads((Path(path) / "meta.json").read_text()).get("status") == "complete"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return dataset_complete(path)
 
 
 def _run_reads(run: dict[str, Any], data_root: Path, device: str) -> list[Path]:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from idaudit.core.errors import IdauditError
-from idaudit.core.jsontext import write_json
 from idaudit.core.requests import SweepRequest, unknown_options
+from idaudit.core.storage import Store
 from idaudit.experiments.execute import (  # noqa: F401 (run_id, execute: the sweep's API too)
     _EXIT_GRACE,
     EXIT_TERMINATED,
@@ -111,21 +111,35 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     ``OUT/data``. ``checkpoints`` keeps every trained encoder as
     ``OUT/checkpoints/ID.safetensors`` (for ``idaudit audit``/``plan`` afterwards). No file
     a run may write is one of ``reads`` (by default :func:`sweep_inputs` of ``runs``).
+    ``out_dir`` may be a URI (``s3://bucket/prefix``: :func:`~idaudit.core.storage.open_store`):
+    every file then goes to that store (on Ray, written by the nodes themselves).
     """
     from idaudit.core.outputs import refuse_clashes
+    from idaudit.core.storage import open_store
 
     if executor not in ("local", "ray"):
         raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
     if executor == "local" and (address is not None or shape is not None):
         raise IdauditError("--address and --cpus-per-run/--gpus-per-run/--memory-per-run "
                            "apply to --executor ray only")
-    out_dir = Path(out_dir).resolve()  # the driver's: Ray tasks run elsewhere
     ids = [run_id(r) for r in runs]  # every run checked before any starts
+    store = open_store(str(out_dir) if isinstance(out_dir, str) else out_dir)
+    if not store.is_local:
+        import shutil
+        import tempfile
+
+        staging = Path(tempfile.mkdtemp(prefix="idaudit-sweep-"))  # this machine's mirror
+        try:
+            return _sweep_into(runs, ids, store, staging, workers, progress, executor,
+                               address, checkpoints, shape)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    out_dir = Path(out_dir).resolve()  # the driver's: Ray tasks run elsewhere
     refuse_clashes(run_files(out_dir, ids, checkpoints),
                    sweep_inputs(runs) if reads is None else reads)
     with _unmade_on_refusal(out_dir / "runs", out_dir / "checkpoints"):
-        return _sweep_into(runs, ids, out_dir, workers, progress, executor, address,
-                           checkpoints, shape)
+        return _sweep_into(runs, ids, open_store(out_dir), out_dir, workers, progress,
+                           executor, address, checkpoints, shape)
 
 
 @contextlib.contextmanager
@@ -145,29 +159,60 @@ def _unmade_on_refusal(*dirs: Path, note: Path | None = None):
         raise
 
 
-def _sweep_into(runs: list[dict[str, Any]], ids: list[str], out_dir: Path,
+def _sweep_into(runs: list[dict[str, Any]], ids: list[str], store: Store, local: Path,
                 workers: int | None, progress: bool, executor: str, address: str | None,
                 checkpoints: bool, shape: Any) -> dict[str, int]:
-    """:func:`run_sweep` once its runs are checked: into ``out_dir``'s ``runs/``."""
-    out = out_dir / "runs"
-    out.mkdir(parents=True, exist_ok=True)
-    data_root = out_dir / "data"
+    """:func:`run_sweep` once its runs are checked: into ``store``'s ``runs/``, with
+    ``local`` this machine's directory of its files (OUT itself, or a mirror of a remote
+    store: the datasets and checkpoints made here before they go to the store)."""
+    if store.is_local:
+        (local / "runs").mkdir(parents=True, exist_ok=True)
+    data_root = local / "data"
     ckpt_dir = None
     if checkpoints:
-        (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        ckpt_dir = str(out_dir / "checkpoints")
-    todo = [(r, rid) for r, rid in zip(runs, ids) if not (out / f"{rid}.json").exists()]
+        (local / "checkpoints").mkdir(parents=True, exist_ok=True)
+        ckpt_dir = str(local / "checkpoints")
+    recorded = set(store.listdir("runs"))
+    todo = [(r, rid) for r, rid in zip(runs, ids) if f"{rid}.json" not in recorded]
     counts = {"total": len(runs), "skipped": len(runs) - len(todo), "ok": 0, "failed": 0}
     if executor == "ray":
         if todo:
-            _ray_sweep(todo, out, address, data_root, ckpt_dir, workers, shape, counts,
+            _ray_sweep(todo, store, address, data_root, ckpt_dir, workers, shape, counts,
                        progress)
         return counts
-    _local_sweep(todo, out, data_root, ckpt_dir, workers, counts, progress)
+    _local_sweep(todo, store, data_root, ckpt_dir, workers, counts, progress)
     return counts
 
 
-def _local_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, data_root: Path,
+def _store_datasets(runs: list[ResolvedRun], store: Store, data_root: Path) -> list[Path]:
+    """The datasets under ``data_root`` that ``runs`` read, each complete one in ``store``
+    (``data/NAME``) copied to ``data_root`` first; returns those still to be put there."""
+    from idaudit.experiments.filing import dataset_complete as _complete
+
+    missing: list[Path] = []
+    for path in dict.fromkeys(p for r in runs for p in _dataset_dirs(r, data_root)):
+        key = store.join("data", path.name)
+        if _complete(path):
+            if not store.exists(store.join(key, "meta.json")):
+                missing.append(path)
+        elif store.exists(store.join(key, "meta.json")):
+            store.download(key, path)
+            if not _complete(path):
+                missing.append(path)
+        else:
+            missing.append(path)
+    return missing
+
+
+def _dataset_dirs(run: ResolvedRun, data_root: Path) -> list[Path]:
+    """The dataset directories under ``data_root`` that ``run``'s world reads."""
+    data_root = Path(data_root).resolve()
+    return [Path(p).resolve() for p in KINDS.get(run.world.name).files(run.world,
+                                                                       data_root=data_root)
+            if Path(p).resolve().is_relative_to(data_root) and Path(p).resolve() != data_root]
+
+
+def _local_sweep(todo: list[tuple[dict[str, Any], str]], store: Store, data_root: Path,
                  ckpt_dir: str | None, workers: int | None, counts: dict[str, int],
                  progress: bool) -> None:
     """The ``todo`` runs in this process (one worker) or a spawn process pool, one run per
@@ -176,12 +221,16 @@ def _local_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, data_root: P
 
     workers, devices = plan_workers(_gpu_count(), workers, len(todo))
     # the data each run's world needs, for the device its worker trains on
-    prepare_data([resolve(r, devices[0]) for r, _ in todo], data_root, progress=progress)
+    resolved = [resolve(r, devices[0]) for r, _ in todo]
+    upload = [] if store.is_local else _store_datasets(resolved, store, data_root)
+    prepare_data(resolved, data_root, progress=progress)
+    for path in upload:  # rendered here: into the store, its meta.json (complete) last
+        store.upload(path, store.join("data", path.name))
     with ProgressBar(progress, len(todo), "sweep") as bar:
         if workers == 1:
             for r, rid in todo:
-                _record(out, rid, r, execute(r, str(data_root), devices[0], ckpt_dir), counts,
-                        bar, ckpt_dir)
+                _record(store, rid, r, execute(r, str(data_root), devices[0], ckpt_dir),
+                        counts, bar, ckpt_dir)
         else:
             import multiprocessing as mp
 
@@ -195,13 +244,14 @@ def _local_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, data_root: P
                            for r, rid in todo}
                 for fut in as_completed(futures):
                     r, rid = futures[fut]
-                    _record(out, rid, r, fut.result(), counts, bar, ckpt_dir)
+                    _record(store, rid, r, fut.result(), counts, bar, ckpt_dir)
 
 
-def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str | None,
+def _ray_sweep(todo: list[tuple[dict[str, Any], str]], store: Store, address: str | None,
                data_root: Path, ckpt_dir: str | None, workers: int | None, shape: Any,
                counts: dict[str, int], progress: bool) -> None:
-    """The ``todo`` runs as Ray tasks; each record (and its checkpoint files) written here."""
+    """The ``todo`` runs as Ray tasks; each record (and its checkpoint files) written here,
+    or, into a remote ``store``, by the node that ran it."""
     from idaudit.core.progress import ProgressBar
     from idaudit.experiments.ray_executor import TaskShape, check_shape, ray_results
 
@@ -223,10 +273,11 @@ def _ray_sweep(todo: list[tuple[dict[str, Any], str]], out: Path, address: str |
     try:
         with ray_results(runs, ids, address, data_root,
                          None if ckpt_dir is None else Path(ckpt_dir), shape,
-                         list(prepare.values()), progress, avoided) as results, \
+                         list(prepare.values()), progress, avoided,
+                         store=None if store.is_local else store) as results, \
                 ProgressBar(progress, len(todo), "sweep on Ray") as bar:
             for i, rec in results:  # filed under the id this driver gave todo[i]
-                _record(out, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
+                _record(store, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
     finally:  # the sweep's last lines: each node avoided, and why
         import sys
 
@@ -267,42 +318,49 @@ def sweep_runs(req: SweepRequest) -> list[dict[str, Any]]:
     return runs
 
 
-def _note_suite(out: Path, suite: str) -> None:
-    """``OUT/sweep.json``: the suite this sweep runs (``idaudit report``'s title)."""
+def _note_suite(store: Store | Path, suite: str) -> None:
+    """``OUT/sweep.json``: the suite this sweep runs (``idaudit report``'s title); ``store``
+    the sweep's OUT (a directory, or a :class:`~idaudit.core.storage.Store`)."""
+    from idaudit.core.jsontext import json_text
+    from idaudit.core.storage import open_store
     from idaudit.experiments.aggregate import SWEEP_FILE
 
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / SWEEP_FILE, {"suite": suite})
+    store = store if isinstance(store, Store) else open_store(Path(store))
+    if store.is_local:
+        Path(store.root).mkdir(parents=True, exist_ok=True)
+    store.write_text(SWEEP_FILE, json_text({"suite": suite}))
 
 
 def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = None,
                       progress: bool = False) -> dict[str, int]:
     """Run the sweep of ``req`` (``runs``: its :func:`sweep_runs`, when the caller has them)
-    resumably under ``req.out``; return the counts (total, skipped, ok, failed; and
-    collapsed, among the ok, where any)."""
-    import re
-
+    resumably under ``req.out`` (a directory, or a URI such as ``s3://bucket/prefix``);
+    return the counts (total, skipped, ok, failed; and collapsed, among the ok, where
+    any)."""
     from idaudit.core.outputs import check_outputs
+    from idaudit.core.storage import is_uri, open_store
 
-    # a URI, not a path: a directory named "s3:" would be made (a Path reads "s3://b" as
-    # "s3:/b"; the command line gives --out as typed)
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", str(req.out)):
-        raise IdauditError(f"--out {req.out}: a URI; --out is a directory on this machine (a "
-                           "Ray sweep's results come back to it through Ray, see "
-                           "docs/sweeps.md)")
     shape = None
     if (req.cpus_per_run, req.gpus_per_run, req.memory_per_run) != (None, None, None):
         from idaudit.experiments.ray_executor import TaskShape
 
         shape = TaskShape(1 if req.cpus_per_run is None else req.cpus_per_run,
                           req.gpus_per_run or 0, req.memory_per_run)
+    # a URI, not a path (a Path reads "s3://b" as "s3:/b": the command line gives --out as
+    # typed): the store checked before any run is
+    store = open_store(str(req.out)) if is_uri(str(req.out)) else None
     runs = runs if runs is not None else sweep_runs(req)
     reads = sweep_inputs(runs, req.suite)
+    if store is not None:
+        _note_suite(store, str(req.suite))
+        return run_sweep(runs, str(req.out), workers=req.workers, progress=progress,
+                         executor=req.executor, address=req.address,
+                         checkpoints=req.checkpoints, reads=reads, shape=shape)
     check_outputs([(Path(req.out), "--out")], reads, directory=True)
     from idaudit.experiments.aggregate import SWEEP_FILE
 
     with _unmade_on_refusal(Path(req.out), note=Path(req.out) / SWEEP_FILE):
-        _note_suite(Path(req.out), str(req.suite))
+        _note_suite(open_store(Path(req.out)), str(req.suite))
         return run_sweep(runs, req.out, workers=req.workers, progress=progress,
                          executor=req.executor, address=req.address,
                          checkpoints=req.checkpoints, reads=reads, shape=shape)
@@ -414,41 +472,46 @@ def own_record(rid: str, run: dict[str, Any], rec: Any, checkpoint_dir: str | No
     return rec, files
 
 
-def _record(out: Path, rid: str, run: dict[str, Any], rec: Any, counts: dict[str, int], bar,
-            checkpoint_dir: str | None = None) -> None:
+def _record(store: Store, rid: str, run: dict[str, Any], rec: Any, counts: dict[str, int],
+            bar, checkpoint_dir: str | None = None) -> None:
     """File what a worker returned for ``run``, submitted under the id ``rid``
-    (:func:`own_record`): a finished run is ``OUT/runs/RID.json`` (skipped on rerun; an
-    earlier attempt's ``RID.failed.json`` removed once it is in place), a failed one
-    ``RID.failed.json`` (retried). A record from another machine brings its checkpoint
-    files, written first, whole or not at all.
+    (:func:`own_record`): a finished run is ``runs/RID.json`` in ``store`` (skipped on rerun;
+    an earlier attempt's ``RID.failed.json`` removed once it is in place), a failed one
+    ``RID.failed.json`` (retried). The run's checkpoint and log (a Ray node's ``files``, or
+    what a local worker left in ``checkpoint_dir``) go to ``checkpoints/`` first, the record
+    last: it is the commit point. The record names them relative to OUT
+    (``checkpoints/RID.safetensors``). A record a Ray node already wrote into the store
+    (``stored``) is only counted.
 
     Args:
-        out: the sweep's ``runs/`` directory.
+        store: the sweep's OUT (:func:`~idaudit.core.storage.open_store`).
         rid: the run id this driver gave the run.
         run: the run's options, as this driver submitted them.
         rec: what the worker returned.
         counts: the sweep's counts of ok and failed runs, updated.
         bar: the progress bar, advanced by one.
-        checkpoint_dir: where ``--checkpoints`` keeps the run's files, or None.
+        checkpoint_dir: where ``--checkpoints`` keeps the run's files on this machine, or None.
     """
-    from idaudit.core.atomic import atomic_write
     from idaudit.core.errors import printable
+    from idaudit.experiments.filing import file_run, local_files
 
-    rec, files = own_record(rid, run, rec, checkpoint_dir)
-    finished = rec["status"] in FINISHED
+    if isinstance(rec, dict) and rec.get("stored") is True:  # a node filed it in the store
+        if rec.get("already"):  # another attempt (an earlier driver's task) recorded it
+            counts["skipped"] = counts.get("skipped", 0) + 1
+            bar.advance(1, outcome_text(counts))
+            return
+        rec = {"status": rec.get("status"), "node": rec.get("node"),
+               "seconds": rec.get("seconds")}
+        finished = rec["status"] in FINISHED
+    else:
+        rec, files = own_record(rid, run, rec, checkpoint_dir)
+        finished = rec["status"] in FINISHED
+        if finished and checkpoint_dir is not None and not files:  # a local worker's
+            files = local_files(rid, checkpoint_dir)
+        file_run(store, rid, rec, files)
     counts["ok" if finished else "failed"] += 1  # a collapsed run finished: ok, and counted
     if rec["status"] == "collapsed":
         counts["collapsed"] = counts.get("collapsed", 0) + 1
-    for path, data in files.items():
-        if isinstance(data, dict):  # the log names the checkpoint where it now lies
-            data.update(checkpoint=rec.get("checkpoint"), log=rec.get("log"),
-                        node=rec.get("node"))
-            write_json(path, data)
-        else:
-            atomic_write(path, lambda tmp, data=data: Path(tmp).write_bytes(data))
-    write_json(out / (f"{rid}.json" if finished else f"{rid}.failed.json"), rec)
-    if finished:  # its record in place: an earlier attempt's failure is no longer this run's
-        (out / f"{rid}.failed.json").unlink(missing_ok=True)
     node, seconds = rec.get("node"), rec.get("seconds")
     where = (f"; last on {printable(str(node.get('host')))} ({printable(str(node.get('ip')))}) "
              f"in {seconds:.0f} s") if isinstance(node, dict) and isinstance(

@@ -1,0 +1,121 @@
+"""A Ray sweep into object storage on a real cluster of three nodes on this machine
+(tests/netns_cluster.py), with a real S3 endpoint: moto's S3 server in the head's network
+namespace, which every node reaches (``AWS_ENDPOINT_URL`` in the cluster's environment). The
+nodes file their runs into S3 themselves, so the driver may die: a second driver, from
+another working directory, resumes the sweep, and every run is recorded exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from netns_cluster import Cluster, skip_unless_available
+from s3_server import BUCKET, client_env, server_process
+from spiral_suite import write_suite
+
+pytestmark = pytest.mark.cluster
+
+pytest.importorskip("ray")
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+skip_unless_available()
+
+IDAUDIT = [sys.executable, "-m", "idaudit"]
+S3_PORT = 7480  # in the head's own network namespace, where nothing else listens on it
+SEEDS = 6
+
+# run in the head's namespace: make the bucket, or print every object under a prefix as JSON
+# ({key: the object's text, for the records; its size, for the rest})
+_MAKE_BUCKET = ("import boto3, sys; boto3.client('s3').create_bucket(Bucket=sys.argv[1])")
+_LIST = """
+import boto3, json, sys
+s3 = boto3.client("s3")
+found = {}
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[1], Prefix=sys.argv[2]):
+    for o in page.get("Contents", []):
+        k = o["Key"]
+        found[k] = (s3.get_object(Bucket=sys.argv[1], Key=k)["Body"].read().decode()
+                    if "/runs/" in k else o["Size"])
+print(json.dumps(found))
+"""
+
+
+def _env() -> dict[str, str]:
+    """This idaudit (and the tests' helpers) first on every process's path."""
+    import idaudit
+
+    src = str(Path(idaudit.__file__).resolve().parents[1])
+    tests = str(Path(__file__).resolve().parent)
+    return {"PYTHONPATH": os.pathsep.join(
+        [src, tests, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+
+
+def _objects(cluster: Cluster, prefix: str) -> dict[str, object]:
+    res = cluster.run_driver([sys.executable, "-c", _LIST, BUCKET, prefix], timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def _records(objects: dict[str, object]) -> dict[str, dict]:
+    """The finished records among ``objects``, by run id."""
+    return {k.rsplit("/", 1)[1].removesuffix(".json"): json.loads(v)
+            for k, v in objects.items()
+            if "/runs/" in k and k.endswith(".json") and not k.endswith(".failed.json")}
+
+
+def test_a_driver_killed_mid_sweep_is_resumed_from_another_directory(tmp_path):
+    cluster = Cluster(workers=2, cpus_per_worker=1)
+    endpoint = f"http://{cluster.head_ip}:{S3_PORT}"
+    cluster.env.update({**client_env(endpoint), **_env()})  # the nodes' and drivers' too
+    suite = write_suite(tmp_path / "s.toml", steps=400, seeds=str(list(range(SEEDS))))
+    prefix = "sweep"
+    uri = f"s3://{BUCKET}/{prefix}"
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    cmd = [*IDAUDIT, "sweep", str(suite), "--executor", "ray", "--address", cluster.address,
+           "--out", uri, "--checkpoints"]
+    with cluster, server_process(cluster.head_ip, S3_PORT,
+                                 ["ip", "netns", "exec", cluster.namespaces[0]]):
+        made = cluster.run_driver([sys.executable, "-c", _MAKE_BUCKET, BUCKET], timeout=60)
+        assert made.returncode == 0, made.stderr
+        driver = cluster.popen_driver(cmd, cwd=first)
+        deadline = time.monotonic() + 400
+        try:
+            while time.monotonic() < deadline and driver.poll() is None:
+                if len(_records(_objects(cluster, prefix))) >= 2:
+                    break
+                time.sleep(1.0)
+        finally:
+            os.kill(driver.pid, signal.SIGKILL)  # the driver only: its nodes' tasks go on
+            _, err = driver.communicate(timeout=60)
+        before = _records(_objects(cluster, prefix))
+        assert 2 <= len(before) < SEEDS, (len(before), err[-2000:])
+        # a second driver, elsewhere (it writes nothing where it runs)
+        res = cluster.run_driver(["sh", "-c", f"cd {second} && exec \"$@\"", "sh", *cmd],
+                                 timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        objects = _objects(cluster, prefix)
+    after = _records(objects)
+    line = res.stdout.strip().splitlines()[-1]
+    done, ok = int(line.split(": ")[1].split()[0]), int(line.split(", ")[1].split()[0])
+    assert line.startswith(f"{SEEDS} runs: ") and done + ok == SEEDS and done >= len(before), line
+    assert "0 failed" in line, line
+    assert len(after) == SEEDS and {r["run"]["seed"] for r in after.values()} == set(range(SEEDS))
+    # each run recorded once: a record once there is never written again (a node that finds
+    # one keeps it), and no failure left beside a success
+    assert all(after[rid] == rec for rid, rec in before.items())
+    assert not [k for k in objects if k.endswith(".failed.json")]
+    runs = [k for k in objects if "/runs/" in k]
+    assert sorted(runs) == sorted(f"{prefix}/runs/{rid}.json" for rid in after)
+    for rid, rec in after.items():
+        assert rec["status"] == "ok" and rec["node"]["ip"] in cluster.worker_ips
+        assert rec["checkpoint"] == f"checkpoints/{rid}.safetensors"
+        assert objects[f"{prefix}/{rec['checkpoint']}"] > 10_000  # the node put it there
+        assert f"{prefix}/checkpoints/{rid}.log.json" in objects
+    assert not list(second.iterdir()) and not list(first.iterdir())  # nothing on the driver
