@@ -15,6 +15,31 @@ from contextlib import contextmanager
 
 BUCKET = "idaudit-test"
 
+# run with the endpoint's environment where a namespace cluster's head is (Cluster.run_driver):
+# make the bucket (argv: BUCKET), or print every object under a prefix as JSON (argv: BUCKET,
+# PREFIX; {key: the object's text, for the records under runs/; its size, for the rest})
+MAKE_BUCKET_SCRIPT = "import boto3, sys; boto3.client('s3').create_bucket(Bucket=sys.argv[1])"
+LIST_SCRIPT = """
+import boto3, json, sys
+s3 = boto3.client("s3")
+found = {}
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[1], Prefix=sys.argv[2]):
+    for o in page.get("Contents", []):
+        k = o["Key"]
+        found[k] = (s3.get_object(Bucket=sys.argv[1], Key=k)["Body"].read().decode()
+                    if "/runs/" in k else o["Size"])
+print(json.dumps(found))
+"""
+
+
+def finished_records(objects: dict[str, object]) -> dict[str, dict]:
+    """The finished records among ``objects`` (what :data:`LIST_SCRIPT` prints), by run id."""
+    import json
+
+    return {k.rsplit("/", 1)[1].removesuffix(".json"): json.loads(v)
+            for k, v in objects.items()
+            if "/runs/" in k and k.endswith(".json") and not k.endswith(".failed.json")}
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on at ``host`` now."""

@@ -1,17 +1,21 @@
 """A sweep submitted as a Ray job (``ray job submit``) to a real cluster of network namespaces
 (tests/netns_cluster.py): the head serves Ray's job API; the submitting process sends the suite
 as the job's working directory and exits; the sweep runs on the head, joins the cluster it
-runs in (no ``--address``: Ray's job sets ``RAY_ADDRESS``) and writes its results there."""
+runs in (no ``--address``: Ray's job sets ``RAY_ADDRESS``), and its nodes file the results in
+object storage (moto's real S3 server, in the head's namespace), from which another process
+reports them."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from netns_cluster import Cluster, skip_unless_available
+from s3_server import BUCKET, LIST_SCRIPT, MAKE_BUCKET_SCRIPT, client_env, finished_records, server_process
 from spiral_suite import write_suite
 
 from idaudit.experiments.suites import load_suite
@@ -21,9 +25,12 @@ pytestmark = pytest.mark.cluster
 
 pytest.importorskip("ray")
 pytest.importorskip("ray.dashboard.modules.job.sdk")  # ray[default]: the job API
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
 skip_unless_available()
 
 RAY = str(Path(sys.executable).parent / "ray")
+S3_PORT = 7480  # in the head's own network namespace
 STATUS = ("import sys; from ray.job_submission import JobSubmissionClient; "
           "print(JobSubmissionClient(sys.argv[1]).get_job_status(sys.argv[2]).value)")
 
@@ -34,18 +41,31 @@ def _job_status(c: Cluster, job: str) -> str:
     return res.stdout.strip() or f"unknown: {res.stderr[-300:]}"
 
 
+def _path_env() -> dict[str, str]:
+    """This idaudit and the tests' helpers first on every process's path (the job's too)."""
+    import idaudit
+
+    paths = [str(Path(idaudit.__file__).resolve().parents[1]), str(Path(__file__).parent)]
+    return {"PYTHONPATH": os.pathsep.join(
+        [*paths, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+
+
 def test_a_sweep_submitted_as_a_ray_job_runs_on_the_cluster_after_the_submitter_left(tmp_path):
     work = tmp_path / "job"
     work.mkdir()
     suite = write_suite(work / "s.toml", 300, "[0, 1, 2, 3]")
     ids = sorted(run_id(r) for r in load_suite(str(suite)))
-    out = tmp_path / "out"  # on the head's disk, where the job's driver runs
-    with Cluster(workers=2, cpus_per_worker=1, dashboard=True) as c:
+    uri = f"s3://{BUCKET}/job-sweep"
+    c = Cluster(workers=2, cpus_per_worker=1, dashboard=True)
+    c.env.update({**client_env(f"http://{c.head_ip}:{S3_PORT}"), **_path_env()})
+    with c, server_process(c.head_ip, S3_PORT, ["ip", "netns", "exec", c.namespaces[0]]):
+        made = c.run_driver([sys.executable, "-c", MAKE_BUCKET_SCRIPT, BUCKET], timeout=60)
+        assert made.returncode == 0, made.stderr
         t0 = time.monotonic()
         submit = c.run_driver(
             [RAY, "job", "submit", "--address", c.dashboard_url, "--submission-id", "sweep-1",
              "--working-dir", str(work), "--no-wait", "--", sys.executable, "-m", "idaudit",
-             "sweep", "s.toml", "--out", str(out), "--executor", "ray"], timeout=120)
+             "sweep", "s.toml", "--out", uri, "--executor", "ray"], timeout=120)
         assert submit.returncode == 0, (submit.stdout, submit.stderr)
         submitted_s = time.monotonic() - t0  # the submitter is gone from here on
         deadline, status = time.monotonic() + 600, ""
@@ -56,13 +76,23 @@ def test_a_sweep_submitted_as_a_ray_job_runs_on_the_cluster_after_the_submitter_
             time.sleep(2)
         logs = c.run_driver([RAY, "job", "logs", "--address", c.dashboard_url, "sweep-1"],
                             timeout=60).stdout
+        listed = c.run_driver([sys.executable, "-c", LIST_SCRIPT, BUCKET, "job-sweep"],
+                              timeout=60)
+        report = c.run_driver([sys.executable, "-m", "idaudit", "report", uri, "--no-figures"],
+                              timeout=300)
+        summary = c.run_driver([sys.executable, "-c", LIST_SCRIPT.replace('"/runs/" in k',
+                                                                          'k.endswith(".csv")'),
+                                BUCKET, "job-sweep/summary"], timeout=60)
     assert status == "SUCCEEDED", logs[-3000:]
     assert submitted_s < 60, submitted_s
     assert " ".join(logs.split()).endswith(
-        f"4 runs: 0 already done, 4 ok, 0 failed; results in {out / 'runs'}"), logs[-2000:]
-    records = {p.name.removesuffix(".json"): json.loads(p.read_text())
-               for p in (out / "runs").glob("*.json")}
+        f"4 runs: 0 already done, 4 ok, 0 failed; results in {uri}/runs"), logs[-2000:]
+    records = finished_records(json.loads(listed.stdout))
     assert sorted(records) == ids
     assert {r["status"] for r in records.values()} == {"ok"}
     assert {r["node"]["ip"] for r in records.values()} <= set(c.worker_ips)
     assert all(r["metrics"]["r2_h_to_z_heldout"] > 0.5 for r in records.values()), records
+    # the report, from another process, reads the job's records in the store and writes there
+    assert report.returncode == 0, report.stderr[-2000:]
+    csv = json.loads(summary.stdout)["job-sweep/summary.csv"]
+    assert csv.count("\n") >= 2 and "r2" in csv.splitlines()[0], csv[:500]

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 from netns_cluster import Cluster, skip_unless_available
-from s3_server import BUCKET, client_env, server_process
+from s3_server import (
+    BUCKET,
+    LIST_SCRIPT,
+    MAKE_BUCKET_SCRIPT,
+    client_env,
+    finished_records,
+    server_process,
+)
 from spiral_suite import write_suite
 
 pytestmark = pytest.mark.cluster
@@ -29,22 +36,6 @@ IDAUDIT = [sys.executable, "-m", "idaudit"]
 S3_PORT = 7480  # in the head's own network namespace, where nothing else listens on it
 SEEDS = 6
 
-# run in the head's namespace: make the bucket, or print every object under a prefix as JSON
-# ({key: the object's text, for the records; its size, for the rest})
-_MAKE_BUCKET = ("import boto3, sys; boto3.client('s3').create_bucket(Bucket=sys.argv[1])")
-_LIST = """
-import boto3, json, sys
-s3 = boto3.client("s3")
-found = {}
-for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[1], Prefix=sys.argv[2]):
-    for o in page.get("Contents", []):
-        k = o["Key"]
-        found[k] = (s3.get_object(Bucket=sys.argv[1], Key=k)["Body"].read().decode()
-                    if "/runs/" in k else o["Size"])
-print(json.dumps(found))
-"""
-
-
 def _env() -> dict[str, str]:
     """This idaudit (and the tests' helpers) first on every process's path."""
     import idaudit
@@ -56,16 +47,9 @@ def _env() -> dict[str, str]:
 
 
 def _objects(cluster: Cluster, prefix: str) -> dict[str, object]:
-    res = cluster.run_driver([sys.executable, "-c", _LIST, BUCKET, prefix], timeout=60)
+    res = cluster.run_driver([sys.executable, "-c", LIST_SCRIPT, BUCKET, prefix], timeout=60)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
-
-
-def _records(objects: dict[str, object]) -> dict[str, dict]:
-    """The finished records among ``objects``, by run id."""
-    return {k.rsplit("/", 1)[1].removesuffix(".json"): json.loads(v)
-            for k, v in objects.items()
-            if "/runs/" in k and k.endswith(".json") and not k.endswith(".failed.json")}
 
 
 def test_a_driver_killed_mid_sweep_is_resumed_from_another_directory(tmp_path):
@@ -82,26 +66,26 @@ def test_a_driver_killed_mid_sweep_is_resumed_from_another_directory(tmp_path):
            "--out", uri, "--checkpoints"]
     with cluster, server_process(cluster.head_ip, S3_PORT,
                                  ["ip", "netns", "exec", cluster.namespaces[0]]):
-        made = cluster.run_driver([sys.executable, "-c", _MAKE_BUCKET, BUCKET], timeout=60)
+        made = cluster.run_driver([sys.executable, "-c", MAKE_BUCKET_SCRIPT, BUCKET], timeout=60)
         assert made.returncode == 0, made.stderr
         driver = cluster.popen_driver(cmd, cwd=first)
         deadline = time.monotonic() + 400
         try:
             while time.monotonic() < deadline and driver.poll() is None:
-                if len(_records(_objects(cluster, prefix))) >= 2:
+                if len(finished_records(_objects(cluster, prefix))) >= 2:
                     break
                 time.sleep(1.0)
         finally:
             os.kill(driver.pid, signal.SIGKILL)  # the driver only: its nodes' tasks go on
             _, err = driver.communicate(timeout=60)
-        before = _records(_objects(cluster, prefix))
+        before = finished_records(_objects(cluster, prefix))
         assert 2 <= len(before) < SEEDS, (len(before), err[-2000:])
         # a second driver, elsewhere (it writes nothing where it runs)
         res = cluster.run_driver(["sh", "-c", f"cd {second} && exec \"$@\"", "sh", *cmd],
                                  timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         objects = _objects(cluster, prefix)
-    after = _records(objects)
+    after = finished_records(objects)
     line = res.stdout.strip().splitlines()[-1]
     done, ok = int(line.split(": ")[1].split()[0]), int(line.split(", ")[1].split()[0])
     assert line.startswith(f"{SEEDS} runs: ") and done + ok == SEEDS and done >= len(before), line
