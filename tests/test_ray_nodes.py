@@ -139,3 +139,52 @@ def test_a_run_no_node_holds_waits_for_the_autoscaler_or_is_refused(tmp_path):
     assert not (tmp_path / "big" / "runs").exists()
     print(f"grown and 2 runs ok in {grew_s:.1f} s ({len(waits)} waiting lines); 4 CPUs "
           f"refused in {refused_s:.1f} s")
+
+
+def test_a_node_killed_just_before_the_sweep_is_not_a_wrong_install(tmp_path):
+    """Node 2 is SIGKILLed just before the sweep starts; Ray marks it dead only ~30 s later
+    (the slow health checks), while its version check waits: it is skipped with one note,
+    and the sweep goes on, its runs on node 1."""
+    suite = write_suite(tmp_path / "s.toml", 200, "[0, 1]")
+    ids = sorted(run_id(r) for r in load_suite(str(suite)))
+    out = tmp_path / "o"
+    with Cluster(workers=2, cpus_per_worker=1, env=SLOW_HEALTH) as c:
+        c.kill_node(2)
+        t0 = time.monotonic()
+        res = c.run_driver([*IDAUDIT, "sweep", str(suite), "--out", str(out), "--executor",
+                            "ray", "--address", c.address], timeout=400,
+                           env={"IDAUDIT_RAY_PROBE_TIMEOUT": "60"})
+        seconds = time.monotonic() - t0
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "install the same idaudit" not in res.stderr
+    notes = [li for li in res.stderr.splitlines() if f"node {c.node_ip(2)} " in li]
+    print(f"2 runs ok on node 1 in {seconds:.1f} s; notes about node 2: {notes}")
+    assert notes == [f"node {c.node_ip(2)} ({os.uname().nodename}) left the cluster during "
+                     "the version check: skipped"], res.stderr
+    assert seconds < 60 + 30, seconds  # not held for the whole probe timeout and more
+    recs = _records(out)
+    assert sorted(recs) == ids and all(r["status"] == "ok" for r in recs.values())
+    assert {r["node"]["ip"] for r in recs.values()} == {c.node_ip(1)}
+
+
+def test_autoscaler_v1_adds_the_node_a_run_needs(tmp_path):
+    suite = write_suite(tmp_path / "s.toml", 200, "[0]")
+    out = tmp_path / "o"
+    c = Cluster(workers=0)
+    try:
+        c.start_autoscaling(1, NODE_TYPES, v2=False)
+        t0 = time.monotonic()
+        res = c.run_driver([*IDAUDIT, "sweep", str(suite), "--out", str(out), "--executor",
+                            "ray", "--address", c.address, "--cpus-per-run", "2"], timeout=400)
+        seconds = time.monotonic() - t0
+    finally:
+        c.close()
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert sum(li.startswith("waiting for the cluster to add a node that can hold a run of 2 "
+                             "CPUs, 0 GPUs") for li in res.stderr.splitlines()) >= 1, res.stderr
+    recs = _records(out)
+    assert len(recs) == 1 and all(r["status"] == "ok" for r in recs.values())
+    # the fake provider's first added node: ff…f00001 (the head's id is Ray's own)
+    (rec,) = recs.values()
+    assert rec["node"]["id"] == "f" * 51 + "00001", rec["node"]
+    print(f"v1: grown and 1 run ok in {seconds:.1f} s")

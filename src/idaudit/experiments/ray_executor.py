@@ -10,13 +10,23 @@ path to its dataset, relative to the checkpoint, is the same on the node and on 
 Datasets not yet rendered are rendered by one cluster task each (its render pool sized to the
 task's CPUs) and written under the driver's ``OUT/data``. Every alive node is first asked for
 its idaudit version (one line naming the node on a mismatch), and each task checks its own
-node's (one that joined later with another version is avoided, its runs sent elsewhere); a
-task that Ray cannot finish (a
+node's (one that joined later with another version is avoided, its runs sent elsewhere). Only
+a definite answer refuses (another version, no idaudit): a probe lost to a system failure is
+tried again after 1, 2, 4 s; a node still alive that has not answered within
+``$IDAUDIT_RAY_PROBE_TIMEOUT`` seconds (default 120; a bad value is refused, exit 2) is kept
+with a note on stderr, its tasks' own check guarding it; one Ray marks dead meanwhile is
+skipped with a note. When no alive node can hold a run, the cluster's autoscaler (Ray's v1
+with node types of its own, or v2) is asked for one (``request_resources``) and the sweep
+waits for it, a line on stderr every ~10 s; with no autoscaler, or where the autoscaler
+reports that no node type fits (v2), or the node types the GCS publishes (when it does) are
+all too small, one refusal says so (exit 2). A task that Ray cannot finish (a
 node lost past its retries, a crashed worker, an OOM kill) becomes that run's
 ``ID.failed.json`` and the sweep goes on. Records are filed under the driver's run ids.
 
-Size: ≈ 590 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
-(``_cluster``, ``_ship_inputs``, ``_render_missing``, ``_collect``); the task run on a node
+Size: ≈ 960 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
+(``_cluster``, ``_ship_inputs``, ``_render_missing``, ``_collect``) and the node checks
+(``check_nodes``, ``room_for_a_run``, ``connect_failure``: candidates for a module of their
+own, ``ray_nodes``, once the other edits of this module have landed); the task run on a node
 (``run_on_node``) stays here beside the version it is compared with, which the cluster tests
 patch on this module.
 """
@@ -557,9 +567,11 @@ def check_nodes(ray, shape: TaskShape, stop: Stop | None = None,
         if nid in dead or nid not in alive:
             dead.add(nid)
             _note(f"{_where(node)} left the cluster during the version check: skipped")
+        elif nid in lost and nid not in retry_at and not any(n == nid for n in refs.values()):
+            _note(f"{_where(node)}: its version check was lost {tries[nid]} times to the "
+                  f"system ({lost[nid]}): not refused; its tasks check their own idaudit")
         else:
-            why = f" (its probe: {lost[nid]})" if nid in lost else ""
-            _note(f"{_where(node)} did not answer the version check in {timeout:g} s{why}: "
+            _note(f"{_where(node)} did not answer the version check in {timeout:g} s: "
                   "slow, not refused; its tasks check their own idaudit")
     for nid, info in answers.items():
         if info["idaudit"] != __version__:
