@@ -558,7 +558,11 @@ def check_nodes(ray, shape: TaskShape, stop: Stop | None = None,
     for ref in refs:  # a slow node's probe: not waited for
         with contextlib.suppress(Exception):
             ray.cancel(ref)
-    if problems:
+    for nid, info in answers.items():
+        if info["idaudit"] != __version__:
+            problems.append(f"{_where(nodes[nid])} has idaudit {info['idaudit']}, this "
+                            f"machine {__version__}")
+    if problems:  # definite answers only, in one line
         raise IdauditError("; ".join(problems) + " — install the same idaudit on every node")
     alive = {n["NodeID"] for n in _alive_nodes(ray)}
     for nid, node in nodes.items():
@@ -573,17 +577,12 @@ def check_nodes(ray, shape: TaskShape, stop: Stop | None = None,
         else:
             _note(f"{_where(node)} did not answer the version check in {timeout:g} s: "
                   "slow, not refused; its tasks check their own idaudit")
-    for nid, info in answers.items():
-        if info["idaudit"] != __version__:
-            problems.append(f"{_where(nodes[nid])} has idaudit {info['idaudit']}, this "
-                            f"machine {__version__}")
-    if problems:
-        raise IdauditError("; ".join(problems) + " — install the same idaudit on every node")
     live = [n for nid, n in nodes.items() if nid not in dead]
     room_for_a_run(ray, shape, live, stop, asked)
     if not answers:
+        holders = sum(_fits(n.get("Resources", {}), shape) for n in _alive_nodes(ray))
         _note(f"no node answered the version check in {timeout:g} s; going on, since "
-              f"{len(live)} alive node(s) can hold a run: each task checks its own idaudit")
+              f"{holders} alive node(s) can hold a run: each task checks its own idaudit")
     return list(answers.values())
 
 
