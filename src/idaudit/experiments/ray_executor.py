@@ -328,7 +328,7 @@ def _client_port_answer(hostport: str, timeout: float = 3.0) -> str:
     except OSError as exc:
         return f"nothing answers at {hostport}: {exc.strerror or type(exc).__name__}"
     return (f"{hostport} accepts connections but is no Ray Client server: give the head's "
-            "Ray Client port (ray start --ray-client-server-port, 10001 by default)")
+            "Ray Client port (10001 unless its ray start named another)")
 
 
 def _raylet_notes_to_stderr() -> Callable[[], None]:
@@ -644,7 +644,7 @@ def room_for_a_run(ray, shape: TaskShape, nodes: list[dict[str, Any]] | None = N
 def autoscaler_kind(ray) -> str | None:
     """Which autoscaler adds nodes to the cluster: ``"v2"`` (Ray's autoscaler v2, as its
     GCS says), ``"v1"`` (Ray's v1 monitor with node types of its own, as its status in the
-    GCS shows), or None (none: a cluster started without ``--autoscaling-config`` runs the v1
+    GCS shows), or None (none: a cluster started with no autoscaling config runs the v1
     monitor on a read-only provider, whose node types are its nodes, ``node_<id>``).
 
     Args:
