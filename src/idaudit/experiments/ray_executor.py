@@ -49,7 +49,8 @@ from typing import Any
 from idaudit.core.errors import IdauditError, first_line, one_line
 from idaudit.core.version import __version__
 
-__all__ = ["TaskShape", "check_shape", "ray_results"]
+__all__ = ["PROBE_TIMEOUT_ENV", "TaskShape", "check_nodes", "check_shape", "connect_failure",
+           "probe_failure_is_system", "probe_timeout", "ray_results"]
 
 #: a task Ray loses to a system failure (its node died, its worker crashed) runs again this
 #: many times, on whichever node can take it
