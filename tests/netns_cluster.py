@@ -361,3 +361,91 @@ class Cluster:
         shutil.rmtree(self.logs, ignore_errors=True)
         if left:
             raise RuntimeError(f"processes {left} survived SIGKILL in our namespaces")
+
+    # -- added: a slow node, an autoscaling head ---------------------------------------------
+
+    def pause_node(self, i: int) -> list[int]:
+        """SIGSTOP every process in worker ``i``'s namespace (its raylet, its workers): the
+        node stays in the cluster but answers nothing until :meth:`resume_node`. Returns the
+        pids stopped."""
+        if not 1 <= i <= self.workers:
+            raise IndexError(f"no worker {i}")
+        pids = _ns_pids(self.namespaces[i])
+        self.seen_pids.update(pids)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def resume_node(self, i: int) -> list[int]:
+        """SIGCONT every process in worker ``i``'s namespace; returns the pids continued."""
+        if not 1 <= i <= self.workers:
+            raise IndexError(f"no worker {i}")
+        pids = _ns_pids(self.namespaces[i])
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def start_autoscaling(self, head_cpus: int, node_types: dict[str, dict],
+                          v2: bool = True) -> None:
+        """Start only a head of ``head_cpus`` CPUs with Ray's own autoscaler on its fake
+        multi-node provider (the config :class:`ray.cluster_utils.AutoscalingCluster` makes,
+        written here: that class's ``start`` and ``shutdown`` run ``ray stop --force``, which
+        would stop every Ray on this machine). ``node_types``: ``{name: {"resources": {...},
+        "min_workers": n, "max_workers": m}}``. The nodes the autoscaler adds are processes of
+        the head's namespace (its monitor starts them), stopped by :meth:`close`. ``v2``:
+        Ray's autoscaler v2 (which publishes its node types to the GCS), else v1."""
+        import json
+
+        from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+
+        self._network()
+        types = {name: {"node_config": {}, **t} for name, t in node_types.items()}
+        types["ray.head.default"] = {"resources": {"CPU": head_cpus}, "node_config": {},
+                                     "max_workers": 0}
+        config = {"cluster_name": "fake_multinode", "max_workers": 8,
+                  "provider": {"type": "fake_multinode", "use_node_id_as_ip": True,
+                               "disable_node_updaters": True,
+                               "disable_launch_config_check": True,
+                               "gcs_address": self.address},
+                  "available_node_types": types, "head_node_type": "ray.head.default",
+                  "auth": {}, "upscaling_speed": 1.0, "idle_timeout_minutes": 5, "docker": {},
+                  "initialization_commands": [], "setup_commands": [],
+                  "head_setup_commands": [], "worker_setup_commands": [],
+                  "head_start_ray_commands": [], "worker_start_ray_commands": [],
+                  "file_mounts": {}, "cluster_synced_files": [],
+                  "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": []}
+        self.env.update({"AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_FAKE_CLUSTER": "1"})
+        if v2:
+            config["provider"].update(launch_multiple=True, head_node_id=FAKE_HEAD_NODE_ID)
+            self.env.update({"RAY_enable_autoscaler_v2": "1",
+                             "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
+                             "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID})
+        path = self.logs / "autoscaling.json"
+        path.write_text(json.dumps(config))
+        # the installed Ray lacks fake_multi_node/example.yaml, the provider's defaults that
+        # autoscaler v2 (and AutoscalingCluster) read: the head's processes get this config as
+        # those defaults (a sitecustomize on their PYTHONPATH)
+        shim = self.logs / "shim"
+        shim.mkdir(exist_ok=True)
+        (shim / "sitecustomize.py").write_text(
+            "import os\n"
+            "if os.environ.get('IDR_FAKE_DEFAULTS'):\n"
+            "    from ray.autoscaler._private import providers\n"
+            "    providers._DEFAULT_CONFIGS['fake_multinode'] = "
+            "lambda: os.environ['IDR_FAKE_DEFAULTS']\n")
+        self.env.update({"IDR_FAKE_DEFAULTS": str(path), "PYTHONPATH": os.pathsep.join(
+            [str(shim), *filter(None, [self.env.get("PYTHONPATH")])])})
+        self._spawn(0, [str(RAY), "start", "--head", "--node-ip-address", self.head_ip,
+                        "--port", str(PORT), "--num-cpus", str(head_cpus), "--num-gpus", "0",
+                        f"--autoscaling-config={path}", "--temp-dir", str(self.root / "head"),
+                        "--include-dashboard=false", "--disable-usage-stats",
+                        "--object-store-memory", str(200 << 20), "--block"])
+        self.alive_wanted = 1
+        self._wait_alive(time.monotonic() + 90)
+        self.seen_pids.update(_ns_pids(self.namespaces[0]))

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from idaudit.cli import app
 from idaudit.core.errors import IdauditError
 from idaudit.experiments.aggregate import load_results
-from idaudit.experiments.ray_executor import TaskShape
+from idaudit.experiments.ray_nodes import TaskShape
 from idaudit.experiments.suites import load_suite
 from idaudit.experiments.sweep import run_id, run_sweep
 

@@ -8,12 +8,11 @@ temporary directory (``$TMPDIR/idaudit-ray/TOKEN/<driver path>``), so a checkpoi
 path to its dataset, relative to the checkpoint, is the same on the node and on the driver.
 
 Datasets not yet rendered are rendered by one cluster task each (its render pool sized to the
-task's CPUs) and written under the driver's ``OUT/data``. Every alive node is first asked for
-its idaudit version (one line naming the node on a mismatch), and each task checks its own
-node's (one that joined later with another version is avoided, its runs sent elsewhere); a
-task that Ray cannot finish (a
-node lost past its retries, a crashed worker, an OOM kill) becomes that run's
-``ID.failed.json`` and the sweep goes on. Records are filed under the driver's run ids.
+task's CPUs) and written under the driver's ``OUT/data``. Every node's idaudit is checked
+before the runs (:mod:`idaudit.experiments.ray_nodes`), and each task checks its own node's
+(one that joined later with another version is avoided, its runs sent elsewhere). A task
+that Ray cannot finish (a node lost past its retries, a crashed worker, an OOM kill) becomes
+that run's ``ID.failed.json`` and the sweep goes on. Records are filed under the driver's run ids.
 
 With ``OUT`` in object storage (``--out s3://bucket/prefix``) nothing comes back through Ray:
 a render task puts its dataset in the store (``data/NAME``, its ``meta.json`` last) and the
@@ -21,82 +20,46 @@ nodes fetch it from there into their mirror; each node files its own run into th
 (:func:`idaudit.experiments.filing.store_on_node`: checkpoint and log, then the record, the
 commit point), so the driver may die and any machine with access resumes the sweep.
 
-Size: ≈ 650 lines, over the house's ≈ 500, by the docstrings of the sweep's named phases
-(``_cluster``, ``_ship_inputs``, ``_render_missing``, ``_collect``); the task run on a node
-(``run_on_node``) stays here beside the version it is compared with, which the cluster tests
-patch on this module.
+The node checks (the version probe, the room for a run, the autoscaler wait, Ray Client's
+reasons) live in :mod:`idaudit.experiments.ray_nodes`; here, the files, the tasks run on a
+node and the sweep's phases.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import socket
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from idaudit.core.errors import IdauditError, first_line, one_line
+from idaudit.core.errors import IdauditError, one_line
 from idaudit.core.version import __version__
+from idaudit.experiments.ray_nodes import (
+    MAX_RETRIES,
+    WAIT_SLICE,
+    Stop,
+    TaskShape,
+    alive_nodes,
+    check_nodes,
+    connected,
+    error_line,
+    node_info,
+    probe_timeout,
+    release_request,
+    signals_noted,
+)
 
-__all__ = ["TaskShape", "check_shape", "ray_results"]
+__all__ = ["ray_results"]
 
-#: a task Ray loses to a system failure (its node died, its worker crashed) runs again this
-#: many times, on whichever node can take it
-MAX_RETRIES = 3
-_PROBE_TIMEOUT = 120.0  # seconds every node has to answer the version probe
-_WAIT_SLICE = 0.5  # seconds ray.wait blocks, so that SIGTERM and Ctrl-C are handled promptly
 #: the key of what a task answers on a node whose idaudit is not the driver's (one that joined
 #: after the sweep checked its nodes): the run goes back to the queue, that node avoided
 WRONG_NODE = "wrong_node"
 _NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label of every node: its id
-
-
-@dataclass(frozen=True)
-class TaskShape:
-    """What each run asks of Ray: ``cpus`` (also torch's threads and the render pool's
-    size), ``gpus`` (a run with a GPU follows the GPU recipe, and its dataset is the one that
-    recipe renders), ``memory_gib`` (None: not declared) and ``in_flight`` (most runs
-    submitted at once; None: all)."""
-
-    cpus: float = 1
-    gpus: float = 0
-    memory_gib: float | None = None
-    in_flight: int | None = None
-
-    @property
-    def device(self) -> str:
-        return "cuda" if self.gpus else "cpu"
-
-    @property
-    def threads(self) -> int:
-        return max(1, int(self.cpus))
-
-    def options(self) -> dict[str, Any]:
-        opts: dict[str, Any] = {"num_cpus": self.cpus, "num_gpus": self.gpus,
-                                "max_retries": MAX_RETRIES, "retry_exceptions": False}
-        if self.memory_gib:
-            opts["memory"] = int(self.memory_gib * 2**30)
-        return opts
-
-
-def check_shape(shape: TaskShape) -> None:
-    """Refuse resources Ray cannot mean (the flag named)."""
-    from idaudit.core.limits import check
-
-    for value, flag in ((shape.cpus, "--cpus-per-run"), (shape.gpus, "--gpus-per-run"),
-                        (shape.memory_gib, "--memory-per-run")):
-        if value is not None:
-            check("per_run", value, flag)
-    if not shape.cpus and not shape.gpus:
-        raise IdauditError("--cpus-per-run 0 needs --gpus-per-run > 0 (a run must ask for "
-                           "something)")
 
 
 # ---- files through the object store -------------------------------------------------------
@@ -198,22 +161,6 @@ def _stored_complete(uri: str, path: Path) -> bool:
 
 # ---- what runs on a node -----------------------------------------------------------------
 
-def node_info() -> dict[str, str]:
-    """The Ray node this process is on: its id, IP address and host name."""
-    import ray
-
-    return {"id": ray.get_runtime_context().get_node_id(),
-            "ip": ray.util.get_node_ip_address(), "host": socket.gethostname()}
-
-
-def probe() -> dict[str, str]:
-    """What the driver checks on every node before it sends runs: versions and where."""
-    import sys
-
-
-    return {**node_info(), "idaudit": __version__, "python": sys.version.split()[0]}
-
-
 def render_on_node(spec_dict: dict[str, Any], name: str, driver_data_root: str, token: str,
                    workers: int, store_uri: str | None = None) -> dict[str, bytes]:
     """Render (or resume) one dataset into the node's mirror of the driver's ``OUT/data``
@@ -283,172 +230,6 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
         rec["files"] = files
     return rec
 
-
-# ---- the driver --------------------------------------------------------------------------
-
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise IdauditError('--executor ray needs Ray: pip install "idaudit[ray]"') from None
-    return ray
-
-
-@contextlib.contextmanager
-def connected(address: str | None) -> Iterator[Any]:
-    """Ray, connected to the cluster at ``address`` (or a local instance), its own logging
-    kept off stdout; disconnected on the way out if this call connected."""
-    ray = _ray()
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.ERROR, ignore_reinit_error=True)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise IdauditError(f"cannot reach the Ray cluster at {address or 'a local Ray'}: "
-                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                               ) from None
-    restore = _raylet_notes_to_stderr()
-    try:
-        yield ray
-    finally:
-        restore()
-        if started:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-
-
-def _raylet_notes_to_stderr() -> Callable[[], None]:
-    """Route the notes Ray's driver thread prints about the cluster (a node marked dead, a
-    task retried: 5-47 lines each, on stdout) to stderr, one line each, so that stdout holds
-    only idaudit's summary; returns the undo. A Ray without that hook is left as it is."""
-    import ray._private.worker as worker  # noqa: PLC0415
-
-    original = getattr(worker, "print_to_stdstream", None)
-    if original is None:
-        return lambda: None
-
-    def to_stderr(data: dict, ignore_prefix: bool) -> None:
-        if data.get("pid") != "raylet":
-            original(data, ignore_prefix)
-            return
-        for text in data.get("lines", []):
-            first = next((line.strip() for line in str(text).splitlines() if line.strip()), "")
-            if first:
-                print(f"ray: {first[:300]}", file=sys.stderr, flush=True)
-
-    worker.print_to_stdstream = to_stderr
-    return lambda: setattr(worker, "print_to_stdstream", original)
-
-
-class Stop:
-    """SIGTERM and Ctrl-C noted by their handlers and acted on by :meth:`check` between
-    Ray's calls (raised inside one, Ray turns either into ``SystemExit(1)``: the code of a
-    failed gate)."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def note(self, signum: int, frame: Any) -> None:
-        self.signum = self.signum or signum
-
-    def check(self) -> None:
-        """SIGTERM: exit 143 (``finally`` blocks run: the sweep cancels its tasks); Ctrl-C:
-        KeyboardInterrupt (the CLI exits 130)."""
-        import signal
-        import threading
-
-        from idaudit.experiments.execute import _EXIT_GRACE, EXIT_TERMINATED
-
-        if self.signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        if self.signum is not None:
-            watchdog = threading.Timer(_EXIT_GRACE, os._exit, (EXIT_TERMINATED,))
-            watchdog.daemon = True
-            watchdog.start()
-            raise SystemExit(EXIT_TERMINATED)
-
-
-@contextlib.contextmanager
-def signals_noted() -> Iterator[Stop]:
-    """While inside, SIGTERM and SIGINT are noted on the :class:`Stop` given (entered after
-    ``ray.init``, whose own SIGTERM handler it replaces); the caller's handlers afterwards."""
-    import signal
-    import threading
-
-    stop = Stop()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    previous = {s: signal.signal(s, stop.note) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
-
-
-def _alive_nodes(ray) -> list[dict[str, Any]]:
-    return [n for n in ray.nodes() if n.get("Alive")]
-
-
-def check_nodes(ray, shape: TaskShape, stop: Stop | None = None) -> list[dict[str, str]]:
-    """Ask every alive node for its idaudit version; refuse in one line (exit 2) when a node
-    cannot import idaudit or has another version, or when no node can hold one run."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-
-    nodes = _alive_nodes(ray)
-    task = ray.remote(num_cpus=0, max_retries=0)(probe)
-    refs = {n["NodeID"]: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        n["NodeID"], soft=False)).remote() for n in nodes}
-    found, problems = [], []
-    deadline, waiting = time.monotonic() + _PROBE_TIMEOUT, list(refs.values())
-    while waiting and time.monotonic() < deadline:
-        _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=_WAIT_SLICE)
-        if stop is not None:
-            stop.check()
-    for n in nodes:
-        where = f"node {n.get('NodeManagerAddress')} ({n.get('NodeManagerHostname')})"
-        try:
-            info = ray.get(refs[n["NodeID"]], timeout=1.0)
-        except Exception as exc:
-            cause = getattr(exc, "cause", None) or exc
-            text = str(cause).strip().splitlines()
-            last = text[-1] if text else type(cause).__name__
-            problems.append(f"{where} has no idaudit" if "No module named 'idaudit'" in last
-                            else f"{where}: cannot run idaudit ({last})")
-            continue
-        found.append(info)
-        if info["idaudit"] != __version__:
-            problems.append(f"{where} has idaudit {info['idaudit']}, this machine "
-                            f"{__version__}")
-    if problems:
-        raise IdauditError("; ".join(problems) + " — install the same idaudit on every node")
-    fits = [n for n in nodes
-            if n.get("Resources", {}).get("CPU", 0) >= shape.cpus
-            and n.get("Resources", {}).get("GPU", 0) >= shape.gpus
-            and (not shape.memory_gib
-                 or n.get("Resources", {}).get("memory", 0) >= shape.memory_gib * 2**30)]
-    if not fits:
-        most = max((n.get("Resources", {}).get("CPU", 0) for n in nodes), default=0)
-        gpus = max((n.get("Resources", {}).get("GPU", 0) for n in nodes), default=0)
-        raise IdauditError(f"no node of the cluster can hold a run of {shape.cpus:g} CPUs, "
-                           f"{shape.gpus:g} GPUs" + (f", {shape.memory_gib:g} GiB" if
-                                                     shape.memory_gib else "")
-                           + f" (the largest has {most:g} CPUs, {gpus:g} GPUs): lower "
-                           "--cpus-per-run/--gpus-per-run/--memory-per-run")
-    return found
-
-
-def _first_line(exc: BaseException) -> str:
-    """``Type: first line`` of a Ray error's own cause (the task's exception), else of it."""
-    cause = getattr(exc, "cause", None)
-    shown = cause if isinstance(cause, BaseException) else exc
-    return one_line(f"{type(shown).__name__}: {first_line(shown)}", 500)
-
-
 @contextlib.contextmanager
 def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                 data_root: Path, checkpoint_dir: Path | None, shape: TaskShape,
@@ -485,9 +266,15 @@ def _cluster(address: str | None, shape: TaskShape) -> Iterator[tuple[Any, Stop]
     Ctrl-C noted (:func:`signals_noted`), and every alive node's idaudit version probed and
     the cluster's room for one run of ``shape`` checked (:func:`check_nodes`); gives Ray
     and the :class:`Stop`."""
+    timeout = probe_timeout()  # a bad value refused before the cluster is reached
     with connected(address) as ray, signals_noted() as stop:
-        check_nodes(ray, shape, stop)
-        yield ray, stop
+        asked: list[dict[str, float]] = []
+        try:
+            check_nodes(ray, shape, stop, timeout, asked)
+            yield ray, stop
+        finally:
+            if asked:
+                release_request()
 
 
 def _ship_inputs(ray, stop: Stop, todo: list[dict[str, Any]], data_root: Path,
@@ -541,7 +328,7 @@ def _render_missing(ray, stop: Stop, prepare: list[tuple[Any, Path]], data_root:
     with ProgressBar(progress, len(pending), "render on the cluster") as bar, \
             _cancelled_on_exit(ray, pending):
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SLICE)
             stop.check()
             for ref in done:
                 path = pending.pop(ref)
@@ -551,7 +338,7 @@ def _render_missing(ray, stop: Stop, prepare: list[tuple[Any, Path]], data_root:
                         unpack(files, path)
                 except Exception as exc:
                     raise IdauditError(f"rendering {path.name} on the cluster failed: "
-                                       f"{_first_line(exc)}") from None
+                                       f"{error_line(exc)}") from None
                 refs[str(path)] = ref if uri is None else stored_input(uri, path)
                 bar.advance(1)
     return refs
@@ -585,7 +372,7 @@ def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
                     todo[i], ids[i], __version__, inputs[i], str(data_root),
                     None if checkpoint_dir is None else str(checkpoint_dir), shape.device,
                     shape.threads, token, uri)] = i
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_SLICE)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SLICE)
             stop.check()
             for ref in done:
                 i = pending.pop(ref)
@@ -593,7 +380,7 @@ def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
                     rec = ray.get(ref)
                 except Exception as exc:  # Ray could not finish it: recorded, go on
                     rec = {"run": todo[i], "id": ids[i], "status": "failed",
-                           "error": _first_line(exc), "seconds": None}
+                           "error": error_line(exc), "seconds": None}
                 node = rec.get("node") if isinstance(rec, dict) else None
                 node_id = node.get("id") if isinstance(node, dict) else None
                 if (isinstance(rec, dict) and WRONG_NODE in rec and sent_back[i] < MAX_RETRIES
@@ -635,7 +422,7 @@ def _clean_nodes(ray, token: str, timeout: float = 5.0) -> None:
     with contextlib.suppress(Exception):
         task = ray.remote(num_cpus=0, max_retries=0)(clean_node)
         refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(token) for n in _alive_nodes(ray)]
+            n["NodeID"], soft=False)).remote(token) for n in alive_nodes(ray)]
         ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 

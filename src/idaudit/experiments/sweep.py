@@ -105,7 +105,7 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     ``executor`` local: a spawn process pool, one single-threaded run per core (``workers``),
     or one run per GPU when the machine has GPUs; ray: Ray tasks on the cluster at
     ``address`` (or a local Ray instance), each asking for what ``shape``
-    (:class:`~idaudit.experiments.ray_executor.TaskShape`, default one CPU) says, at most
+    (:class:`~idaudit.experiments.ray_nodes.TaskShape`, default one CPU) says, at most
     ``workers`` in flight, the nodes sharing no disk with this machine
     (:mod:`idaudit.experiments.ray_executor`). Reacher datasets are rendered first, under
     ``OUT/data``. ``checkpoints`` keeps every trained encoder as
@@ -253,7 +253,8 @@ def _ray_sweep(todo: list[tuple[dict[str, Any], str]], store: Store, address: st
     """The ``todo`` runs as Ray tasks; each record (and its checkpoint files) written here,
     or, into a remote ``store``, by the node that ran it."""
     from idaudit.core.progress import ProgressBar
-    from idaudit.experiments.ray_executor import TaskShape, check_shape, ray_results
+    from idaudit.experiments.ray_executor import ray_results
+    from idaudit.experiments.ray_nodes import TaskShape, check_shape
 
     shape = shape or TaskShape()
     if workers is not None:
@@ -342,7 +343,7 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
 
     shape = None
     if (req.cpus_per_run, req.gpus_per_run, req.memory_per_run) != (None, None, None):
-        from idaudit.experiments.ray_executor import TaskShape
+        from idaudit.experiments.ray_nodes import TaskShape
 
         shape = TaskShape(1 if req.cpus_per_run is None else req.cpus_per_run,
                           req.gpus_per_run or 0, req.memory_per_run)

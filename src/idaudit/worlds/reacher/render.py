@@ -28,7 +28,8 @@ from idaudit.core.errors import EXIT_INTERNAL, IdauditError, one_line
 from idaudit.core.workers import exit_with_parent
 
 __all__ = ["DM_CONTROL_VERSION", "GL_BACKENDS", "GL_TIMEOUT_S", "IMAGE_SIZE", "INSTALL_HINT",
-           "MUJOCO_VERSION", "REACHER_EXTRA", "REACHER_PACKAGES", "ReacherRenderer", "RenderPool",
+           "MUJOCO_VERSION", "REACHER_EXTRA", "REACHER_PACKAGES", "RENDER_WORKER_LP_THREADS",
+           "ReacherRenderer", "RenderPool",
            "TARGET_POS", "TARGET_SIZE", "WRIST_LIMIT", "fingertip", "last_line", "load_physics",
            "missing_packages", "probe_backend", "render_settings", "require_packages",
            "require_renderer", "simulate_controller"]
