@@ -96,3 +96,30 @@ def test_a_sweep_submitted_as_a_ray_job_runs_on_the_cluster_after_the_submitter_
     assert report.returncode == 0, report.stderr[-2000:]
     csv = json.loads(summary.stdout)["job-sweep/summary.csv"]
     assert csv.count("\n") >= 2 and "r2" in csv.splitlines()[0], csv[:500]
+
+
+def test_runtime_env_brings_idaudit_to_a_node_without_it(tmp_path):
+    """Node 2 runs a Python that has torch and Ray but no idaudit: without --runtime-env the
+    sweep is refused in one line naming it; with a runtime environment whose py_modules is
+    the driver's idaudit, Ray ships it and every run is ok, node 2's included."""
+    import idaudit
+
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    base = str(Path(sys.base_prefix) / "bin" / "python3")  # no venv: no idaudit, Ray by path
+    suite = write_suite(tmp_path / "s.toml", 300, "[0, 1, 2, 3]")
+    env_file = tmp_path / "env.yaml"
+    env_file.write_text(f"py_modules:\n  - {Path(idaudit.__file__).parent}\n")
+    with Cluster(workers=2, cpus_per_worker=1, node_env={2: {"PYTHONPATH": site}},
+                 node_python={2: base}) as c:
+        cmd = [sys.executable, "-m", "idaudit", "sweep", str(suite), "--executor", "ray",
+               "--address", c.address]
+        refused = c.run_driver([*cmd, "--out", str(tmp_path / "a")], timeout=300)
+        res = c.run_driver([*cmd, "--out", str(tmp_path / "b"), "--runtime-env", str(env_file)],
+                           timeout=600)
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert f"node {c.node_ip(2)} " in refused.stderr and "has no idaudit" in refused.stderr
+    assert res.returncode == 0, (res.stdout, res.stderr[-3000:])
+    assert " ".join(res.stdout.split()).startswith("4 runs: 0 already done, 4 ok, 0 failed")
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "b" / "runs").glob("*.json")]
+    assert len(recs) == 4 and {r["status"] for r in recs} == {"ok"}
+    assert c.node_ip(2) in {r["node"]["ip"] for r in recs}  # the node without idaudit ran some

@@ -52,3 +52,26 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path, name, text, says):
 def test_a_missing_file_is_one_line(tmp_path):
     with pytest.raises(IdauditError, match=r"cannot read it \(No such file or directory\)"):
         read_runtime_env(tmp_path / "gone.yaml")
+
+
+def test_the_sweep_refuses_it_without_ray_and_reads_it_before_any_run(tmp_path):
+    """--runtime-env under the local pool is refused; under Ray a bad file is refused before
+    Ray is reached or anything is written (exit 2, one line each)."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "env.json"
+    bad.write_text('{"pips": []}')
+    base = [sys.executable, "-m", "idaudit", "sweep", "2d", "--runtime-env", str(bad)]
+    local = subprocess.run([*base, "--out", str(tmp_path / "a")], capture_output=True,
+                           text=True, timeout=120)
+    ray_ = subprocess.run([*base, "--out", str(tmp_path / "b"), "--executor", "ray",
+                           "--address", "127.0.0.1:1"], capture_output=True, text=True,
+                          timeout=120)
+    assert local.returncode == 2 and local.stderr.strip() == (
+        "error: --runtime-env applies to --executor ray only"), local.stderr
+    assert ray_.returncode == 2 and ray_.stderr.strip() == (
+        f"error: --runtime-env {bad}: unknown key(s) pips; Ray knows " + ray_.stderr.split(
+            "Ray knows ", 1)[1].strip()), ray_.stderr
+    assert "py_modules" in ray_.stderr and len(ray_.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

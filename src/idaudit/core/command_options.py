@@ -142,7 +142,11 @@ SWEEP: tuple[Option, ...] = (
            "the most runs in flight, default all)", limit="sweep_workers"),
     Option("executor", "string", "local (process pool) | ray", choices=("local", "ray"),
            default="local"),
-    Option("address", "string", "Ray cluster address (default: a local Ray instance)"),
+    Option("address", "string", "Ray cluster address (default: RAY_ADDRESS, else the cluster "
+           "the last `ray start` here started, else a local Ray instance)"),
+    Option("runtime_env", "path", "Ray: a runtime environment for every task, a JSON or YAML "
+           "file of Ray's keys (py_modules, pip, env_vars, working_dir …), e.g. to bring "
+           "idaudit to nodes without it"),
     Option("cpus_per_run", "number", "Ray: CPUs each run asks for (torch threads, render "
            "processes; default 1)", limit="per_run"),
     Option("gpus_per_run", "number", "Ray: GPUs each run asks for (default 0; > 0 trains the "

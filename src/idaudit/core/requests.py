@@ -222,9 +222,10 @@ class SweepRequest:
     ``{option: [values]}`` or ``["OPTION=V1,V2", …]``), ``set`` (``{option: value}`` or
     ``["OPTION=VALUE", …]``, on every run), ``workers`` parallel runs (None: cores, or one
     per GPU; under Ray the most runs in flight), the ``executor`` (local | ray), Ray's
-    ``address`` and what each Ray task asks for (``cpus_per_run``, default 1; ``gpus_per_run``,
-    default 0, a GPU run following the GPU recipe; ``memory_per_run`` in GiB), ``checkpoints``
-    to keep each trained encoder."""
+    ``address``, the ``runtime_env`` file every Ray task runs in, and what each Ray task
+    asks for (``cpus_per_run``, default 1; ``gpus_per_run``, default 0, a GPU run following
+    the GPU recipe; ``memory_per_run`` in GiB), ``checkpoints`` to keep each trained
+    encoder."""
 
     suite: str | Path = ""
     out: str | Path = _SWEEP["out"].default
@@ -237,6 +238,7 @@ class SweepRequest:
     workers: int | None = None
     executor: str = _SWEEP["executor"].default
     address: str | None = None
+    runtime_env: str | Path | None = None
     cpus_per_run: float | None = None
     gpus_per_run: float | None = None
     memory_per_run: float | None = None

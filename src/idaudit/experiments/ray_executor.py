@@ -234,7 +234,8 @@ def run_on_node(run: dict[str, Any], rid: str, version: str, inputs: list[tuple[
 def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
                 data_root: Path, checkpoint_dir: Path | None, shape: TaskShape,
                 prepare: list[tuple[Any, Path]], progress: bool = False,
-                avoided: dict[str, str] | None = None, store: Any = None
+                avoided: dict[str, str] | None = None, store: Any = None,
+                runtime_env: dict[str, Any] | None = None
                 ) -> Iterator[Iterator[tuple[int, dict[str, Any]]]]:
     """The runs ``todo`` on the cluster at ``address``, in three phases. Entering: the
     cluster reached and its nodes checked (:func:`_cluster`), then the datasets rendered and
@@ -250,7 +251,7 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
     None: with one, the nodes read the datasets from it and file their runs into it
     themselves (the records then say ``stored``)."""
     uri = None if store is None else store.uri
-    with _cluster(address, shape) as (ray, stop):
+    with _cluster(address, shape, runtime_env) as (ray, stop):
         token = hashlib.sha1(f"{socket.gethostname()}:{data_root}".encode()).hexdigest()[:12]
         inputs = _ship_inputs(ray, stop, todo, data_root, shape, prepare, token, progress,
                               uri)
@@ -261,13 +262,14 @@ def ray_results(todo: list[dict[str, Any]], ids: list[str], address: str | None,
 
 
 @contextlib.contextmanager
-def _cluster(address: str | None, shape: TaskShape) -> Iterator[tuple[Any, Stop]]:
+def _cluster(address: str | None, shape: TaskShape,
+             runtime_env: dict[str, Any] | None = None) -> Iterator[tuple[Any, Stop]]:
     """Phase 1: Ray connected to the cluster at ``address`` (:func:`connected`), SIGTERM and
     Ctrl-C noted (:func:`signals_noted`), and every alive node's idaudit version probed and
     the cluster's room for one run of ``shape`` checked (:func:`check_nodes`); gives Ray
     and the :class:`Stop`."""
     timeout = probe_timeout()  # a bad value refused before the cluster is reached
-    with connected(address) as ray, signals_noted() as stop:
+    with connected(address, runtime_env) as ray, signals_noted() as stop:
         asked: list[dict[str, float]] = []
         try:
             check_nodes(ray, shape, stop, timeout, asked)

@@ -114,11 +114,18 @@ def _ray():
 
 
 @contextlib.contextmanager
-def connected(address: str | None) -> Iterator[Any]:
-    """Ray, connected to the cluster at ``address`` (or a local instance), its own logging
-    kept off stdout; disconnected on the way out if this call connected."""
+def connected(address: str | None, runtime_env: dict[str, Any] | None = None
+              ) -> Iterator[Any]:
+    """Ray, connected to the cluster at ``address`` (or the one Ray finds: ``RAY_ADDRESS``,
+    the last ``ray start`` here, else a local instance), every task of this driver in
+    ``runtime_env`` (Ray's), its own logging kept off stdout; disconnected on the way out if
+    this call connected. A runtime environment for a Ray this process already joined is
+    refused (it is fixed when Ray starts)."""
     ray = _ray()
     started = not ray.is_initialized()
+    if not started and runtime_env is not None:
+        raise IdauditError("--runtime-env: Ray is already initialised in this process; give "
+                           "the runtime environment to ray.init instead")
     if started:
         import warnings
 
@@ -127,7 +134,8 @@ def connected(address: str | None) -> Iterator[Any]:
             with warnings.catch_warnings():  # Ray Client's multi-line UserWarning: not shown
                 warnings.simplefilter("ignore", UserWarning)
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.ERROR, ignore_reinit_error=True)
+                         logging_level=logging.ERROR, ignore_reinit_error=True,
+                         runtime_env=runtime_env)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise IdauditError(f"cannot reach the Ray cluster at {address or 'a local Ray'}: "
                                f"{connect_failure(exc, address)}") from None

@@ -99,7 +99,7 @@ def run_files(out_dir: str | Path, ids: list[str], checkpoints: bool = False
 def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | None = None,
               progress: bool = False, executor: str = "local", address: str | None = None,
               checkpoints: bool = False, reads: list[tuple[Path, str]] | None = None,
-              shape: Any = None) -> dict[str, int]:
+              shape: Any = None, runtime_env: dict[str, Any] | None = None) -> dict[str, int]:
     """Execute the runs whose result file is missing; return counts.
 
     ``executor`` local: a spawn process pool, one single-threaded run per core (``workers``),
@@ -113,15 +113,18 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
     a run may write is one of ``reads`` (by default :func:`sweep_inputs` of ``runs``).
     ``out_dir`` may be a URI (``s3://bucket/prefix``: :func:`~idaudit.core.storage.open_store`):
     every file then goes to that store (on Ray, written by the nodes themselves).
+    ``runtime_env``: Ray's runtime environment for every task (``ray.init``'s;
+    :func:`~idaudit.experiments.runtime_env.read_runtime_env` reads one from a file).
     """
     from idaudit.core.outputs import refuse_clashes
     from idaudit.core.storage import open_store
 
     if executor not in ("local", "ray"):
         raise IdauditError(f"unknown executor {executor!r}; valid: local, ray")
-    if executor == "local" and (address is not None or shape is not None):
-        raise IdauditError("--address and --cpus-per-run/--gpus-per-run/--memory-per-run "
-                           "apply to --executor ray only")
+    if executor == "local" and (address is not None or shape is not None
+                                or runtime_env is not None):
+        raise IdauditError("--address, --runtime-env and --cpus-per-run/--gpus-per-run/"
+                           "--memory-per-run apply to --executor ray only")
     ids = [run_id(r) for r in runs]  # every run checked before any starts
     store = open_store(str(out_dir) if isinstance(out_dir, str) else out_dir)
     if not store.is_local:
@@ -131,7 +134,7 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
         staging = Path(tempfile.mkdtemp(prefix="idaudit-sweep-"))  # this machine's mirror
         try:
             return _sweep_into(runs, ids, store, staging, workers, progress, executor,
-                               address, checkpoints, shape)
+                               address, checkpoints, shape, runtime_env)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     out_dir = Path(out_dir).resolve()  # the driver's: Ray tasks run elsewhere
@@ -139,7 +142,7 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
                    sweep_inputs(runs) if reads is None else reads)
     with _unmade_on_refusal(out_dir / "runs", out_dir / "checkpoints"):
         return _sweep_into(runs, ids, open_store(out_dir), out_dir, workers, progress,
-                           executor, address, checkpoints, shape)
+                           executor, address, checkpoints, shape, runtime_env)
 
 
 @contextlib.contextmanager
@@ -161,7 +164,8 @@ def _unmade_on_refusal(*dirs: Path, note: Path | None = None):
 
 def _sweep_into(runs: list[dict[str, Any]], ids: list[str], store: Store, local: Path,
                 workers: int | None, progress: bool, executor: str, address: str | None,
-                checkpoints: bool, shape: Any) -> dict[str, int]:
+                checkpoints: bool, shape: Any, runtime_env: dict[str, Any] | None = None
+                ) -> dict[str, int]:
     """:func:`run_sweep` once its runs are checked: into ``store``'s ``runs/``, with
     ``local`` this machine's directory of its files (OUT itself, or a mirror of a remote
     store: the datasets and checkpoints made here before they go to the store)."""
@@ -178,7 +182,7 @@ def _sweep_into(runs: list[dict[str, Any]], ids: list[str], store: Store, local:
     if executor == "ray":
         if todo:
             _ray_sweep(todo, store, address, data_root, ckpt_dir, workers, shape, counts,
-                       progress)
+                       progress, runtime_env)
         return counts
     _local_sweep(todo, store, data_root, ckpt_dir, workers, counts, progress)
     return counts
@@ -249,7 +253,8 @@ def _local_sweep(todo: list[tuple[dict[str, Any], str]], store: Store, data_root
 
 def _ray_sweep(todo: list[tuple[dict[str, Any], str]], store: Store, address: str | None,
                data_root: Path, ckpt_dir: str | None, workers: int | None, shape: Any,
-               counts: dict[str, int], progress: bool) -> None:
+               counts: dict[str, int], progress: bool,
+               runtime_env: dict[str, Any] | None = None) -> None:
     """The ``todo`` runs as Ray tasks; each record (and its checkpoint files) written here,
     or, into a remote ``store``, by the node that ran it."""
     from idaudit.core.progress import ProgressBar
@@ -275,7 +280,8 @@ def _ray_sweep(todo: list[tuple[dict[str, Any], str]], store: Store, address: st
         with ray_results(runs, ids, address, data_root,
                          None if ckpt_dir is None else Path(ckpt_dir), shape,
                          list(prepare.values()), progress, avoided,
-                         store=None if store.is_local else store) as results, \
+                         store=None if store.is_local else store,
+                         runtime_env=runtime_env) as results, \
                 ProgressBar(progress, len(todo), "sweep on Ray") as bar:
             for i, rec in results:  # filed under the id this driver gave todo[i]
                 _record(store, todo[i][1], todo[i][0], rec, counts, bar, ckpt_dir)
@@ -349,6 +355,13 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
                           req.gpus_per_run or 0, req.memory_per_run)
     # a URI, not a path (a Path reads "s3://b" as "s3:/b": the command line gives --out as
     # typed): the store checked before any run is
+    runtime_env = None
+    if req.runtime_env is not None:
+        if req.executor != "ray":
+            raise IdauditError("--runtime-env applies to --executor ray only")
+        from idaudit.experiments.runtime_env import read_runtime_env
+
+        runtime_env = read_runtime_env(req.runtime_env)  # checked before any run
     store = open_store(str(req.out)) if is_uri(str(req.out)) else None
     runs = runs if runs is not None else sweep_runs(req)
     reads = sweep_inputs(runs, req.suite)
@@ -356,7 +369,8 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
         _note_suite(store, str(req.suite))
         return run_sweep(runs, str(req.out), workers=req.workers, progress=progress,
                          executor=req.executor, address=req.address,
-                         checkpoints=req.checkpoints, reads=reads, shape=shape)
+                         checkpoints=req.checkpoints, reads=reads, shape=shape,
+                         runtime_env=runtime_env)
     check_outputs([(Path(req.out), "--out")], reads, directory=True)
     from idaudit.experiments.aggregate import SWEEP_FILE
 
@@ -364,7 +378,8 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
         _note_suite(open_store(Path(req.out)), str(req.suite))
         return run_sweep(runs, req.out, workers=req.workers, progress=progress,
                          executor=req.executor, address=req.address,
-                         checkpoints=req.checkpoints, reads=reads, shape=shape)
+                         checkpoints=req.checkpoints, reads=reads, shape=shape,
+                         runtime_env=runtime_env)
 
 
 def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[str, int]:
