@@ -15,7 +15,8 @@ from pathlib import Path
 
 from idaudit.core.errors import IdauditError, first_line, printable
 
-__all__ = ["atomic_write", "clean_stale_temporaries", "make_temp_dir", "remove_tree"]
+__all__ = ["atomic_write", "clean_stale_temporaries", "make_temp_dir", "remove_tree",
+           "replace_path"]
 
 
 def _umask() -> int:
@@ -71,6 +72,33 @@ def _remove(entry: Path) -> None:
             entry.unlink()
     except OSError:
         pass
+
+
+def replace_path(made: Path, dest: Path) -> Path:
+    """Put ``made`` (a file or a directory, written beside ``dest``) at ``dest``, replacing
+    what is there (a directory removed first: ``os.replace`` cannot replace one with a
+    non-empty tree); returns ``dest``.
+
+    Args:
+        made: what was written, on the same filesystem as ``dest``.
+        dest: where it goes.
+
+    Returns:
+        ``dest``.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp()); (d / "new").mkdir(); (d / "old").mkdir()
+        >>> _ = (d / "old" / "x").write_text("1"); _ = (d / "new" / "y").write_text("2")
+        >>> sorted(p.name for p in replace_path(d / "new", d / "old").iterdir())
+        ['y']
+    """
+    if dest.is_dir() and not dest.is_symlink():
+        shutil.rmtree(dest)
+    elif dest.exists() or dest.is_symlink():
+        dest.unlink()
+    os.replace(made, dest)
+    return dest
 
 
 def remove_tree(path: str | Path) -> str | None:

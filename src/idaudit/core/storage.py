@@ -237,6 +237,8 @@ class Store:
         Returns:
             ``local``.
         """
+        from idaudit.core.atomic import replace_path
+
         local = Path(local)
         local.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{local.name}.", dir=local.parent))
@@ -262,11 +264,7 @@ class Store:
                     raise
                 except Exception as exc:
                     raise self._fail("read", key, exc) from None
-            if local.is_dir() and not local.is_symlink():
-                shutil.rmtree(local)
-            elif local.exists():
-                local.unlink()
-            os.replace(target, local)
+            replace_path(target, local)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return local

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import socket
 import tempfile
 import time
@@ -78,6 +77,8 @@ def unpack(files: dict[str, bytes], dest: Path) -> Path:
     renamed); an existing ``dest`` is replaced."""
     import shutil
 
+    from idaudit.core.atomic import replace_path
+
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
@@ -92,11 +93,7 @@ def unpack(files: dict[str, bytes], dest: Path) -> Path:
                     raise IdauditError(f"refusing a path outside the dataset: {rel!r}")
                 (target / rel).parent.mkdir(parents=True, exist_ok=True)
                 (target / rel).write_bytes(data)
-        if dest.is_dir() and not dest.is_symlink():
-            shutil.rmtree(dest)
-        elif dest.exists():
-            dest.unlink()
-        os.replace(target, dest)
+        replace_path(target, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
