@@ -103,3 +103,42 @@ def test_a_driver_killed_mid_sweep_is_resumed_from_another_directory(tmp_path):
         assert objects[f"{prefix}/{rec['checkpoint']}"] > 10_000  # the node put it there
         assert f"{prefix}/checkpoints/{rid}.log.json" in objects
     assert not list(second.iterdir()) and not list(first.iterdir())  # nothing on the driver
+
+
+def test_a_node_killed_while_it_trains_and_files_leaves_each_run_recorded_once(tmp_path):
+    """The node that filed the first record is SIGKILLed while it works on its next run
+    (training it, or putting its files): Ray runs that run again on the other node, and the
+    store ends with exactly one record, one checkpoint and one log per run, no failure, and
+    no other object."""
+    cluster = Cluster(workers=2, cpus_per_worker=1)
+    endpoint = f"http://{cluster.head_ip}:{S3_PORT}"
+    cluster.env.update({**client_env(endpoint), **_env()})
+    runs = 4
+    suite = write_suite(tmp_path / "s.toml", steps=400, seeds=str(list(range(runs))))
+    prefix = "killed"
+    cmd = [*IDAUDIT, "sweep", str(suite), "--executor", "ray", "--address", cluster.address,
+           "--out", f"s3://{BUCKET}/{prefix}", "--checkpoints"]
+    with cluster, server_process(cluster.head_ip, S3_PORT,
+                                 ["ip", "netns", "exec", cluster.namespaces[0]]):
+        made = cluster.run_driver([sys.executable, "-c", MAKE_BUCKET_SCRIPT, BUCKET], timeout=60)
+        assert made.returncode == 0, made.stderr
+        driver = cluster.popen_driver(cmd, cwd=tmp_path)
+        deadline, first = time.monotonic() + 400, {}
+        while time.monotonic() < deadline and driver.poll() is None and not first:
+            first = finished_records(_objects(cluster, prefix))
+            time.sleep(0.5)
+        assert first, driver.communicate(timeout=60)
+        killed_ip = next(iter(first.values()))["node"]["ip"]
+        cluster.kill_node(cluster.worker_ips.index(killed_ip) + 1)
+        out, err = driver.communicate(timeout=600)
+        objects = _objects(cluster, prefix)
+    assert driver.returncode == 0, (out, err[-3000:])
+    assert " ".join(out.split()).startswith(f"{runs} runs: 0 already done, {runs} ok, 0 failed")
+    after = finished_records(objects)
+    assert len(after) == runs and {r["run"]["seed"] for r in after.values()} == set(range(runs))
+    assert all(after[rid] == rec for rid, rec in first.items())  # never written again
+    assert sorted(objects) == sorted(
+        [f"{prefix}/sweep.json"] + [f"{prefix}/runs/{rid}.json" for rid in after]
+        + [f"{prefix}/checkpoints/{rid}.{ext}" for rid in after
+           for ext in ("safetensors", "log.json")])
+    assert all(objects[f"{prefix}/checkpoints/{rid}.safetensors"] > 10_000 for rid in after)
