@@ -118,10 +118,10 @@ def test_a_gpu_in_the_cluster_does_not_make_cpu_runs_ask_for_it(local_ray, tmp_p
 
 
 def test_another_idaudit_version_is_one_line_naming_the_node(local_ray, tmp_path, monkeypatch):
-    from idaudit.experiments import ray_executor
+    from idaudit.experiments import ray_nodes
 
     runs = load_suite(str(_suite(tmp_path, seeds="[0]")))
-    monkeypatch.setattr(ray_executor, "__version__", "9.9.9")
+    monkeypatch.setattr(ray_nodes, "__version__", "9.9.9")  # the driver's version
     with pytest.raises(IdauditError) as err:
         run_sweep(runs, tmp_path / "o", executor="ray")
     msg = str(err.value)
@@ -154,9 +154,9 @@ def test_workers_caps_the_runs_in_flight(local_ray, tmp_path):
 
 def test_a_task_ray_loses_is_recorded_failed_and_the_sweep_goes_on(local_ray, tmp_path,
                                                                     monkeypatch):
-    from idaudit.experiments import ray_executor
+    from idaudit.experiments import ray_nodes
 
-    monkeypatch.setattr(ray_executor, "MAX_RETRIES", 0)  # lost at once, not retried
+    monkeypatch.setattr(ray_nodes, "MAX_RETRIES", 0)  # lost at once, not retried
     long = load_suite(str(_suite(tmp_path, steps=20_000, seeds="[7]", name="long.toml")))
     short = load_suite(str(_suite(tmp_path, seeds="[0, 1]")))
     killed: list[int] = []

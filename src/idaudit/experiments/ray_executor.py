@@ -21,8 +21,9 @@ nodes fetch it from there into their mirror; each node files its own run into th
 commit point), so the driver may die and any machine with access resumes the sweep.
 
 The node checks (the version probe, the room for a run, the autoscaler wait, Ray Client's
-reasons) live in :mod:`idaudit.experiments.ray_nodes`; here, the files, the tasks run on a
-node and the sweep's phases.
+reasons) live in :mod:`idaudit.experiments.ray_nodes`, with the driver's version the tasks
+are sent (:func:`~idaudit.experiments.ray_nodes.driver_version`: one name to compare with);
+here, the files, the tasks run on a node and the sweep's phases.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 from idaudit.core.errors import IdauditError, one_line
 from idaudit.core.version import __version__
+from idaudit.experiments import ray_nodes
 from idaudit.experiments.ray_nodes import (
     MAX_RETRIES,
     WAIT_SLICE,
@@ -368,7 +370,7 @@ def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
                 where = {} if not avoided else {
                     "label_selector": {_NODE_ID_LABEL: f"!in({','.join(sorted(avoided))})"}}
                 pending[task.options(**shape.options(), **where).remote(
-                    todo[i], ids[i], __version__, inputs[i], str(data_root),
+                    todo[i], ids[i], ray_nodes.driver_version(), inputs[i], str(data_root),
                     None if checkpoint_dir is None else str(checkpoint_dir), shape.device,
                     shape.threads, token, uri)] = i
             done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SLICE)
@@ -385,6 +387,7 @@ def _collect(ray, stop: Stop, todo: list[dict[str, Any]], ids: list[str],
                 if (isinstance(rec, dict) and WRONG_NODE in rec and sent_back[i] < MAX_RETRIES
                         and isinstance(node_id, str) and re.fullmatch(r"[0-9a-f]{8,64}", node_id)):
                     avoided.setdefault(node_id, one_line(rec[WRONG_NODE], 300))
+                    ray_nodes.refuse_if_all_avoided(ray, shape, avoided)
                     sent_back[i] += 1
                     queue.insert(0, i)
                     continue

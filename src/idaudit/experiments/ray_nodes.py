@@ -30,9 +30,10 @@ from idaudit.core.errors import IdauditError, first_line, one_line
 from idaudit.core.version import __version__
 
 __all__ = ["MAX_RETRIES", "PROBE_TIMEOUT_ENV", "WAIT_SLICE", "Stop", "TaskShape", "alive_nodes",
-           "check_nodes", "check_shape", "connect_failure", "connected", "error_line",
-           "node_info", "probe", "probe_failure_is_system", "probe_timeout", "release_request",
-           "room_for_a_run", "signals_noted"]
+           "check_nodes", "check_shape", "connect_failure", "connected", "driver_version",
+           "error_line",
+           "node_info", "probe", "probe_failure_is_system", "probe_timeout",
+           "refuse_if_all_avoided", "release_request", "room_for_a_run", "signals_noted"]
 
 #: a task Ray loses to a system failure (its node died, its worker crashed) runs again this
 #: many times, on whichever node can take it
@@ -504,6 +505,32 @@ def room_for_a_run(ray, shape: TaskShape, nodes: list[dict[str, Any]] | None = N
     if not _wait_for_a_node(ray, shape, stop, [] if asked is None else asked, kind):
         raise IdauditError(f"{head}, and its autoscaler reports that none of the node types "
                            f"it can add can hold one): {lower}")
+
+
+def driver_version() -> str:
+    """This driver's idaudit version, the one every node is compared with (at the start, by
+    :func:`check_nodes`, and in every task)."""
+    return __version__
+
+
+def refuse_if_all_avoided(ray, shape: TaskShape, avoided: dict[str, str]) -> None:
+    """Stop a sweep whose every alive node that can hold a run was found with another
+    idaudit (``avoided``: {node id: why}): its tasks could never be placed, and Ray would
+    keep them pending for ever.
+
+    Args:
+        ray: the connected ``ray`` module.
+        shape: what each run asks for.
+        avoided: the nodes the sweep keeps its tasks off, and why.
+
+    Raises:
+        IdauditError: (exit 2) no such node is left, each avoided node's reason named.
+    """
+    if not any(n["NodeID"] not in avoided and _fits(n.get("Resources", {}), shape)
+               for n in alive_nodes(ray)):
+        raise IdauditError(one_line("no node left that can hold a run with this idaudit: "
+                                    + "; ".join(avoided.values())
+                                    + " — install the same idaudit on every node", 1000))
 
 
 def autoscaler_kind(ray) -> str | None:
