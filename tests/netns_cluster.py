@@ -169,6 +169,8 @@ class Cluster:
         self.startup_s: float | None = None
         self._made: list[str] = []  # namespaces actually created, in order
         self._procs: list[subprocess.Popen] = []
+        self._node_of: dict[int, int] = {}  # a spawned process's pid → its node
+        self._killed: set[int] = set()  # nodes killed on purpose (kill_node)
         self._closed = False
 
     @property
@@ -229,6 +231,7 @@ class Cluster:
                 env=self.env, start_new_session=True,
             )
         self._procs.append(proc)
+        self._node_of[proc.pid] = i
         self.seen_pids.add(proc.pid)
 
     def start(self) -> None:
@@ -277,7 +280,8 @@ class Cluster:
     def _wait_alive(self, deadline: float) -> None:
         want, last = self.alive_wanted, ""
         while time.monotonic() < deadline:
-            dead = [i for i, p in enumerate(self._procs) if p.poll() is not None]
+            dead = [i for i, p in enumerate(self._procs)
+                    if p.poll() is not None and self._node_of.get(p.pid) not in self._killed]
             if dead:
                 raise RuntimeError(f"node(s) {dead} exited during start-up\n{self._log_tails()}")
             try:
@@ -342,6 +346,9 @@ class Cluster:
         left = self._kill_ns([self.namespaces[i]])
         if left:
             raise RuntimeError(f"processes {left} survived SIGKILL in {self.namespaces[i]}")
+        if i not in self._killed:  # no longer counted among the nodes that should be alive
+            self._killed.add(i)
+            self.alive_wanted -= 1
 
     def close(self) -> None:
         """Kill everything in our namespaces, delete them, remove :attr:`root` (idempotent)."""

@@ -250,3 +250,27 @@ def test_a_node_that_joins_with_another_idaudit_is_avoided_and_its_runs_go_elsew
     assert err.strip().splitlines()[-1] == (
         f"avoided node {c.node_ip(2)} ({socket.gethostname()}) has idaudit 0.0.0+other, this "
         f"machine {idaudit.__version__}: its runs went to the other nodes"), err
+
+
+def test_a_sweep_left_with_only_nodes_of_another_idaudit_stops_in_one_line(tmp_path):
+    """The one good node dies mid-sweep and its replacement joins with another idaudit: the
+    tasks sent there come back, the node is avoided, and with no node left that could run
+    them the sweep stops (exit 2, one line naming the node) instead of waiting for ever; the
+    runs already recorded stay."""
+    suite = _suite(tmp_path / "s.toml", 400, "[0, 1, 2, 3, 4, 5]")
+    runs_dir = tmp_path / "o" / "runs"
+    with Cluster(workers=2, cpus_per_worker=1, later={2},
+                 node_env={2: {"PYTHONPATH": str(_other_idaudit(tmp_path))}}) as c:
+        proc = c.popen_driver([*IDAUDIT, "sweep", str(suite), "--out", str(tmp_path / "o"),
+                               "--executor", "ray", "--address", c.address])
+        _wait_for(lambda: sorted(runs_dir.glob("*.json")), 300, "the first record")
+        c.kill_node(1)
+        c.add_node(2)
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2, (out, err[-3000:])
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: no node left that can hold a run with this idaudit: "), err
+    assert f"node {c.node_ip(2)} " in last and "has idaudit 0.0.0+other" in last, last
+    assert "install the same idaudit on every node" in last, last
+    done = [p for p in runs_dir.glob("*.json") if not p.name.endswith(".failed.json")]
+    assert 1 <= len(done) < 6
