@@ -126,7 +126,7 @@ def run_sweep(runs: list[dict[str, Any]], out_dir: str | Path, workers: int | No
         raise IdauditError("--address, --runtime-env and --cpus-per-run/--gpus-per-run/"
                            "--memory-per-run apply to --executor ray only")
     ids = [run_id(r) for r in runs]  # every run checked before any starts
-    store = open_store(str(out_dir) if isinstance(out_dir, str) else out_dir)
+    store = open_store(out_dir)
     if not store.is_local:
         import shutil
         import tempfile
@@ -353,8 +353,6 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
 
         shape = TaskShape(1 if req.cpus_per_run is None else req.cpus_per_run,
                           req.gpus_per_run or 0, req.memory_per_run)
-    # a URI, not a path (a Path reads "s3://b" as "s3:/b": the command line gives --out as
-    # typed): the store checked before any run is
     runtime_env = None
     if req.runtime_env is not None:
         if req.executor != "ray":
@@ -362,24 +360,27 @@ def run_sweep_request(req: SweepRequest, runs: list[dict[str, Any]] | None = Non
         from idaudit.experiments.runtime_env import read_runtime_env
 
         runtime_env = read_runtime_env(req.runtime_env)  # checked before any run
+    # a URI, not a path (a Path reads "s3://b" as "s3:/b": the command line gives --out as
+    # typed): the store checked before any run is
     store = open_store(str(req.out)) if is_uri(str(req.out)) else None
     runs = runs if runs is not None else sweep_runs(req)
     reads = sweep_inputs(runs, req.suite)
-    if store is not None:
-        _note_suite(store, str(req.suite))
-        return run_sweep(runs, str(req.out), workers=req.workers, progress=progress,
+
+    def into(out: str | Path) -> dict[str, int]:
+        return run_sweep(runs, out, workers=req.workers, progress=progress,
                          executor=req.executor, address=req.address,
                          checkpoints=req.checkpoints, reads=reads, shape=shape,
                          runtime_env=runtime_env)
+
+    if store is not None:
+        _note_suite(store, str(req.suite))
+        return into(str(req.out))
     check_outputs([(Path(req.out), "--out")], reads, directory=True)
     from idaudit.experiments.aggregate import SWEEP_FILE
 
     with _unmade_on_refusal(Path(req.out), note=Path(req.out) / SWEEP_FILE):
         _note_suite(open_store(Path(req.out)), str(req.suite))
-        return run_sweep(runs, req.out, workers=req.workers, progress=progress,
-                         executor=req.executor, address=req.address,
-                         checkpoints=req.checkpoints, reads=reads, shape=shape,
-                         runtime_env=runtime_env)
+        return into(req.out)
 
 
 def sweep(suite: str | Path, *, progress: bool = False, **options: Any) -> dict[str, int]:

@@ -130,22 +130,16 @@ def _ep_torch(proj_t: torch.Tensor, knots: int, t_max: float):
     return cm, sm, gradient
 
 
-_GRID_NP: dict[tuple, tuple] = {}
-
-
 def _ep_numba_fused(ctx, proj_t: torch.Tensor, knots: int, t_max: float,
                     need: bool) -> torch.Tensor:
     """:class:`_EppsPulley`'s forward on CPU: the statistic and its gradient in one numba call
     (:func:`_ep_numba.loss_grad`, cos and sin of θ = PᵀΔt included); the gradient saved for
     the backward."""
     dt = t_max / (knots - 1)
-    key = (knots, t_max, proj_t.dtype)
-    if key not in _GRID_NP:
-        _, phi, w = epps_pulley_grid(knots, t_max, "cpu", proj_t.dtype)
-        _GRID_NP[key] = (phi[1:].numpy().copy(), w[1:].numpy().copy())
-    phi_k, w_k = _GRID_NP[key]
+    _, phi, w = epps_pulley_grid(knots, t_max, "cpu", proj_t.dtype)  # cached per dtype
     # (M, n): each slice's samples contiguous, as the matmul gives them
-    loss, grad = _numba.loss_grad(proj_t.contiguous().numpy(), phi_k, w_k, dt, need)
+    loss, grad = _numba.loss_grad(proj_t.contiguous().numpy(), phi[1:].numpy(), w[1:].numpy(),
+                                  dt, need)
     if need:
         ctx.save_for_backward(torch.from_numpy(grad))
     return torch.tensor(loss, dtype=proj_t.dtype)
